@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Makes sure Playwright can drive a Chromium: Playwright's own build first (the normal path),
+# else a system Chromium, installed from Debian's packages together with the fonts real
+# documents need when apt is available. Idempotent; prints what it chose.
+set -u
+py="${1:-.venv/bin/python}"
+
+fonts_missing() {
+  command -v fc-list >/dev/null 2>&1 || return 0
+  for family in "DejaVu Sans" "Liberation Serif" "Noto Sans CJK" "Noto Color Emoji"; do
+    fc-list | grep -q "$family" || return 0
+  done
+  return 1
+}
+
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || return 1
+  local sudo=""
+  [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo="sudo -n"; } || return 1
+  echo "install-browser: installing $* with apt-get"
+  $sudo apt-get update -qq >/dev/null &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+fonts="fonts-dejavu-core fonts-liberation fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji fontconfig"
+
+if timeout 300 "$py" -m playwright install chromium >/dev/null 2>&1; then
+  echo "install-browser: using Playwright's own Chromium"
+  fonts_missing && { apt_install $fonts || echo "install-browser: could not install fonts; CJK or emoji text may not render"; }
+  exit 0
+fi
+
+echo "install-browser: Playwright's browser download is not available here; using a system Chromium"
+for name in "${PRESSROOM_CHROMIUM:-}" chromium chromium-browser google-chrome; do
+  [ -n "$name" ] && command -v "$name" >/dev/null 2>&1 && found=$(command -v "$name") && break
+done
+if [ -z "${found:-}" ] || fonts_missing; then
+  apt_install chromium $fonts || true
+  found=$(command -v chromium || command -v chromium-browser || true)
+fi
+if [ -z "$found" ]; then
+  echo "install-browser: no Chromium found; install one and set PRESSROOM_CHROMIUM=/path/to/chrome" >&2
+  exit 1
+fi
+echo "install-browser: using $found"

@@ -1,0 +1,1 @@
+"""Pressroom: an asynchronous PDF service on PostgreSQL and headless Chromium."""

@@ -1,0 +1,459 @@
+"""REST routes and Server-Sent Events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid
+from typing import Any
+
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse, sse_response
+
+from server import events, jobs, options, templates
+from server.events import JobEvent, Position
+from server.hub import SubscriberDropped
+from server.jobs import JobState, NewJob
+from server.keys import HUB, POOL, SETTINGS, STORAGE
+from server.netpolicy import NetworkPolicy
+from server.problems import Problem, invalid, not_found
+
+log = logging.getLogger(__name__)
+
+JOB_FIELDS = {
+    "template",
+    "data",
+    "options",
+    "webhook_url",
+    "priority",
+    "run_at",
+    "metadata",
+    "max_attempts",
+}
+MAX_METADATA_BYTES = 16 * 1024
+MAX_LIST_LIMIT = 200
+
+routes = web.RouteTableDef()
+
+
+def tenant_of(request: web.Request) -> str:
+    """The tenant every query of this request is scoped to."""
+    tenant: str = request.get("tenant", "default")
+    return tenant
+
+
+def parse_job_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["job_id"])
+    except ValueError:
+        raise not_found() from None
+
+
+async def read_json(request: web.Request) -> Any:
+    if request.content_type not in ("application/json", "") and not request.content_type.endswith(
+        "+json"
+    ):
+        raise Problem(415, "Unsupported media type", "Send the body as application/json.")
+    raw = await request.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Problem(
+            400, "Malformed body", "The body is not valid UTF-8.", kind="malformed-body"
+        ) from None
+    except RecursionError:
+        raise Problem(
+            400, "Malformed body", "The JSON is nested too deeply.", kind="malformed-body"
+        ) from None
+    except ValueError as exc:
+        raise Problem(
+            400, "Malformed body", f"The body is not valid JSON: {exc}", kind="malformed-body"
+        ) from None
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def validate_job(body: Any, request: web.Request) -> NewJob:
+    """Check a submission field by field; every problem found is reported at once."""
+    settings = request.app[SETTINGS]
+    if not isinstance(body, dict):
+        raise invalid([("", "the body must be a JSON object")])
+    errors: list[tuple[str, str]] = [
+        (key, "is not a known field") for key in body if key not in JOB_FIELDS
+    ]
+
+    template = body.get("template")
+    if template is None:
+        errors.append(("template", "is required"))
+    elif not isinstance(template, str):
+        errors.append(("template", "must be a string"))
+    elif len(template.encode()) > settings.max_template_bytes:
+        errors.append(("template", f"must be at most {settings.max_template_bytes} bytes"))
+    elif (syntax := templates.check(template)) is not None:
+        errors.append(("template", syntax))
+
+    data = body.get("data", {})
+    if not isinstance(data, dict):
+        errors.append(("data", "must be an object"))
+    elif _size(data) > settings.max_data_bytes:
+        errors.append(("data", f"must be at most {settings.max_data_bytes} bytes as JSON"))
+
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        errors.append(("metadata", "must be an object"))
+    elif _size(metadata) > MAX_METADATA_BYTES:
+        errors.append(("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
+
+    render_options = options.RenderOptions()
+    try:
+        render_options = options.parse(body.get("options"))
+    except options.OptionsError as exc:
+        errors.extend(exc.errors)
+
+    webhook_url = body.get("webhook_url")
+    if webhook_url is not None:
+        if not isinstance(webhook_url, str):
+            errors.append(("webhook_url", "must be a string"))
+        elif (
+            why := NetworkPolicy(settings.allow_hosts).validate_webhook_url(webhook_url)
+        ) is not None:
+            errors.append(("webhook_url", why))
+
+    priority = body.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -1000 <= priority <= 1000:
+        errors.append(("priority", "must be an integer from -1000 to 1000"))
+
+    max_attempts = body.get("max_attempts", settings.max_attempts)
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= 25
+    ):
+        errors.append(("max_attempts", "must be an integer from 1 to 25"))
+
+    run_at = None
+    if body.get("run_at") is not None:
+        run_at = _parse_time(body["run_at"])
+        if run_at is None:
+            errors.append(("run_at", "must be an ISO 8601 time with a time zone"))
+
+    if errors:
+        raise invalid(errors)
+    return NewJob(
+        tenant=tenant_of(request),
+        template=template,
+        data=data,
+        options=options.to_json(render_options),
+        metadata=metadata,
+        max_attempts=max_attempts,
+        priority=priority,
+        webhook_url=webhook_url,
+        run_at=run_at,
+    )
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def links(request: web.Request, job_id: str) -> dict[str, str]:
+    return {
+        "self": f"/v1/jobs/{job_id}",
+        "events": f"/v1/jobs/{job_id}/events",
+        "pdf": f"/v1/jobs/{job_id}/pdf",
+    }
+
+
+async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
+    """The job as clients see it: links, and a signed download URL once it is done."""
+    shown = dict(job)
+    shown["links"] = links(request, job["id"])
+    if job["status"] == JobState.DONE:
+        settings = request.app[SETTINGS]
+        key = jobs.object_key(tenant, job["id"], job["attempts"])
+        url = await request.app[STORAGE].url(
+            key, job_id=job["id"], filename=f"{job['id']}.pdf", ttl_s=settings.url_ttl_s
+        )
+        shown["url"] = (
+            str(request.url.join(request.url.with_path("/").join(web.URL(url))))
+            if url.startswith("/")
+            else url
+        )
+    return shown
+
+
+@routes.post("/v1/jobs")
+async def submit(request: web.Request) -> web.Response:
+    new = validate_job(await read_json(request), request)
+    [job] = await jobs.create(request.app[POOL], [new])
+    log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
+    body = await present(request, job, new.tenant)
+    return web.json_response(body, status=202, headers={"Location": body["links"]["self"]})
+
+
+@routes.get("/v1/jobs/{job_id}")
+async def get_job(request: web.Request) -> web.Response:
+    tenant = tenant_of(request)
+    stored = await jobs.get(request.app[POOL], parse_job_id(request), tenant)
+    if stored is None:
+        raise not_found()
+    return web.json_response(await present(request, stored.job, tenant))
+
+
+@routes.get("/v1/jobs")
+async def list_jobs(request: web.Request) -> web.Response:
+    tenant = tenant_of(request)
+    query = request.query
+    errors: list[tuple[str, str]] = []
+    status = None
+    if "status" in query:
+        try:
+            status = JobState(query["status"])
+        except ValueError:
+            errors.append(("status", f"must be one of {', '.join(s.value for s in JobState)}"))
+    limit = 50
+    if "limit" in query:
+        if not query["limit"].isdigit() or not 1 <= int(query["limit"]) <= MAX_LIST_LIMIT:
+            errors.append(("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}"))
+        else:
+            limit = int(query["limit"])
+    bounds: dict[str, dt.datetime | None] = {}
+    for name in ("created_from", "created_to"):
+        bounds[name] = _parse_time(query[name]) if name in query else None
+        if name in query and bounds[name] is None:
+            errors.append((name, "must be an ISO 8601 time with a time zone"))
+    after = None
+    if "cursor" in query:
+        after = _decode_cursor(query["cursor"])
+        if after is None:
+            errors.append(("cursor", "is not a cursor this server gave out"))
+    if errors:
+        raise invalid(errors, "The query parameters are not valid.")
+    page = await jobs.list_page(
+        request.app[POOL],
+        tenant,
+        status=status,
+        created_from=bounds["created_from"],
+        created_to=bounds["created_to"],
+        after=after,
+        limit=limit,
+    )
+    items = [await present(request, item.job, tenant) for item in page.items]
+    cursor = _encode_cursor(*page.next_cursor) if page.next_cursor else None
+    return web.json_response({"items": items, "next_cursor": cursor})
+
+
+def _encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
+    return f"{created_at.isoformat()}~{job_id}"
+
+
+def _decode_cursor(raw: str) -> tuple[dt.datetime, uuid.UUID] | None:
+    created, _, job_id = raw.partition("~")
+    parsed = _parse_time(created)
+    try:
+        return (parsed, uuid.UUID(job_id)) if parsed else None
+    except ValueError:
+        return None
+
+
+@routes.post("/v1/jobs/{job_id}/cancel")
+async def cancel(request: web.Request) -> web.Response:
+    tenant = tenant_of(request)
+    job_id = parse_job_id(request)
+    job = await jobs.cancel(request.app[POOL], job_id, tenant)
+    if job is None:
+        current = await jobs.get(request.app[POOL], job_id, tenant)
+        if current is None:
+            raise not_found()
+        raise Problem(
+            409,
+            "Conflict",
+            f"The job is {current.status}; only queued or running jobs can be cancelled.",
+        )
+    log.info("job cancelled", extra={"job_id": str(job_id), "tenant": tenant})
+    return web.json_response(await present(request, job, tenant))
+
+
+@routes.post("/v1/jobs/{job_id}/retry")
+async def retry(request: web.Request) -> web.Response:
+    tenant = tenant_of(request)
+    job_id = parse_job_id(request)
+    job = await jobs.retry(request.app[POOL], job_id, tenant)
+    if job is None:
+        current = await jobs.get(request.app[POOL], job_id, tenant)
+        if current is None:
+            raise not_found()
+        raise Problem(
+            409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."
+        )
+    log.info("job re-queued by request", extra={"job_id": str(job_id), "tenant": tenant})
+    return web.json_response(await present(request, job, tenant), status=202)
+
+
+@routes.get("/v1/jobs/{job_id}/pdf")
+async def download(request: web.Request) -> web.StreamResponse:
+    """The PDF: with a signed link (no credentials needed) or as the job's tenant."""
+    settings = request.app[SETTINGS]
+    storage = request.app[STORAGE]
+    job_id = parse_job_id(request)
+    if "sig" in request.query or "expires" in request.query:
+        from server import auth
+
+        if not auth.check_download(
+            settings.secret,
+            str(job_id),
+            request.query.get("expires", ""),
+            request.query.get("sig", ""),
+        ):
+            raise Problem(
+                403,
+                "Forbidden",
+                "The download link is invalid or has expired.",
+                kind="bad-signature",
+            )
+        row = await request.app[POOL].fetchrow("SELECT tenant FROM jobs WHERE id = $1", job_id)
+        if row is None:
+            raise not_found()
+        tenant = row["tenant"]
+    else:
+        tenant = tenant_of(request)
+    stored = await jobs.get(request.app[POOL], job_id, tenant)
+    if stored is None:
+        raise not_found()
+    if stored.status != JobState.DONE or stored.object_key is None:
+        raise Problem(
+            409, "Conflict", f"The job is {stored.status}; the PDF exists once it is done."
+        )
+    filename = f"{job_id}.pdf"
+    if storage.redirects:
+        url = await storage.url(
+            stored.object_key, job_id=str(job_id), filename=filename, ttl_s=settings.url_ttl_s
+        )
+        raise web.HTTPFound(url)
+    try:
+        data = await storage.get(stored.object_key)
+    except FileNotFoundError:
+        raise Problem(410, "Gone", "The file has been deleted (retention).") from None
+    return web.Response(
+        body=data,
+        content_type="application/pdf",
+        headers={
+            "Content-Disposition": f'inline; filename="{filename}"',
+            "Cache-Control": "private, max-age=60",
+        },
+    )
+
+
+# --- Server-Sent Events -------------------------------------------------------------------
+
+
+def _requested_cursor(request: web.Request) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise Problem(400, "Bad cursor", "Last-Event-ID must be an event id.", kind="bad-cursor")
+    return int(raw)
+
+
+async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+    wire = event.wire()
+    wire["job"] = await present(request, event.job, event.tenant)
+    await resp.send(json.dumps(wire), id=str(event.id), event=event.type)
+
+
+async def _send_reset(
+    resp: EventSourceResponse, request: web.Request, job: dict[str, Any] | None, tenant: str
+) -> None:
+    body: dict[str, Any] = {
+        "type": "reset",
+        "reason": "the requested event is no longer kept; reload state",
+    }
+    if job is not None:
+        body["job"] = await present(request, job, tenant)
+    await resp.send(json.dumps(body), event="reset")
+
+
+async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> web.StreamResponse:
+    """Replay what the client missed, then go live; no gap, no duplicate (log order)."""
+    app = request.app
+    pool, hub, settings = app[POOL], app[HUB], app[SETTINGS]
+    tenant = tenant_of(request)
+    current = None
+    if job_id is not None:
+        current = await jobs.get(pool, job_id, tenant)
+        if current is None:
+            raise not_found()
+    requested = _requested_cursor(request)
+    position: Position | None = None
+    reset = False
+    if requested is not None:
+        cursor = await events.locate(pool, requested)
+        if cursor is None or cursor.tenant != tenant:
+            reset = True
+        else:
+            position = cursor.position
+    if job_id is not None and position is None:
+        position = events.START  # a job stream without a cursor begins with the job's history
+
+    with hub.subscription(tenant=tenant, job_id=job_id) as sub:
+        async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
+            app[STREAMS_KEY].add(resp)
+            try:
+                if reset:
+                    await _send_reset(resp, request, current.job if current else None, tenant)
+                    if job_id is not None:
+                        position = events.START
+                if position is not None:
+                    while True:
+                        batch, _held = await events.after(
+                            pool, position, tenant=tenant, job_id=job_id
+                        )
+                        for event in batch:
+                            await _send(resp, request, event)
+                            position = event.position
+                            if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
+                                return resp
+                        if len(batch) < events.REPLAY_PAGE:
+                            break
+                while resp.is_connected():
+                    try:
+                        event = await sub.get(settings.sse_ping_s)
+                    except SubscriberDropped as exc:
+                        await resp.send(
+                            json.dumps({"type": "closed", "reason": str(exc)}), event="closed"
+                        )
+                        return resp
+                    if event is None or (position is not None and event.position <= position):
+                        continue
+                    await _send(resp, request, event)
+                    position = event.position
+                    if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
+                        return resp
+            except (ConnectionResetError, ConnectionError):
+                pass
+            finally:
+                app[STREAMS_KEY].discard(resp)
+    return resp
+
+
+STREAMS_KEY = web.AppKey("sse_streams", set[EventSourceResponse])
+
+
+@routes.get("/v1/jobs/{job_id}/events")
+async def job_events(request: web.Request) -> web.StreamResponse:
+    return await stream_events(request, job_id=parse_job_id(request))
+
+
+@routes.get("/v1/events")
+async def all_events(request: web.Request) -> web.StreamResponse:
+    return await stream_events(request, job_id=None)

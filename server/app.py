@@ -1,0 +1,195 @@
+"""The application factory: resources in dependency order, routes, background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from server import api, db, events, health
+from server.hub import Hub
+from server.keys import CHROMIUM, DSN, HUB, LISTENER, POOL, RENDERER, SETTINGS, STORAGE, WORKERS
+from server.listener import Listener
+from server.netpolicy import NetworkPolicy
+from server.problems import middleware as problem_middleware
+from server.render import ChromiumRenderer, Renderer
+from server.settings import Settings
+from server.storage import LocalStorage, open_s3_storage
+from server.worker import WorkerConfig, Workers, rescue_loop
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+RESCUE_INTERVAL_S = 5.0
+PRUNE_INTERVAL_S = 3600.0
+
+RendererFactory = Callable[[Settings], Renderer]
+
+
+@contextlib.asynccontextmanager
+async def background(name: str, coro: Any) -> AsyncIterator[asyncio.Task[None]]:
+    """A named task owned by a cleanup context: cancelled and awaited on exit."""
+    task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def create_app(
+    settings: Settings, *, renderer_factory: RendererFactory | None = None
+) -> web.Application:
+    """Build the app; tests call this too. Nothing starts until the app runner sets it up."""
+    app = web.Application(middlewares=[problem_middleware], client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[api.STREAMS_KEY] = set()
+
+    async def database(app: web.Application) -> AsyncIterator[None]:
+        embedded = None
+        dsn = settings.database_url
+        if dsn is None:
+            embedded = db.EmbeddedPostgres(settings.data_dir / "postgres")
+            dsn = await embedded.start()
+            log.info("embedded PostgreSQL running in %s", embedded.folder)
+        app[DSN] = dsn
+        conn = await db.connect(dsn)
+        try:
+            await db.migrate(conn)
+        finally:
+            await conn.close()
+        pool = await db.create_pool(
+            dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+        )
+        app[POOL] = pool
+        yield
+        await pool.close()
+        if embedded is not None:
+            await embedded.stop()
+
+    async def storage(app: web.Application) -> AsyncIterator[None]:
+        if settings.storage == "s3":
+            async with open_s3_storage(settings) as s3:
+                app[STORAGE] = s3
+                await _report_storage(s3)
+                yield
+        else:
+            local = LocalStorage(settings.files_dir, settings.secret)
+            app[STORAGE] = local
+            await _report_storage(local)
+            yield
+
+    async def hub(app: web.Application) -> AsyncIterator[None]:
+        hub = Hub(
+            app[POOL],
+            queue_limit=settings.subscriber_queue,
+            poll_interval_s=settings.poll_interval_s,
+        )
+        app[HUB] = hub
+
+        def wake_workers() -> None:
+            if WORKERS in app:
+                app[WORKERS].wake()
+
+        listener = Listener(app[DSN], on_event=hub.poke, on_work=wake_workers)
+        app[LISTENER] = listener
+        async with background("hub", hub.run()), background("listener", listener.run()):
+            yield
+
+    async def renderer(app: web.Application) -> AsyncIterator[None]:
+        if settings.render_slots == 0:
+            yield
+            return
+        if renderer_factory is not None:
+            app[RENDERER] = renderer_factory(settings)
+            yield
+            return
+        chromium = ChromiumRenderer(
+            policy=NetworkPolicy(settings.allow_hosts),
+            slots=settings.render_slots,
+            executable=settings.chromium,
+            recycle_after_jobs=settings.browser_recycle_jobs,
+        )
+        await chromium.start()
+        app[RENDERER] = app[CHROMIUM] = chromium
+        yield
+        await chromium.close()
+
+    async def workers(app: web.Application) -> AsyncIterator[None]:
+        if settings.render_slots == 0:
+            yield
+            return
+        config = WorkerConfig(
+            slots=settings.render_slots,
+            lease_s=settings.lease_s,
+            render_timeout_s=settings.render_timeout_s,
+            poll_interval_s=settings.poll_interval_s,
+            retry_base_s=settings.retry_base_s,
+            retry_max_s=settings.retry_max_s,
+            shutdown_grace_s=settings.shutdown_grace_s,
+        )
+        workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config)
+        app[WORKERS] = workers
+        app[HUB].add_listener(workers.on_event)
+        async with (
+            background("workers", workers.run()),
+            background("heartbeat", workers.heartbeat()),
+        ):
+            yield
+            await workers.stop()
+
+    async def maintenance(app: web.Application) -> AsyncIterator[None]:
+        async with (
+            background("rescuer", rescue_loop(app[POOL], interval_s=RESCUE_INTERVAL_S)),
+            background("pruner", _prune_loop(app)),
+        ):
+            yield
+
+    app.cleanup_ctx.extend([database, storage, hub, renderer, workers, maintenance])
+    app.on_shutdown.append(_close_streams)
+
+    if settings.run_web:
+        app.add_routes(api.routes)
+        app.add_routes(health.routes)
+        app.router.add_get("/", _index)
+        if STATIC_DIR.is_dir():
+            app.router.add_static("/static/", STATIC_DIR, append_version=False)
+    return app
+
+
+async def _report_storage(storage: Any) -> None:
+    try:
+        await storage.check()
+    except Exception as exc:
+        log.error("storage is not ready: %s", exc)
+
+
+async def _prune_loop(app: web.Application) -> None:
+    settings = app[SETTINGS]
+    while True:
+        try:
+            pruned = await events.prune(app[POOL], older_than_s=settings.event_retention_s)
+            if pruned:
+                log.info("pruned %s events older than %s s", pruned, settings.event_retention_s)
+        except Exception as exc:
+            log.warning("event pruning failed: %s", exc)
+        await asyncio.sleep(PRUNE_INTERVAL_S)
+
+
+async def _close_streams(app: web.Application) -> None:
+    """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
+    if HUB in app:
+        app[HUB].close_all("server shutting down; reconnect and resume by event id")
+    for resp in list(app[api.STREAMS_KEY]):
+        with contextlib.suppress(RuntimeError):
+            resp.stop_streaming()
+
+
+async def _index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html")

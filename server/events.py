@@ -1,0 +1,101 @@
+"""Reads of the event log: positions, replay after a cursor, the live head, pruning."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from typing import Any
+
+import asyncpg
+
+from server.sql import query
+
+REPLAY_PAGE = 500
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """Where an event stands in the log: log order is (transaction id, event id)."""
+
+    xid: int
+    id: int
+
+
+START = Position(0, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobEvent:
+    id: int
+    position: Position
+    job_id: uuid.UUID
+    tenant: str
+    type: str
+    job: dict[str, Any]
+    at: dt.datetime
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON every transport carries for this event."""
+        return {
+            "event_id": self.id,
+            "type": self.type,
+            "at": self.at.isoformat(),
+            "job": self.job,
+        }
+
+
+async def head(pool: asyncpg.Pool) -> Position:
+    """The newest final position: a reader starting here sees only what comes after."""
+    row = await pool.fetchrow(query("events_head"))
+    return START if row is None else Position(row["xid"], row["id"])
+
+
+async def after(
+    pool: asyncpg.Pool | asyncpg.Connection,
+    position: Position,
+    *,
+    limit: int = REPLAY_PAGE,
+    tenant: str | None = None,
+    job_id: uuid.UUID | None = None,
+) -> tuple[list[JobEvent], bool]:
+    """Final events after `position` in log order, and whether newer ones are held back."""
+    rows = await pool.fetch(
+        query("events_after"), str(position.xid), position.id, limit, tenant, job_id
+    )
+    held = bool(rows[0]["held"]) if rows else False
+    events = [
+        JobEvent(
+            id=row["id"],
+            position=Position(row["xid"], row["id"]),
+            job_id=row["job_id"],
+            tenant=row["tenant"],
+            type=row["type"],
+            job=row["payload"],
+            at=row["created_at"],
+        )
+        for row in rows
+        if row["id"] is not None
+    ]
+    return events, held
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cursor:
+    position: Position
+    job_id: uuid.UUID
+    tenant: str
+
+
+async def locate(pool: asyncpg.Pool, event_id: int) -> Cursor | None:
+    """Where a client's last event id stands; None when it was pruned or never existed."""
+    row = await pool.fetchrow(query("event_position"), event_id)
+    if row is None:
+        return None
+    return Cursor(Position(row["xid"], row["id"]), row["job_id"], row["tenant"])
+
+
+async def prune(pool: asyncpg.Pool, *, older_than_s: int) -> int:
+    """Delete events past retention (in chunks); returns how many went."""
+    status: str = await pool.execute(query("prune_events"), older_than_s)
+    return int(status.split()[-1])

@@ -1,0 +1,51 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from server.keys import LISTENER, POOL, RENDERER, STORAGE
+
+READY_TIMEOUT_S = 2.0
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """The process answers: nothing more is checked."""
+    return web.json_response({"status": "ok"})
+
+
+async def _probe(check: Any) -> str:
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await check()
+    except Exception as exc:
+        return f"error: {exc or type(exc).__name__}"
+    return "ok"
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when the database, the LISTEN connection, storage and the browser all answer."""
+    app = request.app
+
+    async def database() -> None:
+        await app[POOL].fetchval("SELECT 1")
+
+    async def listener() -> None:
+        if not app[LISTENER].connected.is_set():
+            raise ConnectionError("LISTEN connection is down")
+
+    checks = {"database": database, "listener": listener, "storage": app[STORAGE].check}
+    if RENDERER in app:
+        checks["browser"] = app[RENDERER].check
+    results = dict(
+        zip(checks, await asyncio.gather(*(_probe(c) for c in checks.values())), strict=True)
+    )
+    ready = all(value == "ok" for value in results.values())
+    return web.json_response({"ready": ready, "checks": results}, status=200 if ready else 503)

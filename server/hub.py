@@ -1,0 +1,190 @@
+"""In-process fan-out of the event log to every stream connected to this process.
+
+One reader per process follows the log (woken by NOTIFY, with a slow poll as the safety net)
+and hands each event to the matching subscribers. Every subscriber has a bounded buffer: one
+that falls too far behind is dropped with a reason and resumes by event id, so a slow client
+never grows memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+
+import asyncpg
+
+from server import events
+from server.events import JobEvent, Position
+
+log = logging.getLogger(__name__)
+
+HELD_RETRY_MIN_S = 0.005
+HELD_RETRY_MAX_S = 0.2
+ERROR_RETRY_S = 1.0
+
+
+class SubscriberDropped(Exception):
+    """The stream must end: the subscriber fell behind or the server is shutting down."""
+
+
+class Subscription:
+    """One stream's view of the hub: a bounded buffer of matching events."""
+
+    __slots__ = ("_hub", "_items", "_ready", "dropped", "job_id", "limit", "tenant")
+
+    def __init__(self, hub: Hub, tenant: str | None, job_id: uuid.UUID | None, limit: int) -> None:
+        self._hub = hub
+        self.tenant = tenant
+        self.job_id = job_id
+        self.limit = limit
+        self._items: collections.deque[JobEvent] = collections.deque()
+        self._ready = asyncio.Event()
+        self.dropped: str | None = None
+
+    def push(self, event: JobEvent) -> None:
+        if self.dropped is not None:
+            return
+        if len(self._items) >= self.limit:
+            self.drop(f"subscriber fell more than {self.limit} events behind; resume by event id")
+            return
+        self._items.append(event)
+        self._ready.set()
+
+    def drop(self, reason: str) -> None:
+        if self.dropped is None:
+            self.dropped = reason
+            self._items.clear()
+            self._ready.set()
+            self._hub.unsubscribe(self)
+
+    async def get(self, timeout_s: float) -> JobEvent | None:
+        """The next event, None after timeout_s of quiet; SubscriberDropped when cut off."""
+        if not self._items and self.dropped is None:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._ready.wait()
+        if self.dropped is not None:
+            raise SubscriberDropped(self.dropped)
+        return self._items.popleft() if self._items else None
+
+
+class Hub:
+    """Follows the event log from the newest final position and fans events out."""
+
+    def __init__(self, pool: asyncpg.Pool, *, queue_limit: int, poll_interval_s: float) -> None:
+        self._pool = pool
+        self._queue_limit = queue_limit
+        self._poll_interval_s = poll_interval_s
+        self._by_job: dict[uuid.UUID, set[Subscription]] = collections.defaultdict(set)
+        self._by_tenant: dict[str | None, set[Subscription]] = collections.defaultdict(set)
+        self._listeners: list[Callable[[JobEvent], None]] = []
+        self._poked = asyncio.Event()
+        self.position: Position | None = None
+        self.published = 0
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(s) for s in self._by_job.values()) + sum(
+            len(s) for s in self._by_tenant.values()
+        )
+
+    def poke(self) -> None:
+        """Something was committed: read the log now."""
+        self._poked.set()
+
+    def add_listener(self, callback: Callable[[JobEvent], None]) -> None:
+        """Call back for every event (in-process consumers such as the workers' cancel path)."""
+        self._listeners.append(callback)
+
+    def subscribe(self, *, tenant: str | None, job_id: uuid.UUID | None = None) -> Subscription:
+        """Start buffering matching events; tenant None means every tenant."""
+        sub = Subscription(self, tenant, job_id, self._queue_limit)
+        if job_id is not None:
+            self._by_job[job_id].add(sub)
+        else:
+            self._by_tenant[tenant].add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        if sub.job_id is not None:
+            group = self._by_job.get(sub.job_id)
+            key: object = sub.job_id
+            index: dict[object, set[Subscription]] = self._by_job  # type: ignore[assignment]
+        else:
+            group = self._by_tenant.get(sub.tenant)
+            key = sub.tenant
+            index = self._by_tenant  # type: ignore[assignment]
+        if group is not None:
+            group.discard(sub)
+            if not group:
+                index.pop(key, None)
+
+    @contextlib.contextmanager
+    def subscription(
+        self, *, tenant: str | None, job_id: uuid.UUID | None = None
+    ) -> Iterator[Subscription]:
+        sub = self.subscribe(tenant=tenant, job_id=job_id)
+        try:
+            yield sub
+        finally:
+            self.unsubscribe(sub)
+
+    def close_all(self, reason: str) -> None:
+        """End every stream (shutdown); clients reconnect elsewhere and resume by event id."""
+        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+            for sub in list(group):
+                sub.drop(reason)
+
+    def dispatch(self, event: JobEvent) -> None:
+        self.published += 1
+        for sub in list(self._by_job.get(event.job_id, ())):
+            sub.push(event)
+        for tenant in (event.tenant, None):
+            for sub in list(self._by_tenant.get(tenant, ())):
+                sub.push(event)
+        for callback in self._listeners:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event listener failed", extra={"event_id": event.id})
+
+    async def run(self) -> None:
+        """Follow the log until cancelled. A failed read is retried; nothing is skipped."""
+        held_wait_s = HELD_RETRY_MIN_S
+        while True:
+            try:
+                if self.position is None:
+                    self.position = await events.head(self._pool)
+                before = self.position
+                held = await self._read_new()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("event log read failed, retrying: %s", exc)
+                await asyncio.sleep(ERROR_RETRY_S)
+                continue
+            # Committed events behind a running transaction: look again shortly, since that
+            # transaction may finish without a NOTIFY of its own (a heartbeat, say).
+            if not held:
+                wait_s = self._poll_interval_s
+            else:
+                held_wait_s = HELD_RETRY_MIN_S if self.position != before else held_wait_s
+                wait_s = held_wait_s
+                held_wait_s = min(held_wait_s * 2, HELD_RETRY_MAX_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._poked.wait()
+
+    async def _read_new(self) -> bool:
+        assert self.position is not None
+        while True:
+            self._poked.clear()
+            batch, held = await events.after(self._pool, self.position)
+            for event in batch:
+                self.dispatch(event)
+                self.position = event.position
+            if len(batch) < events.REPLAY_PAGE:
+                return held

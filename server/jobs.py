@@ -1,0 +1,255 @@
+"""Job states, rows, and the only code that runs job SQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import uuid
+from typing import Any
+
+import asyncpg
+
+from server.sql import query
+
+JsonDict = dict[str, Any]
+
+
+class JobState(enum.StrEnum):
+    """Mirrors the jobs_status_known CHECK constraint."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+TERMINAL_EVENTS = frozenset({"job.done", "job.failed", "job.cancelled"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated submission, ready to insert."""
+
+    tenant: str
+    template: str
+    data: JsonDict
+    options: JsonDict
+    metadata: JsonDict
+    max_attempts: int
+    priority: int = 0
+    webhook_url: str | None = None
+    run_at: dt.datetime | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
+
+
+def object_key(tenant: str, job_id: uuid.UUID | str, attempt: int) -> str:
+    """Where an attempt's PDF is stored. One key per attempt: a late result of an abandoned
+    attempt can then be deleted without touching the file of the attempt that won."""
+    return f"{tenant}/{job_id}/{attempt}.pdf"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job this worker now holds for one attempt."""
+
+    id: uuid.UUID
+    tenant: str
+    template: str
+    data: JsonDict
+    options: JsonDict
+    attempt: int
+    max_attempts: int
+
+    @property
+    def object_key(self) -> str:
+        return object_key(self.tenant, self.id, self.attempt)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredJob:
+    """A job as read for the API: its public JSON plus what only the server needs."""
+
+    job: JsonDict
+    status: JobState
+    object_key: str | None
+
+
+async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> list[JsonDict]:
+    """Insert jobs and their job.queued events in one transaction, with one NOTIFY."""
+    rows = await conn.fetch(
+        query("insert_jobs"),
+        [j.id for j in new],
+        [j.tenant for j in new],
+        [j.template for j in new],
+        [j.data for j in new],
+        [j.options for j in new],
+        [j.metadata for j in new],
+        [j.webhook_url for j in new],
+        [j.priority for j in new],
+        [j.max_attempts for j in new],
+        [j.run_at for j in new],
+        [j.idempotency_key for j in new],
+        [j.request_hash for j in new],
+    )
+    by_id = {row["id"]: row["job"] for row in rows}
+    return [by_id[j.id] for j in new]
+
+
+async def claim(
+    pool: asyncpg.Pool, *, limit: int, worker_id: str, lease_s: float
+) -> list[ClaimedJob]:
+    """Claim up to `limit` due jobs in one statement; the attempt is counted here."""
+    rows = await pool.fetch(query("claim_jobs"), limit, worker_id, lease_s)
+    return [
+        ClaimedJob(
+            id=row["id"],
+            tenant=row["tenant"],
+            template=row["template"],
+            data=row["data"],
+            options=row["options"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+        )
+        for row in rows
+    ]
+
+
+async def finish_done(
+    pool: asyncpg.Pool,
+    job: ClaimedJob,
+    *,
+    worker_id: str,
+    size_bytes: int,
+    pages: int,
+    warnings: list[str],
+) -> bool:
+    """Mark the attempt done; False when the job is no longer this attempt's (cancelled, rescued)."""
+    row = await pool.fetchrow(
+        query("finish_done"),
+        job.id,
+        worker_id,
+        job.attempt,
+        job.object_key,
+        size_bytes,
+        pages,
+        warnings,
+    )
+    return row is not None
+
+
+async def finish_failed(
+    pool: asyncpg.Pool,
+    job: ClaimedJob,
+    *,
+    worker_id: str,
+    error: str,
+    retryable: bool,
+    retry_in_s: float,
+    warnings: list[str],
+) -> JobState | None:
+    """Record a failed attempt: queued again (backoff) or failed. None when no longer ours."""
+    row = await pool.fetchrow(
+        query("finish_failed"),
+        job.id,
+        worker_id,
+        job.attempt,
+        error,
+        retry_in_s,
+        retryable,
+        warnings,
+    )
+    return None if row is None else JobState(row["status"])
+
+
+async def heartbeat(
+    pool: asyncpg.Pool, ids: list[uuid.UUID], *, worker_id: str, lease_s: float
+) -> set[uuid.UUID]:
+    """Renew leases; return the ids this worker still holds."""
+    rows = await pool.fetch(query("heartbeat"), ids, worker_id, lease_s)
+    return {row["id"] for row in rows}
+
+
+async def rescue_expired(pool: asyncpg.Pool, *, limit: int = 100) -> int:
+    """Re-queue (or fail) jobs whose lease ran out; returns how many."""
+    return len(await pool.fetch(query("rescue_expired"), limit))
+
+
+async def release(pool: asyncpg.Pool, ids: list[uuid.UUID], *, worker_id: str) -> int:
+    """Hand unfinished jobs back to the queue at shutdown, without charging the attempt."""
+    if not ids:
+        return 0
+    return len(await pool.fetch(query("release_jobs"), ids, worker_id))
+
+
+async def cancel(pool: asyncpg.Pool, job_id: uuid.UUID, tenant: str) -> JsonDict | None:
+    """Cancel a queued or running job; None when it is unknown or already final."""
+    row = await pool.fetchrow(query("cancel_job"), job_id, tenant)
+    return None if row is None else dict(row["job"])
+
+
+async def retry(pool: asyncpg.Pool, job_id: uuid.UUID, tenant: str) -> JsonDict | None:
+    """Re-queue a failed job with fresh attempts; None when it is unknown or not failed."""
+    row = await pool.fetchrow(query("retry_job"), job_id, tenant)
+    return None if row is None else dict(row["job"])
+
+
+async def get(
+    conn: asyncpg.Connection | asyncpg.Pool, job_id: uuid.UUID, tenant: str
+) -> StoredJob | None:
+    row = await conn.fetchrow(query("get_job"), job_id, tenant)
+    if row is None:
+        return None
+    return StoredJob(job=row["job"], status=JobState(row["status"]), object_key=row["object_key"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Page:
+    items: list[StoredJob]
+    next_cursor: tuple[dt.datetime, uuid.UUID] | None
+
+
+async def list_page(
+    pool: asyncpg.Pool,
+    tenant: str,
+    *,
+    status: JobState | None,
+    created_from: dt.datetime | None,
+    created_to: dt.datetime | None,
+    after: tuple[dt.datetime, uuid.UUID] | None,
+    limit: int,
+) -> Page:
+    """One page of a tenant's jobs, newest first."""
+    rows = await pool.fetch(
+        query("list_jobs"),
+        tenant,
+        status.value if status else None,
+        created_from,
+        created_to,
+        after[0] if after else None,
+        after[1] if after else None,
+        limit + 1,
+    )
+    items = [
+        StoredJob(
+            job=row["job"], status=JobState(row["job"]["status"]), object_key=row["object_key"]
+        )
+        for row in rows[:limit]
+    ]
+    next_cursor = (
+        (rows[limit - 1]["created_at"], rows[limit - 1]["id"]) if len(rows) > limit else None
+    )
+    return Page(items=items, next_cursor=next_cursor)
+
+
+async def next_due_at(pool: asyncpg.Pool) -> dt.datetime | None:
+    """When the earliest queued job is due (None when the queue is empty)."""
+    value: dt.datetime | None = await pool.fetchval(query("next_due_at"))
+    return value

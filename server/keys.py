@@ -1,0 +1,26 @@
+"""Every typed key stored on the aiohttp application or request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from aiohttp import web
+
+from server.hub import Hub
+from server.listener import Listener
+from server.render import ChromiumRenderer, Renderer
+from server.settings import Settings
+from server.storage import Storage
+from server.worker import Workers
+
+SETTINGS = web.AppKey("settings", Settings)
+DSN = web.AppKey("dsn", str)
+POOL = web.AppKey("pool", asyncpg.Pool)
+HUB = web.AppKey("hub", Hub)
+LISTENER = web.AppKey("listener", Listener)
+RENDERER = web.AppKey("renderer", Renderer)
+CHROMIUM = web.AppKey("chromium", ChromiumRenderer)
+STORAGE = web.AppKey("storage", Storage)
+WORKERS = web.AppKey("workers", Workers)
+STREAMS = web.AppKey("streams", set[asyncio.Task[None]])

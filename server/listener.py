@@ -1,0 +1,74 @@
+"""The dedicated LISTEN connection: NOTIFY hints become worker wake-ups and hub reads.
+
+Never a pooled connection (a pool drops listeners on release). Kept alive with a periodic
+query; on loss it reconnects with backoff and then pokes everyone, since notifications sent
+while it was away are gone but the rows they pointed at are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+import asyncpg
+
+from server import db
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "pressroom"
+KEEPALIVE_S = 10.0
+KEEPALIVE_TIMEOUT_S = 5.0
+RECONNECT_MAX_S = 5.0
+
+
+class Listener:
+    def __init__(
+        self, dsn: str, *, on_event: Callable[[], None], on_work: Callable[[], None]
+    ) -> None:
+        self._dsn = dsn
+        self._on_event = on_event
+        self._on_work = on_work
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith("q:"):
+            self._on_work()
+        self._on_event()
+
+    async def run(self) -> None:
+        """Hold the LISTEN connection until cancelled, reconnecting whenever it is lost."""
+        delay_s = 0.1
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await db.connect(self._dsn)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(CHANNEL, self._notified)
+                self.connected.set()
+                if self.reconnects:
+                    log.info("LISTEN connection restored")
+                # Anything committed while we were not listening: read it now.
+                self._on_work()
+                self._on_event()
+                delay_s = 0.1
+                while not lost.is_set():
+                    try:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            await lost.wait()
+                    except TimeoutError:
+                        async with asyncio.timeout(KEEPALIVE_TIMEOUT_S):
+                            await conn.execute("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, delay_s)
+            finally:
+                self.connected.clear()
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            self.reconnects += 1
+            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+            delay_s = min(delay_s * 2, RECONNECT_MAX_S)

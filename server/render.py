@@ -1,0 +1,299 @@
+"""HTML → PDF in one long-lived Chromium, with jobs kept apart and the network policed.
+
+Isolation without a new browser context per job: pages without scripts print in reusable
+slots, each a context of its own with JavaScript off and one page (nothing can write globals,
+storage or cookies from script; cookies set by subresource responses are cleared after each
+job, and concurrent jobs never share a cookie jar). A page with scripts gets a fresh context
+of its own, closed after the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+import shutil
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
+from playwright.async_api import Error as PlaywrightError
+
+from server.errors import PermanentError, TransientError
+from server.netpolicy import NetworkPolicy
+from server.options import RenderOptions
+
+log = logging.getLogger(__name__)
+
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+_PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RenderResult:
+    pdf: bytes
+    pages: int
+    warnings: list[str]
+
+
+class Renderer(Protocol):
+    """Turns HTML into PDF bytes. Raises PermanentError or TransientError."""
+
+    async def render(
+        self, html: str, options: RenderOptions, *, timeout_s: float
+    ) -> RenderResult: ...
+
+    async def check(self) -> None:
+        """Raise when the renderer cannot take work (readiness)."""
+        ...
+
+
+def count_pages(pdf: bytes) -> int:
+    """Page objects in a Chromium PDF (Skia writes no object streams, so they are plain text)."""
+    return len(_PAGE_OBJECT.findall(pdf))
+
+
+def find_system_chromium() -> str | None:
+    for name in SYSTEM_CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@dataclasses.dataclass(slots=True)
+class _Slot:
+    """A page in its own context, with what the current job noted while it printed."""
+
+    context: BrowserContext
+    page: Page
+    generation: int
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    media: str = ""
+    requested: bool = False
+
+
+class ChromiumRenderer:
+    """One Chromium per process, relaunched when it crashes and recycled after many jobs."""
+
+    def __init__(
+        self,
+        *,
+        policy: NetworkPolicy,
+        slots: int,
+        executable: str | None = None,
+        recycle_after_jobs: int = 1000,
+    ) -> None:
+        self._policy = policy
+        self._slots = max(slots, 1)
+        self._executable = executable
+        self._recycle_after_jobs = recycle_after_jobs
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._generation = 0
+        self._idle: list[_Slot] = []
+        self._by_page: dict[Page, _Slot] = {}
+        self._lock = asyncio.Lock()
+        self._inflight = 0
+        self._drained = asyncio.Condition()
+        self._jobs_on_browser = 0
+        self.launches = 0
+
+    @property
+    def executable(self) -> str | None:
+        return self._executable
+
+    @property
+    def browser_pid(self) -> int | None:
+        """The browser's process id, for health checks and fault tests."""
+        if self._browser is None:
+            return None
+        process = getattr(self._browser, "_impl_obj", None)
+        return getattr(getattr(process, "_browser_process", None), "pid", None)
+
+    async def start(self) -> None:
+        self._playwright = await async_playwright().start()
+        await self._launch()
+
+    async def close(self) -> None:
+        await self._close_browser()
+        if self._playwright is not None:
+            await self._playwright.stop()
+            self._playwright = None
+
+    async def check(self) -> None:
+        if self._browser is None or not self._browser.is_connected():
+            raise TransientError("browser is not running")
+
+    async def _launch(self) -> None:
+        assert self._playwright is not None
+        chromium = self._playwright.chromium
+        if self._executable is None:
+            try:
+                browser = await chromium.launch(args=list(CHROMIUM_ARGS))
+            except PlaywrightError as exc:
+                if "Executable doesn't exist" not in str(exc):
+                    raise
+                self._executable = find_system_chromium()
+                if self._executable is None:
+                    raise RuntimeError(
+                        "no Chromium found: run `make install` or set PRESSROOM_CHROMIUM"
+                    ) from None
+                log.info("Playwright's Chromium is not installed; using %s", self._executable)
+                browser = await chromium.launch(
+                    executable_path=self._executable, args=list(CHROMIUM_ARGS)
+                )
+        else:
+            browser = await chromium.launch(
+                executable_path=self._executable, args=list(CHROMIUM_ARGS)
+            )
+        self._browser = browser
+        self._generation += 1
+        self._idle = []
+        self._by_page = {}
+        self._jobs_on_browser = 0
+        self.launches += 1
+        log.info("browser %s launched (launch %s)", browser.version, self.launches)
+
+    async def _close_browser(self) -> None:
+        browser, self._browser = self._browser, None
+        self._idle, self._by_page = [], {}
+        if browser is not None:
+            with contextlib.suppress(PlaywrightError, TimeoutError):
+                async with asyncio.timeout(10):
+                    await browser.close()
+
+    async def _ensure_browser(self) -> None:
+        async with self._lock:
+            if self._browser is not None and self._browser.is_connected():
+                if self._jobs_on_browser < self._recycle_after_jobs:
+                    return
+                # Recycle: wait until the renders on this browser are done, then start afresh,
+                # so a long-running process does not grow with Chromium's caches.
+                async with self._drained:
+                    await self._drained.wait_for(lambda: self._inflight == 0)
+                log.info("recycling browser after %s jobs", self._jobs_on_browser)
+            elif self._browser is not None:
+                log.warning("browser disconnected; relaunching")
+            await self._close_browser()
+            await self._launch()
+
+    async def _police(self, route: Route) -> None:
+        request = route.request
+        verdict = self._policy.check_url_static(request.url)
+        if verdict is None:
+            verdict = await self._policy.check_url(request.url)
+        slot = None
+        with contextlib.suppress(PlaywrightError):
+            slot = self._by_page.get(request.frame.page)
+        if slot is not None:
+            slot.requested = True
+        if verdict.allowed:
+            await route.continue_()
+            return
+        if slot is not None:
+            slot.warnings.append(f"{verdict.reason} ({request.url[:200]})")
+        await route.abort("blockedbyclient")
+
+    async def _new_slot(self, *, javascript: bool) -> _Slot:
+        assert self._browser is not None
+        context = await self._browser.new_context(java_script_enabled=javascript)
+        try:
+            await context.route("**/*", self._police)
+            page = await context.new_page()
+        except BaseException:
+            with contextlib.suppress(PlaywrightError):
+                await context.close()
+            raise
+        slot = _Slot(context=context, page=page, generation=self._generation)
+        self._by_page[page] = slot
+        return slot
+
+    async def _drop_slot(self, slot: _Slot) -> None:
+        self._by_page.pop(slot.page, None)
+        # A hung renderer may not answer; the browser is then replaced on the next job.
+        with contextlib.suppress(PlaywrightError, TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await slot.context.close()
+
+    @contextlib.asynccontextmanager
+    async def _reused_slot(self) -> AsyncIterator[_Slot]:
+        slot = self._idle.pop() if self._idle else await self._new_slot(javascript=False)
+        slot.warnings = []
+        slot.requested = False
+        healthy = False
+        try:
+            yield slot
+            healthy = True
+        finally:
+            if slot.requested:
+                with contextlib.suppress(PlaywrightError):
+                    await slot.context.clear_cookies()
+            if healthy and slot.generation == self._generation and not slot.page.is_closed():
+                self._idle.append(slot)
+            else:
+                await self._drop_slot(slot)
+
+    @contextlib.asynccontextmanager
+    async def _private_slot(self) -> AsyncIterator[_Slot]:
+        slot = await self._new_slot(javascript=True)
+        try:
+            yield slot
+        finally:
+            await self._drop_slot(slot)
+
+    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+        """Print one document; TransientError on crash or timeout, PermanentError on bad input."""
+        await self._ensure_browser()
+        self._inflight += 1
+        self._jobs_on_browser += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._render(html, options, timeout_s)
+        except TimeoutError:
+            raise TransientError(f"render timed out after {timeout_s:g} s") from None
+        except PlaywrightError as exc:
+            message = _first_line(exc)
+            if self._browser is None or not self._browser.is_connected():
+                raise TransientError(f"browser crashed during render: {message}") from None
+            if "Printing failed" in message or "page range" in message.lower():
+                raise PermanentError(f"the page cannot be printed: {message}") from None
+            raise TransientError(f"render failed: {message}") from None
+        finally:
+            self._inflight -= 1
+            async with self._drained:
+                self._drained.notify_all()
+
+    async def _render(self, html: str, options: RenderOptions, timeout_s: float) -> RenderResult:
+        timeout_ms = timeout_s * 1000
+        private = options.needs_javascript(html)
+        slots = self._private_slot() if private else self._reused_slot()
+        async with slots as slot:
+            page = slot.page
+            if slot.media != options.media:
+                await page.emulate_media(media=options.media)  # type: ignore[arg-type]
+                slot.media = options.media
+            await page.set_content(html, wait_until="load", timeout=timeout_ms)
+            if options.wait_for_selector:
+                await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
+            if options.wait_for_expression:
+                await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
+            pdf = await page.pdf(**options.pdf_arguments())
+            return RenderResult(pdf=pdf, pages=count_pages(pdf), warnings=list(slot.warnings))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

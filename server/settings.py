@@ -1,0 +1,217 @@
+"""Settings read once from the environment into a frozen object; a bad value stops the start."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import ipaddress
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A configuration value is missing or malformed; the message names the variable."""
+
+
+def _parse(environ: Mapping[str, str], name: str, default: T, cast: Callable[[str], T]) -> T:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return cast(raw.strip())
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{name}={raw!r} is not valid: {exc}") from None
+
+
+def _positive(cast: Callable[[str], T]) -> Callable[[str], T]:
+    def check(raw: str) -> T:
+        value = cast(raw)
+        if value <= 0:  # type: ignore[operator]
+            raise ValueError("must be greater than 0")
+        return value
+
+    return check
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a port number from 0 to 65535")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("must be true or false")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def check(raw: str) -> str:
+        if raw not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return raw
+
+    return check
+
+
+def _allow_list(raw: str) -> tuple[str, ...]:
+    entries = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+    for entry in entries:
+        if "/" in entry:
+            ipaddress.ip_network(entry, strict=False)
+    return entries
+
+
+def _webhook_secret(raw: str) -> str:
+    if not raw.startswith("whsec_") or len(raw) <= len("whsec_"):
+        raise ValueError("must look like whsec_<base64>")
+    return raw
+
+
+def _read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
+    """A secret kept in the data folder so that restarts keep signed URLs and tokens valid."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(value + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Path(".pressroom")
+    database_url: str | None = None
+    db_pool_min: int = 2
+    db_pool_max: int = 10
+    render_slots: int = 2
+    run_web: bool = True
+    storage: str = "local"
+    s3_endpoint: str | None = None
+    s3_region: str = "auto"
+    s3_bucket: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_prefix: str = ""
+    s3_path_style: bool = True
+    secret: str = ""
+    webhook_secret: str = ""
+    allow_hosts: tuple[str, ...] = ()
+    render_timeout_s: float = 30.0
+    max_attempts: int = 3
+    lease_s: float = 30.0
+    poll_interval_s: float = 1.0
+    retry_base_s: float = 2.0
+    retry_max_s: float = 300.0
+    chromium: str | None = None
+    url_ttl_s: int = 3600
+    token_ttl_s: int = 3600
+    event_retention_s: int = 7 * 24 * 3600
+    max_body_bytes: int = 2 * 1024 * 1024
+    max_template_bytes: int = 512 * 1024
+    max_data_bytes: int = 1024 * 1024
+    sse_ping_s: float = 15.0
+    subscriber_queue: int = 1000
+    browser_recycle_jobs: int = 1000
+    shutdown_grace_s: float = 20.0
+    log_json: bool = False
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
+        """Read every PRESSROOM_* variable; raise SettingsError naming the first bad one."""
+        e = environ
+        data_dir = _parse(e, "PRESSROOM_DATA_DIR", Path(".pressroom"), Path)
+        values: dict[str, Any] = dict(
+            host=_parse(e, "PRESSROOM_HOST", "127.0.0.1", str),
+            port=_parse(e, "PRESSROOM_PORT", 8080, _port),
+            data_dir=data_dir,
+            database_url=_parse(e, "DATABASE_URL", None, str),
+            db_pool_min=_parse(e, "PRESSROOM_DB_POOL_MIN", 2, _non_negative_int),
+            db_pool_max=_parse(e, "PRESSROOM_DB_POOL_MAX", 10, _positive(int)),
+            render_slots=_parse(e, "PRESSROOM_RENDER_SLOTS", 2, _non_negative_int),
+            storage=_parse(e, "PRESSROOM_STORAGE", "local", _choice("local", "s3")),
+            s3_endpoint=_parse(e, "S3_ENDPOINT", None, str),
+            s3_region=_parse(e, "S3_REGION", "auto", str),
+            s3_bucket=_parse(e, "S3_BUCKET", None, str),
+            s3_access_key_id=_parse(e, "S3_ACCESS_KEY_ID", None, str),
+            s3_secret_access_key=_parse(e, "S3_SECRET_ACCESS_KEY", None, str),
+            s3_prefix=_parse(e, "S3_PREFIX", "", str),
+            s3_path_style=_parse(e, "S3_PATH_STYLE", True, _bool),
+            allow_hosts=_parse(e, "PRESSROOM_ALLOW_HOSTS", tuple[str, ...](), _allow_list),
+            render_timeout_s=_parse(e, "PRESSROOM_RENDER_TIMEOUT_S", 30.0, _positive(float)),
+            max_attempts=_parse(e, "PRESSROOM_MAX_ATTEMPTS", 3, _positive(int)),
+            lease_s=_parse(e, "PRESSROOM_LEASE_S", 30.0, _positive(float)),
+            poll_interval_s=_parse(e, "PRESSROOM_POLL_INTERVAL_S", 1.0, _positive(float)),
+            retry_base_s=_parse(e, "PRESSROOM_RETRY_BASE_S", 2.0, _positive(float)),
+            retry_max_s=_parse(e, "PRESSROOM_RETRY_MAX_S", 300.0, _positive(float)),
+            chromium=_parse(e, "PRESSROOM_CHROMIUM", None, str),
+            url_ttl_s=_parse(e, "PRESSROOM_URL_TTL_S", 3600, _positive(int)),
+            token_ttl_s=_parse(e, "PRESSROOM_TOKEN_TTL_S", 3600, _positive(int)),
+            event_retention_s=_parse(e, "PRESSROOM_EVENT_RETENTION_S", 7 * 86400, _positive(int)),
+            max_body_bytes=_parse(e, "PRESSROOM_MAX_BODY_BYTES", 2 * 1024 * 1024, _positive(int)),
+            max_template_bytes=_parse(
+                e, "PRESSROOM_MAX_TEMPLATE_BYTES", 512 * 1024, _positive(int)
+            ),
+            max_data_bytes=_parse(e, "PRESSROOM_MAX_DATA_BYTES", 1024 * 1024, _positive(int)),
+            sse_ping_s=_parse(e, "PRESSROOM_SSE_PING_S", 15.0, _positive(float)),
+            subscriber_queue=_parse(e, "PRESSROOM_SUBSCRIBER_QUEUE", 1000, _positive(int)),
+            browser_recycle_jobs=_parse(e, "PRESSROOM_BROWSER_RECYCLE_JOBS", 1000, _positive(int)),
+            shutdown_grace_s=_parse(e, "PRESSROOM_SHUTDOWN_GRACE_S", 20.0, _positive(float)),
+            log_json=_parse(e, "PRESSROOM_LOG_JSON", False, _bool),
+        )
+        values.update(overrides)
+        data_dir = Path(values["data_dir"])
+        secret = _parse(e, "PRESSROOM_SECRET", "", str) or _read_or_create_secret(
+            data_dir / "secret", lambda: secrets.token_urlsafe(32)
+        )
+        webhook_secret = _parse(
+            e, "PRESSROOM_WEBHOOK_SECRET", "", _webhook_secret
+        ) or _read_or_create_secret(
+            data_dir / "webhook_secret",
+            lambda: "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode(),
+        )
+        values.setdefault("secret", secret)
+        values.setdefault("webhook_secret", webhook_secret)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.storage == "s3":
+            missing = [
+                name
+                for name, value in (
+                    ("S3_BUCKET", self.s3_bucket),
+                    ("S3_ACCESS_KEY_ID", self.s3_access_key_id),
+                    ("S3_SECRET_ACCESS_KEY", self.s3_secret_access_key),
+                )
+                if not value
+            ]
+            if missing:
+                raise SettingsError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
+        if self.db_pool_min > self.db_pool_max:
+            raise SettingsError("PRESSROOM_DB_POOL_MIN must not exceed PRESSROOM_DB_POOL_MAX")

@@ -1,0 +1,276 @@
+"""Render slots: claim → render → store → finish, with heartbeats, rescue and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import random
+import socket
+import uuid
+
+import asyncpg
+
+from server import jobs, options, templates
+from server.errors import RenderError
+from server.events import JobEvent
+from server.jobs import ClaimedJob, JobState
+from server.render import Renderer
+from server.storage import Storage
+
+log = logging.getLogger(__name__)
+
+DB_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, TimeoutError)
+FINISH_RETRY_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    slots: int
+    lease_s: float
+    render_timeout_s: float
+    poll_interval_s: float
+    retry_base_s: float
+    retry_max_s: float
+    shutdown_grace_s: float
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
+    """Exponential backoff with jitter: attempt 1 waits about base_s, each next one twice more."""
+    ceiling = min(max_s, base_s * 2 ** (attempt - 1))
+    return random.uniform(ceiling / 2, ceiling)
+
+
+class Workers:
+    """The render slots of one process."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        renderer: Renderer,
+        storage: Storage,
+        config: WorkerConfig,
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self._pool = pool
+        self._renderer = renderer
+        self._storage = storage
+        self._config = config
+        self.worker_id = worker_id or new_worker_id()
+        self._wake = asyncio.Event()
+        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._aborted: set[uuid.UUID] = set()
+        self._stopping = False
+        self.rendered = 0
+
+    def wake(self) -> None:
+        """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
+        self._wake.set()
+
+    def on_event(self, event: JobEvent) -> None:
+        """Abort a render whose job was cancelled, whichever process took the request."""
+        if event.type == "job.cancelled":
+            self._abort(event.job_id, "cancelled")
+
+    def _abort(self, job_id: uuid.UUID, why: str) -> None:
+        task = self._running.get(job_id)
+        if task is not None and not task.done():
+            log.info("aborting render (%s)", why, extra={"job_id": str(job_id)})
+            self._aborted.add(job_id)
+            task.cancel()
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def run(self) -> None:
+        """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
+        while not self._stopping:
+            free = self._config.slots - len(self._running)
+            claimed: list[ClaimedJob] = []
+            if free > 0:
+                self._wake.clear()
+                try:
+                    claimed = await jobs.claim(
+                        self._pool,
+                        limit=free,
+                        worker_id=self.worker_id,
+                        lease_s=self._config.lease_s,
+                    )
+                except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+                    log.warning("claim failed: %s", exc)
+                for job in claimed:
+                    self._start(job)
+            if free > 0 and len(claimed) == free:
+                continue  # the queue may hold more; claim again as soon as a slot frees
+            poll_s = self._config.poll_interval_s * random.uniform(0.5, 1.5)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll_s):
+                    await self._wake.wait()
+
+    def _start(self, job: ClaimedJob) -> None:
+        log.info(
+            "job running (attempt %s/%s)",
+            job.attempt,
+            job.max_attempts,
+            extra={"job_id": str(job.id), "tenant": job.tenant},
+        )
+        task = asyncio.create_task(self._run_job(job), name=f"render-{job.id}")
+        self._running[job.id] = task
+        task.add_done_callback(lambda _t: self._finished(job.id))
+
+    def _finished(self, job_id: uuid.UUID) -> None:
+        self._running.pop(job_id, None)
+        self._aborted.discard(job_id)
+        self._wake.set()
+
+    async def _run_job(self, job: ClaimedJob) -> None:
+        warnings: list[str] = []
+        try:
+            render_options = options.parse(job.options)
+            html = templates.render(job.template, job.data)
+            result = await self._renderer.render(
+                html, render_options, timeout_s=self._config.render_timeout_s
+            )
+            warnings = result.warnings
+            await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
+        except asyncio.CancelledError:
+            if job.id in self._aborted:
+                log.info("render aborted", extra={"job_id": str(job.id), "tenant": job.tenant})
+                return  # the job is no longer ours (cancelled or rescued): nothing to record
+            raise
+        except RenderError as exc:
+            await self._fail(job, str(exc), retryable=exc.retryable, warnings=warnings)
+            return
+        except options.OptionsError as exc:
+            await self._fail(job, f"invalid options: {exc}", retryable=False, warnings=warnings)
+            return
+        except Exception as exc:
+            log.exception("render crashed", extra={"job_id": str(job.id), "tenant": job.tenant})
+            await self._fail(
+                job, f"internal error: {type(exc).__name__}", retryable=True, warnings=warnings
+            )
+            return
+        # The bytes are durable; now the final write. Shielded so that a shutdown cannot cut
+        # it in half: the job either is done or stays running until its lease is rescued.
+        done = await asyncio.shield(self._finish_done(job, len(result.pdf), result.pages, warnings))
+        self.rendered += 1
+        if not done:
+            log.info("late result discarded", extra={"job_id": str(job.id), "tenant": job.tenant})
+            with contextlib.suppress(Exception):
+                await self._storage.delete(job.object_key)
+
+    async def _finish_done(
+        self, job: ClaimedJob, size: int, pages: int, warnings: list[str]
+    ) -> bool:
+        while True:
+            try:
+                ok = await jobs.finish_done(
+                    self._pool,
+                    job,
+                    worker_id=self.worker_id,
+                    size_bytes=size,
+                    pages=pages,
+                    warnings=warnings,
+                )
+            except DB_ERRORS as exc:
+                # The database is away; the file is stored, so keep trying while the lease
+                # would still be ours. After that the rescuer re-runs the job.
+                log.warning(
+                    "could not record done, retrying: %s", exc, extra={"job_id": str(job.id)}
+                )
+                await asyncio.sleep(FINISH_RETRY_S)
+                continue
+            if ok:
+                log.info("job done", extra={"job_id": str(job.id), "tenant": job.tenant})
+            return ok
+
+    async def _fail(
+        self, job: ClaimedJob, error: str, *, retryable: bool, warnings: list[str]
+    ) -> None:
+        retry_in_s = backoff_s(
+            job.attempt, base_s=self._config.retry_base_s, max_s=self._config.retry_max_s
+        )
+        while True:
+            try:
+                state = await asyncio.shield(
+                    jobs.finish_failed(
+                        self._pool,
+                        job,
+                        worker_id=self.worker_id,
+                        error=error,
+                        retryable=retryable,
+                        retry_in_s=retry_in_s,
+                        warnings=warnings,
+                    )
+                )
+                break
+            except DB_ERRORS as exc:
+                log.warning("could not record failure, retrying: %s", exc)
+                await asyncio.sleep(FINISH_RETRY_S)
+        extra = {"job_id": str(job.id), "tenant": job.tenant}
+        if state is JobState.QUEUED:
+            log.info("job retrying in %.1f s: %s", retry_in_s, error, extra=extra)
+        elif state is JobState.FAILED:
+            log.info("job failed: %s", error, extra=extra)
+
+    async def heartbeat(self) -> None:
+        """Renew the leases of running jobs; abort those this worker no longer holds."""
+        interval_s = self._config.lease_s / 3
+        while True:
+            await asyncio.sleep(interval_s)
+            ids = list(self._running)
+            if not ids:
+                continue
+            try:
+                held = await jobs.heartbeat(
+                    self._pool, ids, worker_id=self.worker_id, lease_s=self._config.lease_s
+                )
+            except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for job_id in set(ids) - held:
+                if job_id in self._running:
+                    self._abort(job_id, "no longer held")
+
+    async def stop(self) -> None:
+        """Stop claiming; let renders finish within the grace period; release the rest."""
+        self._stopping = True
+        self._wake.set()
+        pending = [t for t in self._running.values() if not t.done()]
+        if pending:
+            log.info(
+                "waiting up to %.0f s for %s renders", self._config.shutdown_grace_s, len(pending)
+            )
+            await asyncio.wait(pending, timeout=self._config.shutdown_grace_s)
+        unfinished = {job_id: task for job_id, task in self._running.items() if not task.done()}
+        for job_id, task in unfinished.items():
+            self._aborted.add(job_id)
+            task.cancel()
+        if unfinished:
+            await asyncio.wait(unfinished.values(), timeout=5)
+            with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
+                released = await jobs.release(
+                    self._pool, list(unfinished), worker_id=self.worker_id
+                )
+                log.info("released %s unfinished jobs back to the queue", released)
+
+
+async def rescue_loop(pool: asyncpg.Pool, *, interval_s: float) -> None:
+    """Every process runs this; SKIP LOCKED keeps them from rescuing the same job twice."""
+    while True:
+        await asyncio.sleep(interval_s * random.uniform(0.8, 1.2))
+        try:
+            count = await jobs.rescue_expired(pool)
+        except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+            log.warning("rescue failed: %s", exc)
+            continue
+        if count:
+            log.warning("rescued %s jobs whose worker stopped renewing its lease", count)

@@ -1,0 +1,247 @@
+"""S3Storage against moto's S3 server over real HTTP: uploads, presigned downloads, readiness."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import aiohttp
+import moto.settings
+import pytest
+import yarl
+from aiobotocore.session import AioSession
+from moto.server import ThreadedMotoServer
+from pypdf import PdfWriter
+
+from server.errors import StorageError
+from server.settings import Settings
+from server.storage import S3Storage, open_s3_storage
+
+ACCESS_KEY_ID = "AKIAPRESSROOMTEST01"
+SECRET_ACCESS_KEY = "pressroom-test-secret-0123456789"
+PREFIX = "tenant-files/"
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def admin(moto_endpoint: str) -> AsyncIterator[Any]:
+    """A plain client that sets up buckets and looks behind the storage's back."""
+    async with AioSession().create_client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="admin",
+        aws_secret_access_key="admin",
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+async def bucket(admin: Any) -> str:
+    name = f"pressroom-{uuid.uuid4().hex[:12]}"
+    await admin.create_bucket(Bucket=name)
+    return name
+
+
+def s3_settings(endpoint: str, bucket: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = dict(
+        storage="s3",
+        s3_endpoint=endpoint,
+        s3_bucket=bucket,
+        s3_access_key_id=ACCESS_KEY_ID,
+        s3_secret_access_key=SECRET_ACCESS_KEY,
+        s3_prefix=PREFIX,
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+async def storage(moto_endpoint: str, bucket: str) -> AsyncIterator[S3Storage]:
+    # Region stays at its default, "auto", as it would for Cloudflare R2.
+    async with open_s3_storage(s3_settings(moto_endpoint, bucket)) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def pdf() -> bytes:
+    writer = PdfWriter()
+    writer.add_blank_page(width=595, height=842)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+async def object_keys(admin: Any, bucket: str) -> list[str]:
+    listing = await admin.list_objects_v2(Bucket=bucket)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def presigned_signature(url: str, secret: str) -> str:
+    """Recompute a presigned GET's SigV4 signature by hand: moto itself never checks it."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    params = dict(query)
+    canonical_query = "&".join(
+        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}"
+        for name, value in sorted(query)
+        if name != "X-Amz-Signature"
+    )
+    canonical_request = "\n".join(
+        ["GET", parts.path, canonical_query, f"host:{parts.netloc}\n", "host", "UNSIGNED-PAYLOAD"]
+    )
+    scope = params["X-Amz-Credential"].split("/", 1)[1]
+    string_to_sign = "\n".join(
+        [
+            "AWS4-HMAC-SHA256",
+            params["X-Amz-Date"],
+            scope,
+            hashlib.sha256(canonical_request.encode()).hexdigest(),
+        ]
+    )
+    key = f"AWS4{secret}".encode()
+    for part in scope.split("/"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+async def download(url: str) -> tuple[int, dict[str, str], bytes]:
+    # encoded=True: yarl would otherwise re-quote the signed query string.
+    async with aiohttp.ClientSession() as http, http.get(yarl.URL(url, encoded=True)) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_presigned_url_downloads_the_stored_pdf(
+    storage: S3Storage, bucket: str, pdf: bytes
+) -> None:
+    await storage.put("jobs/job_1.pdf", pdf, filename="invoice-42.pdf")
+
+    url = await storage.url("jobs/job_1.pdf", job_id="job_1", filename="invoice-42.pdf", ttl_s=900)
+    status, headers, body = await download(url)
+
+    assert status == 200
+    assert body == pdf
+    assert headers["Content-Type"] == "application/pdf"
+    assert headers["Content-Disposition"] == 'attachment; filename="invoice-42.pdf"'
+    parts = urlsplit(url)
+    assert parts.path == f"/{bucket}/{PREFIX}jobs/job_1.pdf"  # path-style addressing
+    params = dict(parse_qsl(parts.query))
+    assert params["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert params["X-Amz-Expires"] == "900"
+    assert params["X-Amz-Credential"].startswith(f"{ACCESS_KEY_ID}/")
+    assert params["X-Amz-Credential"].endswith("/auto/s3/aws4_request")
+    assert params["X-Amz-Signature"] == presigned_signature(url, SECRET_ACCESS_KEY)
+    assert SECRET_ACCESS_KEY not in url
+
+
+async def test_url_refuses_a_lifetime_sigv4_cannot_sign(storage: S3Storage) -> None:
+    with pytest.raises(StorageError, match="lifetime"):
+        await storage.url("job_1.pdf", job_id="job_1", filename="a.pdf", ttl_s=8 * 24 * 3600)
+
+
+async def test_prefix_is_applied_to_object_keys(
+    storage: S3Storage, admin: Any, bucket: str, pdf: bytes
+) -> None:
+    await storage.put("t1/job_2.pdf", pdf, filename="a.pdf")
+
+    assert await object_keys(admin, bucket) == [f"{PREFIX}t1/job_2.pdf"]
+    assert await storage.get("t1/job_2.pdf") == pdf
+
+
+async def test_non_ascii_filename_gets_an_ascii_fallback_and_filename_star(
+    storage: S3Storage, admin: Any, bucket: str, pdf: bytes
+) -> None:
+    filename = 'Rechnung März "Q1"\r\n.pdf'
+    await storage.put("job_3.pdf", pdf, filename=filename)
+
+    expected = (
+        'attachment; filename="Rechnung Marz _Q1_.pdf"; '
+        "filename*=UTF-8''Rechnung%20M%C3%A4rz%20%22Q1%22.pdf"
+    )
+    stored = await admin.head_object(Bucket=bucket, Key=f"{PREFIX}job_3.pdf")
+    assert stored["ContentDisposition"] == expected
+    url = await storage.url("job_3.pdf", job_id="job_3", filename=filename, ttl_s=60)
+    _, headers, _ = await download(url)
+    assert headers["Content-Disposition"] == expected
+
+
+async def test_check_passes_for_an_existing_bucket(storage: S3Storage) -> None:
+    await storage.check()
+
+
+async def test_check_names_a_missing_bucket(moto_endpoint: str) -> None:
+    settings = s3_settings(moto_endpoint, "pressroom-no-such-bucket")
+    async with open_s3_storage(settings) as storage:
+        with pytest.raises(StorageError, match=r"'pressroom-no-such-bucket'.*does not exist"):
+            await storage.check()
+
+
+async def test_check_reports_refused_credentials_without_leaking_them(
+    moto_endpoint: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server runs in this process, so this turns on moto's signature and key checks.
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    async with open_s3_storage(s3_settings(moto_endpoint, bucket)) as storage:
+        with pytest.raises(StorageError, match="refused the credentials") as raised:
+            await storage.check()
+    assert bucket in str(raised.value)
+    assert SECRET_ACCESS_KEY not in str(raised.value)
+    assert ACCESS_KEY_ID not in str(raised.value)
+
+
+async def test_put_refuses_bytes_that_are_not_a_pdf(
+    storage: S3Storage, admin: Any, bucket: str
+) -> None:
+    with pytest.raises(StorageError, match="not a complete PDF"):
+        await storage.put("job_4.pdf", b"<html>502 Bad Gateway</html>", filename="x.pdf")
+
+    assert await object_keys(admin, bucket) == []
+
+
+async def test_delete_removes_the_object(
+    storage: S3Storage, admin: Any, bucket: str, pdf: bytes
+) -> None:
+    await storage.put("job_5.pdf", pdf, filename="a.pdf")
+
+    await storage.delete("job_5.pdf")
+
+    assert await object_keys(admin, bucket) == []
+    with pytest.raises(FileNotFoundError):
+        await storage.get("job_5.pdf")
+    await storage.delete("job_5.pdf")  # retention may delete twice; that is not an error
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_unreachable_endpoint_raises_storage_error_quickly(pdf: bytes) -> None:
+    settings = s3_settings(f"http://127.0.0.1:{closed_port()}", "pressroom-anywhere")
+    async with open_s3_storage(settings) as storage:
+        for attempt in (storage.check(), storage.put("job_6.pdf", pdf, filename="a.pdf")):
+            started = time.monotonic()
+            with pytest.raises(StorageError, match="Could not connect") as raised:
+                await attempt
+            # Three tries with jittered backoff (at most 1 s, then 2 s), never the 60 s default.
+            assert time.monotonic() - started < 8
+            assert SECRET_ACCESS_KEY not in str(raised.value)
