@@ -10,14 +10,14 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
+from yarl import URL
 
 from server import events, jobs, options, templates
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped
 from server.jobs import JobState, NewJob
-from server.keys import HUB, POOL, SETTINGS, STORAGE
-from server.netpolicy import NetworkPolicy
-from server.problems import Problem, invalid, not_found
+from server.keys import HUB, POLICY, POOL, SETTINGS, STORAGE
+from server.problems import DB_ERRORS, Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def validate_job(body: Any, request: web.Request) -> NewJob:
         if not isinstance(webhook_url, str):
             errors.append(("webhook_url", "must be a string"))
         elif (
-            why := NetworkPolicy(settings.allow_hosts).validate_webhook_url(webhook_url)
+            why := request.app[POLICY].validate_webhook_url(webhook_url)
         ) is not None:
             errors.append(("webhook_url", why))
 
@@ -183,11 +183,7 @@ async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dic
         url = await request.app[STORAGE].url(
             key, job_id=job["id"], filename=f"{job['id']}.pdf", ttl_s=settings.url_ttl_s
         )
-        shown["url"] = (
-            str(request.url.join(request.url.with_path("/").join(web.URL(url))))
-            if url.startswith("/")
-            else url
-        )
+        shown["url"] = str(request.url.join(URL(url, encoded=True))) if url.startswith("/") else url
     return shown
 
 
@@ -414,17 +410,19 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     if job_id is not None:
                         position = events.START
                 if position is not None:
+                    last_type = None
                     while True:
                         batch, _held = await events.after(
                             pool, position, tenant=tenant, job_id=job_id
                         )
                         for event in batch:
                             await _send(resp, request, event)
-                            position = event.position
-                            if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
-                                return resp
+                            position, last_type = event.position, event.type
                         if len(batch) < events.REPLAY_PAGE:
                             break
+                    # A failed job may have been retried since; only the latest event ends it.
+                    if job_id is not None and last_type in jobs.TERMINAL_EVENTS:
+                        return resp
                 while resp.is_connected():
                     try:
                         event = await sub.get(settings.sse_ping_s)
@@ -439,8 +437,11 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     position = event.position
                     if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
                         return resp
-            except (ConnectionResetError, ConnectionError):
-                pass
+            except ConnectionError:
+                pass  # the client went away
+            except DB_ERRORS as exc:
+                # The headers are sent; end the stream and let the client resume by event id.
+                log.warning("event stream ended, database unavailable: %s", exc)
             finally:
                 app[STREAMS_KEY].discard(resp)
     return resp

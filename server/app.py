@@ -13,7 +13,18 @@ from aiohttp import web
 
 from server import api, db, events, health
 from server.hub import Hub
-from server.keys import CHROMIUM, DSN, HUB, LISTENER, POOL, RENDERER, SETTINGS, STORAGE, WORKERS
+from server.keys import (
+    CHROMIUM,
+    DSN,
+    HUB,
+    LISTENER,
+    POLICY,
+    POOL,
+    RENDERER,
+    SETTINGS,
+    STORAGE,
+    WORKERS,
+)
 from server.listener import Listener
 from server.netpolicy import NetworkPolicy
 from server.problems import middleware as problem_middleware
@@ -27,6 +38,7 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 RESCUE_INTERVAL_S = 5.0
 PRUNE_INTERVAL_S = 3600.0
+LISTEN_START_TIMEOUT_S = 30.0
 
 RendererFactory = Callable[[Settings], Renderer]
 
@@ -35,6 +47,7 @@ RendererFactory = Callable[[Settings], Renderer]
 async def background(name: str, coro: Any) -> AsyncIterator[asyncio.Task[None]]:
     """A named task owned by a cleanup context: cancelled and awaited on exit."""
     task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
+    task.add_done_callback(_report_crash)
     try:
         yield task
     finally:
@@ -43,12 +56,18 @@ async def background(name: str, coro: Any) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("background task %s crashed", task.get_name(), exc_info=task.exception())
+
+
 def create_app(
     settings: Settings, *, renderer_factory: RendererFactory | None = None
 ) -> web.Application:
     """Build the app; tests call this too. Nothing starts until the app runner sets it up."""
     app = web.Application(middlewares=[problem_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
+    app[POLICY] = NetworkPolicy(settings.allow_hosts)
     app[api.STREAMS_KEY] = set()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
@@ -100,6 +119,9 @@ def create_app(
         listener = Listener(app[DSN], on_event=hub.poke, on_work=wake_workers)
         app[LISTENER] = listener
         async with background("hub", hub.run()), background("listener", listener.run()):
+            # Serve only once notifications flow, so the first job's push is not late.
+            async with asyncio.timeout(LISTEN_START_TIMEOUT_S):
+                await listener.connected.wait()
             yield
 
     async def renderer(app: web.Application) -> AsyncIterator[None]:
@@ -111,7 +133,7 @@ def create_app(
             yield
             return
         chromium = ChromiumRenderer(
-            policy=NetworkPolicy(settings.allow_hosts),
+            policy=app[POLICY],
             slots=settings.render_slots,
             executable=settings.chromium,
             recycle_after_jobs=settings.browser_recycle_jobs,

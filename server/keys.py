@@ -9,6 +9,7 @@ from aiohttp import web
 
 from server.hub import Hub
 from server.listener import Listener
+from server.netpolicy import NetworkPolicy
 from server.render import ChromiumRenderer, Renderer
 from server.settings import Settings
 from server.storage import Storage
@@ -17,6 +18,7 @@ from server.worker import Workers
 SETTINGS = web.AppKey("settings", Settings)
 DSN = web.AppKey("dsn", str)
 POOL = web.AppKey("pool", asyncpg.Pool)
+POLICY = web.AppKey("policy", NetworkPolicy)
 HUB = web.AppKey("hub", Hub)
 LISTENER = web.AppKey("listener", Listener)
 RENDERER = web.AppKey("renderer", Renderer)

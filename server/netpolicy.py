@@ -33,7 +33,8 @@ _NETWORK_SCHEMES = frozenset({"http", "https"})
 _LOCAL_SCHEMES = frozenset({"data", "blob", "about"})
 
 _METADATA_NAMES = frozenset({"metadata.google.internal"})
-_LOCALHOST_ADDRESSES = (IPv4Address("127.0.0.1"), IPv6Address("::1"))
+_V6_LOOPBACK = IPv6Address("::1")
+_LOCALHOST_ADDRESSES = (IPv4Address("127.0.0.1"), _V6_LOOPBACK)
 
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/\\?#]")
@@ -134,7 +135,7 @@ def _classify(ip: IPv4Address | IPv6Address) -> tuple[str, str] | None:
     if isinstance(ip, IPv4Address):
         category = _classify_v4(ip)
         return None if category is None else (category, "")
-    if ip == _LOCALHOST_ADDRESSES[1]:
+    if ip == _V6_LOOPBACK:
         return ("loopback", "")
     if int(ip) == 0:
         return ("unspecified", "")
@@ -477,11 +478,10 @@ class NetworkPolicy:
     def _ip_allowed(self, ip: IPv4Address | IPv6Address) -> bool:
         if any(ip in network for network in self._networks):
             return True
-        # Allowing 127.0.0.1 also allows ::ffff:127.0.0.1 (and NAT64, 6to4): they reach it too.
-        embedded = _embedded_v4(ip) if isinstance(ip, IPv6Address) else None
-        if embedded is None or not embedded[2]:
-            return False
-        return any(embedded[0] in network for network in self._networks)
+        # ::ffff:127.0.0.1 is the very same socket as 127.0.0.1; other embeddings (6to4,
+        # NAT64) go through some gateway, so they need an entry of their own.
+        mapped = ip.ipv4_mapped if isinstance(ip, IPv6Address) else None
+        return mapped is not None and any(mapped in network for network in self._networks)
 
 
 def _allow_network(entry: str) -> IPv4Network | IPv6Network | None:

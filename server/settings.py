@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import ipaddress
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,10 +69,10 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 
 
 def _allow_list(raw: str) -> tuple[str, ...]:
+    from server.netpolicy import NetworkPolicy
+
     entries = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
-    for entry in entries:
-        if "/" in entry:
-            ipaddress.ip_network(entry, strict=False)
+    NetworkPolicy(entries)  # raises ValueError naming a malformed entry
     return entries
 
 

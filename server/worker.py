@@ -93,10 +93,12 @@ class Workers:
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
         while not self._stopping:
+            # Cleared before looking, so a wake-up that arrives while claiming is not lost
+            # and a set flag never turns this loop into a spin while every slot is busy.
+            self._wake.clear()
             free = self._config.slots - len(self._running)
-            claimed: list[ClaimedJob] = []
             if free > 0:
-                self._wake.clear()
+                claimed: list[ClaimedJob] = []
                 try:
                     claimed = await jobs.claim(
                         self._pool,
@@ -104,12 +106,12 @@ class Workers:
                         worker_id=self.worker_id,
                         lease_s=self._config.lease_s,
                     )
-                except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+                except (*DB_ERRORS, asyncpg.PostgresError) as exc:
                     log.warning("claim failed: %s", exc)
                 for job in claimed:
                     self._start(job)
-            if free > 0 and len(claimed) == free:
-                continue  # the queue may hold more; claim again as soon as a slot frees
+                if claimed and len(claimed) == free:
+                    continue  # the queue may hold more: claim again as soon as a slot frees
             poll_s = self._config.poll_interval_s * random.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll_s):
@@ -233,7 +235,7 @@ class Workers:
                 held = await jobs.heartbeat(
                     self._pool, ids, worker_id=self.worker_id, lease_s=self._config.lease_s
                 )
-            except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+            except (*DB_ERRORS, asyncpg.PostgresError) as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
             for job_id in set(ids) - held:
@@ -269,7 +271,7 @@ async def rescue_loop(pool: asyncpg.Pool, *, interval_s: float) -> None:
         await asyncio.sleep(interval_s * random.uniform(0.8, 1.2))
         try:
             count = await jobs.rescue_expired(pool)
-        except DB_ERRORS + (asyncpg.PostgresError,) as exc:
+        except (*DB_ERRORS, asyncpg.PostgresError) as exc:
             log.warning("rescue failed: %s", exc)
             continue
         if count:

@@ -8,7 +8,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from server.netpolicy import NetworkPolicy, Resolver, Verdict, classify
+from server.netpolicy import NetworkPolicy, Resolver, Verdict, _getaddrinfo, classify
 
 
 async def never_called(host: str) -> list[str]:
@@ -268,6 +268,11 @@ async def test_slow_dns_is_blocked() -> None:
     assert verdict == Verdict(False, "blocked: cannot resolve slow.example")
 
 
+async def test_default_resolver_returns_plain_address_strings() -> None:
+    # A numeric host is answered by getaddrinfo itself, without asking any DNS server.
+    assert await _getaddrinfo("127.0.0.1") == ["127.0.0.1"]
+
+
 async def test_the_host_resolved_is_the_host_chromium_fetches() -> None:
     asked: list[str] = []
     dns = resolver({"evil.example": ["93.184.215.14"], "intranet.": ["93.184.215.15"]}, asked)
@@ -353,8 +358,10 @@ async def test_allow_by_ip() -> None:
     assert policy.check_url_static("http://127.0.0.2/") == Verdict(
         False, "blocked: 127.0.0.2 is a loopback address"
     )
-    # IPv4-compatible addresses do not reach the IPv4 host, so they are not covered.
+    # Only the IPv4-mapped form is the same socket; other embeddings need their own entry.
     assert not decided(policy, "http://[::127.0.0.1]/").allowed
+    assert not decided(policy, "http://[2002:7f00:1::]/").allowed
+    assert not decided(policy, "http://[64:ff9b::127.0.0.1]/").allowed
     dns = resolver({"dev.example": ["127.0.0.1"]})
     assert await policy.check_url("http://dev.example/", resolve=dns) == Verdict(True, "")
 

@@ -1,0 +1,161 @@
+"""Shared fixtures: a real PostgreSQL (DATABASE_URL, else the embedded one), a fresh database
+per test cloned from a migrated template, and the app on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestServer
+
+from server import db
+from server.app import create_app
+from server.settings import Settings
+from tests.pdfs import FakeRenderer
+
+TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
+
+
+def _with_database(dsn: str, name: str) -> str:
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """A PostgreSQL server: DATABASE_URL when set, else an embedded one for this session."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    folder = Path(tempfile.mkdtemp(prefix="prt-pg-"))
+    embedded = db.EmbeddedPostgres(folder / "pg")
+    dsn = asyncio.run(embedded.start())
+    yield dsn
+    asyncio.run(embedded.stop())
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    """A migrated database that every test database is cloned from."""
+
+    async def create() -> None:
+        admin = await asyncpg.connect(server_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+            await admin.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+        finally:
+            await admin.close()
+        conn = await db.connect(_with_database(server_dsn, TEMPLATE_DB))
+        try:
+            await db.migrate(conn)
+        finally:
+            await conn.close()
+
+    async def drop() -> None:
+        admin = await asyncpg.connect(server_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    yield TEMPLATE_DB
+    asyncio.run(drop())
+
+
+@pytest.fixture
+async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh database for this test only."""
+    name = f"pressroom_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    finally:
+        await admin.close()
+    yield _with_database(server_dsn, name)
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await db.create_pool(dsn, min_size=1, max_size=8)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def make_settings(dsn: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for a test app: its own database and data folder, quick polls and pings."""
+
+    def make(**overrides: Any) -> Settings:
+        env = {
+            "DATABASE_URL": dsn,
+            "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
+            "PRESSROOM_POLL_INTERVAL_S": "0.5",
+            "PRESSROOM_SSE_PING_S": "1",
+            "PRESSROOM_RENDER_TIMEOUT_S": "20",
+        }
+        env.update({k: str(v) for k, v in overrides.pop("env", {}).items()})
+        return Settings.from_env(env, **overrides)
+
+    return make
+
+
+class RunningApp:
+    """The app on a real socket, with a client session pointed at it."""
+
+    def __init__(self, server: TestServer, session: ClientSession) -> None:
+        self.server = server
+        self.http = session
+        self.app: web.Application = server.app  # type: ignore[assignment]
+
+    def url(self, path: str) -> str:
+        return str(self.server.make_url(path))
+
+
+@pytest.fixture
+async def start_app(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[Callable[..., Any]]:
+    """Start apps on demand (several may share one database); all are stopped at the end."""
+    running: list[RunningApp] = []
+
+    async def start(renderer: Any = None, **overrides: Any) -> RunningApp:
+        settings = make_settings(**overrides)
+        factory = (lambda _settings: renderer) if renderer is not None else None
+        app = create_app(settings, renderer_factory=factory)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        session = ClientSession()
+        handle = RunningApp(server, session)
+        running.append(handle)
+        return handle
+
+    yield start
+    for handle in reversed(running):
+        await handle.http.close()
+        await handle.server.close()
+
+
+@pytest.fixture
+def fake_renderer() -> FakeRenderer:
+    return FakeRenderer()
+
+
+@pytest.fixture
+async def api(start_app: Callable[..., Any], fake_renderer: FakeRenderer) -> RunningApp:
+    """The app with one render slot on the fake renderer."""
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
+    return app

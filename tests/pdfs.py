@@ -1,0 +1,58 @@
+"""Small helpers the tests share: a minimal valid PDF and a renderer that makes one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from server.errors import RenderError
+from server.options import RenderOptions
+from server.render import RenderResult
+
+
+def minimal_pdf(text: str = "Pressroom") -> bytes:
+    """A one-page PDF with `text` in its text layer, built by hand (no browser)."""
+    stream = f"BT /F1 24 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+class FakeRenderer:
+    """Stands in for Chromium in API tests: instant PDFs, or held / failing on demand."""
+
+    def __init__(self) -> None:
+        self.gate: asyncio.Event | None = None
+        self.fail_with: RenderError | None = None
+        self.rendered: list[str] = []
+        self.started = asyncio.Event()
+
+    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.rendered.append(html)
+        return RenderResult(pdf=minimal_pdf(), pages=1, warnings=[])
+
+    async def check(self) -> None:
+        return None
