@@ -43,6 +43,13 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:  # also refuses nan
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def _port(raw: str) -> int:
     value = int(raw)
     if not 0 <= value <= 65535:
@@ -129,6 +136,12 @@ class Settings:
     max_body_bytes: int = 2 * 1024 * 1024
     max_template_bytes: int = 512 * 1024
     max_data_bytes: int = 1024 * 1024
+    max_pages: int = 1000
+    idempotency_ttl_s: int = 24 * 3600
+    rate_limit_rps: float = 50.0
+    rate_limit_burst: int = 100
+    tenant_max_inflight: int = 10000
+    auth_cache_s: float = 5.0
     sse_ping_s: float = 15.0
     subscriber_queue: int = 1000
     browser_recycle_jobs: int = 1000
@@ -176,6 +189,12 @@ class Settings:
                 e, "PRESSROOM_MAX_TEMPLATE_BYTES", 512 * 1024, _positive(int)
             ),
             max_data_bytes=_parse(e, "PRESSROOM_MAX_DATA_BYTES", 1024 * 1024, _positive(int)),
+            max_pages=_parse(e, "PRESSROOM_MAX_PAGES", 1000, _positive(int)),
+            idempotency_ttl_s=_parse(e, "PRESSROOM_IDEMPOTENCY_TTL_S", 86400, _positive(int)),
+            rate_limit_rps=_parse(e, "PRESSROOM_RATE_LIMIT_RPS", 50.0, _positive(float)),
+            rate_limit_burst=_parse(e, "PRESSROOM_RATE_LIMIT_BURST", 100, _positive(int)),
+            tenant_max_inflight=_parse(e, "PRESSROOM_TENANT_MAX_INFLIGHT", 10000, _positive(int)),
+            auth_cache_s=_parse(e, "PRESSROOM_AUTH_CACHE_S", 5.0, _non_negative_float),
             sse_ping_s=_parse(e, "PRESSROOM_SSE_PING_S", 15.0, _positive(float)),
             subscriber_queue=_parse(e, "PRESSROOM_SUBSCRIBER_QUEUE", 1000, _positive(int)),
             browser_recycle_jobs=_parse(e, "PRESSROOM_BROWSER_RECYCLE_JOBS", 1000, _positive(int)),

@@ -1,0 +1,110 @@
+"""The render path on real Chromium: the seed flow, isolation between jobs, permanent errors."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from io import BytesIO
+from typing import Any
+
+import pytest
+from pypdf import PdfReader
+
+from tests.conftest import RunningApp
+from tests.sse import collect
+
+pytestmark = pytest.mark.browser
+
+
+def pdf_text(data: bytes) -> str:
+    reader = PdfReader(BytesIO(data))
+    # pypdf returns ligatures (ﬁ); NFKC folds them back into letters.
+    return unicodedata.normalize("NFKC", "\n".join(page.extract_text() for page in reader.pages))
+
+
+@pytest.fixture
+async def chromium_app(start_app: Callable[..., Any]) -> RunningApp:
+    app: RunningApp = await start_app(render_slots=2)
+    return app
+
+
+async def render(app: RunningApp, body: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 202, await resp.text()
+        job = await resp.json()
+    messages = await collect(app.http, app.url(job["links"]["events"]), timeout_s=60)
+    final = messages[-1].json["job"]
+    if final["status"] != "done":
+        return final, None
+    async with app.http.get(final["url"]) as resp:
+        assert resp.status == 200
+        return final, await resp.read()
+
+
+async def test_seed_flow_renders_hi_ana(chromium_app: RunningApp) -> None:
+    body = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
+    async with chromium_app.http.post(chromium_app.url("/v1/jobs"), json=body) as resp:
+        job = await resp.json()
+    messages = await collect(chromium_app.http, chromium_app.url(job["links"]["events"]), timeout_s=60)
+    assert [m.event for m in messages] == ["job.queued", "job.running", "job.done"]
+    done = messages[-1].json["job"]
+    async with chromium_app.http.get(done["url"]) as resp:
+        data = await resp.read()
+    assert data.startswith(b"%PDF")
+    assert "Hi Ana" in pdf_text(data)
+    assert done["pages"] == len(PdfReader(BytesIO(data)).pages) == 1
+    assert done["bytes"] == len(data)
+
+
+async def test_options_reach_the_pdf(chromium_app: RunningApp) -> None:
+    pages = "".join(f'<p style="page-break-after: always">page {i}</p>' for i in range(3))
+    job, data = await render(
+        chromium_app,
+        {"template": pages, "options": {"format": "A5", "landscape": True, "margin": "10mm"}},
+    )
+    assert data is not None and job["pages"] == 3
+    box = PdfReader(BytesIO(data)).pages[0].mediabox
+    assert float(box.width) > float(box.height), "landscape"
+    assert round(float(box.width) / 72 * 25.4) == 210, "A5 is 210 mm on its long side"
+
+
+async def test_state_does_not_leak_between_jobs(chromium_app: RunningApp) -> None:
+    writer = """<script>
+      try { document.cookie = "leak=cookie; path=/"; } catch (e) {}
+      try { localStorage.setItem("leak", "storage"); } catch (e) {}
+      window.leak = "global";
+      document.title = "writer";
+    </script><p>wrote</p>"""
+    reader = """<p id="out">pending</p><script>
+      let storage = "none", cookie = "none";
+      try { storage = localStorage.getItem("leak") || "none"; } catch (e) {}
+      try { cookie = document.cookie || "none"; } catch (e) {}
+      document.getElementById("out").textContent =
+        "cookie=" + cookie + " storage=" + storage +
+        " global=" + (window.leak || "none");
+    </script>"""
+    _, first = await render(chromium_app, {"template": writer})
+    assert first is not None
+    for _ in range(3):  # whichever slot or context the next jobs land in
+        _, second = await render(chromium_app, {"template": reader})
+        assert second is not None
+        text = pdf_text(second)
+        assert "cookie=none storage=none global=none" in text, text
+    # A page without scripts shares a reused page; it must not see the writer's title either.
+    _, plain = await render(chromium_app, {"template": "<p>plain {{ 1 + 1 }}</p>"})
+    assert plain is not None and "plain 2" in pdf_text(plain)
+
+
+async def test_template_errors_fail_permanently_with_a_clear_error(chromium_app: RunningApp) -> None:
+    job, data = await render(chromium_app, {"template": "<p>{{ invoice.total }}</p>", "data": {}})
+    assert data is None
+    assert job["status"] == "failed" and job["attempts"] == 1
+    assert "'invoice' is undefined" in job["error"]
+
+
+async def test_scripts_run_when_a_template_needs_them(chromium_app: RunningApp) -> None:
+    chart = """<div id="chart"></div><script>
+      document.getElementById("chart").textContent = "drawn by script " + (6 * 7);
+    </script>"""
+    _, data = await render(chromium_app, {"template": chart})
+    assert data is not None and "drawn by script 42" in pdf_text(data)

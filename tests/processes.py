@@ -1,0 +1,67 @@
+"""Pressroom processes started as real subprocesses for multi-process and fault tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import asyncpg
+
+from server.listener import CHANNEL
+
+
+class PressroomProcess:
+    """`python -m server COMMAND` with its own environment; logs go to a file for post-mortems."""
+
+    def __init__(self, command: str, env: Mapping[str, str], log_path: Path) -> None:
+        self.command = command
+        self.env = {**os.environ, **env}
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 (owned by the child for its lifetime)
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server", self.command, env=self.env, stdout=log, stderr=log
+        )
+        log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout_s)
+        except TimeoutError:
+            self.proc.kill()
+            return await self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+async def wait_until(dsn: str, query: str, expected: object, timeout_s: float) -> None:
+    """Re-run `query` on every NOTIFY (and every second) until it returns `expected`."""
+    conn = await asyncpg.connect(dsn)
+    changed = asyncio.Event()
+    await conn.add_listener(CHANNEL, lambda *_: changed.set())
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await conn.fetchval(query) != expected:
+                changed.clear()
+                try:
+                    async with asyncio.timeout(1.0):
+                        await changed.wait()
+                except TimeoutError:
+                    pass
+    finally:
+        await conn.close()
