@@ -66,6 +66,9 @@ class Workers:
         self.worker_id = worker_id or new_worker_id()
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
+        # Jobs past their render (storing the file, recording done): they hold no render slot,
+        # so the next job renders while this one is written.
+        self._rendered: set[uuid.UUID] = set()
         self._aborted: set[uuid.UUID] = set()
         self._stopping = False
         self.rendered = 0
@@ -96,7 +99,7 @@ class Workers:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
-            free = self._config.slots - len(self._running)
+            free = self._config.slots - (len(self._running) - len(self._rendered))
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -130,6 +133,7 @@ class Workers:
 
     def _finished(self, job_id: uuid.UUID) -> None:
         self._running.pop(job_id, None)
+        self._rendered.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
 
@@ -142,6 +146,8 @@ class Workers:
                 html, render_options, timeout_s=self._config.render_timeout_s
             )
             warnings = result.warnings
+            self._rendered.add(job.id)
+            self._wake.set()
             await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
         except asyncio.CancelledError:
             if job.id in self._aborted:

@@ -1,0 +1,1 @@
+"""Pressroom benchmarks: each prints figures next to a baseline measured in the same run."""

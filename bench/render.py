@@ -1,0 +1,102 @@
+"""Render path: end-to-end PDFs/s through Pressroom against a raw Playwright loop (the floor).
+
+Both render the same invoice (20 lines, some CSS) in the same run, at the same concurrency.
+The raw loop reuses one page per slot; Pressroom goes submit over HTTP → claim → render →
+store → done event, read from the SSE stream.
+
+    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import ClientSession
+from playwright.async_api import async_playwright
+
+from bench.common import INVOICE, QUICK, database, invoice_data, machine, running_app, submit_many, wait_done
+from server import templates
+from server.options import RenderOptions
+from server.render import CHROMIUM_ARGS, find_system_chromium
+
+
+async def raw_playwright(html: list[str], slots: int) -> float:
+    """PDFs per second from a bare loop: one browser, one reused page per slot."""
+    async with async_playwright() as playwright:
+        try:
+            browser = await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
+        except Exception:
+            browser = await playwright.chromium.launch(
+                executable_path=find_system_chromium(), args=list(CHROMIUM_ARGS)
+            )
+        pages = [await browser.new_page() for _ in range(slots)]
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        for doc in html:
+            queue.put_nowait(doc)
+        pdf_args = RenderOptions().pdf_arguments()
+
+        async def loop(page: Any) -> None:
+            while not queue.empty():
+                doc = queue.get_nowait()
+                await page.set_content(doc, wait_until="load")
+                await page.pdf(**pdf_args)
+
+        await asyncio.gather(*(loop(p) for p in pages[:1]))  # warm up: fonts, caches
+        for doc in html[: slots * 2]:
+            queue.put_nowait(doc)
+        await asyncio.gather(*(loop(p) for p in pages))
+        for doc in html:
+            queue.put_nowait(doc)
+        started = time.perf_counter()
+        await asyncio.gather(*(loop(p) for p in pages))
+        elapsed = time.perf_counter() - started
+        await browser.close()
+    return len(html) / elapsed
+
+
+async def pressroom(bodies: list[dict[str, Any]], slots: int) -> float:
+    """PDFs per second end to end: HTTP submit → done event, with `slots` render slots."""
+    async with database() as dsn, running_app(dsn, render_slots=slots) as (base, _app):
+        async with ClientSession() as session:
+            warm = await submit_many(session, base, bodies[: slots * 2], concurrency=slots)
+            await wait_done(session, base, set(warm))
+            started = time.perf_counter()
+            ids = await submit_many(session, base, bodies, concurrency=32)
+            await wait_done(session, base, set(ids))
+            elapsed = time.perf_counter() - started
+    return len(bodies) / elapsed
+
+
+async def run(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
+    bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
+    html = [templates.render(INVOICE, b["data"]) for b in bodies]
+    for slots in slot_counts:
+        floor = await raw_playwright(html, slots)
+        ours = await pressroom(bodies, slots)
+        row = {"slots": slots, "docs": docs, "pages": pages, "raw": floor, "pressroom": ours, "ratio": ours / floor}
+        rows.append(row)
+        print(
+            f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright {floor:6.1f} PDF/s, "
+            f"Pressroom {ours:6.1f} PDF/s, ratio {ours / floor:.2f}",
+            flush=True,
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=20 if QUICK else 200)
+    parser.add_argument("--slots", default="1,2" if QUICK else "1,2,4")
+    parser.add_argument("--pages", type=int, default=1)
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    asyncio.run(run(args.docs, [int(s) for s in args.slots.split(",")], args.pages))
+
+
+if __name__ == "__main__":
+    main()

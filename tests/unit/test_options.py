@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+
+from server import options
+from server.options import OptionsError, RenderOptions
+
+
+def test_defaults_print_a4_with_backgrounds() -> None:
+    args = options.parse(None).pdf_arguments()
+    assert args["format"] == "A4" and args["print_background"] is True
+    assert "display_header_footer" not in args
+
+
+def test_options_map_to_chromium_arguments() -> None:
+    parsed = options.parse(
+        {
+            "format": "letter",
+            "landscape": True,
+            "margin": "12mm",
+            "scale": 0.8,
+            "page_ranges": "1-2, 4",
+            "footer_html": '<span class="pageNumber"></span>',
+        }
+    )
+    args = parsed.pdf_arguments()
+    assert args["format"] == "Letter" and args["landscape"] is True and args["scale"] == 0.8
+    assert args["margin"] == {"top": "12mm", "right": "12mm", "bottom": "12mm", "left": "12mm"}
+    assert args["page_ranges"] == "1-2,4"
+    assert args["display_header_footer"] is True and args["header_template"] == "<span></span>"
+    assert options.to_json(parsed)["format"] == "Letter"
+    assert options.parse(options.to_json(parsed)) == parsed
+
+
+def test_every_invalid_option_is_reported_with_its_field() -> None:
+    with pytest.raises(OptionsError) as caught:
+        options.parse({"format": "B9", "scale": 3, "margin": {"middle": "1cm"}, "width": "10cm", "zoom": 2})
+    fields = [field for field, _ in caught.value.errors]
+    assert fields == ["options.zoom", "options.format", "options.margin", "options.scale", "options.width"]
+
+
+@pytest.mark.parametrize(
+    ("html", "opts", "expected"),
+    [
+        ("<p>plain</p>", {}, False),
+        ("<P>x</P><SCRIPT>1</SCRIPT>", {}, True),
+        ("<p>x</p>", {"wait_for_expression": "window.ready"}, True),
+        ("<script>1</script>", {"javascript": False}, False),
+    ],
+)
+def test_scripts_decide_the_isolation_path(html: str, opts: dict[str, object], expected: bool) -> None:
+    assert options.parse(opts).needs_javascript(html) is expected
+    assert isinstance(RenderOptions(), RenderOptions)

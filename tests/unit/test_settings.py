@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.settings import Settings, SettingsError
+
+
+def test_defaults_match_the_contract(tmp_path: Path) -> None:
+    settings = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+    assert (settings.host, settings.port, settings.storage) == ("127.0.0.1", 8080, "local")
+    assert settings.database_url is None and settings.render_slots == 2
+    assert settings.webhook_secret.startswith("whsec_")
+
+
+def test_generated_secrets_survive_a_restart(tmp_path: Path) -> None:
+    first = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+    second = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+    assert first.secret == second.secret and len(first.secret) >= 32
+    assert (tmp_path / "secret").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PRESSROOM_PORT", "eighty", "PRESSROOM_PORT='eighty'"),
+        ("PRESSROOM_PORT", "70000", "port number"),
+        ("PRESSROOM_RENDER_SLOTS", "-1", "0 or more"),
+        ("PRESSROOM_RENDER_TIMEOUT_S", "0", "greater than 0"),
+        ("PRESSROOM_STORAGE", "ftp", "one of local, s3"),
+        ("PRESSROOM_WEBHOOK_SECRET", "hunter2", "whsec_"),
+        ("PRESSROOM_ALLOW_HOSTS", "10.0.0.0/33", "PRESSROOM_ALLOW_HOSTS"),
+    ],
+)
+def test_a_bad_value_stops_the_start_with_one_clear_message(
+    tmp_path: Path, name: str, value: str, message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
+        Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), name: value})
+
+
+def test_s3_needs_its_bucket_and_credentials(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="S3_BUCKET"):
+        Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_STORAGE": "s3"})

@@ -1,0 +1,44 @@
+"""Small pieces with no I/O: SQL blocks, download signatures, backoff, page counting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from server import auth, sql
+from server.render import count_pages
+from server.worker import backoff_s
+from tests.pdfs import minimal_pdf
+
+
+def test_sql_blocks_are_named_once_and_all_present() -> None:
+    blocks = sql.queries()
+    for name in ("insert_jobs", "claim_jobs", "finish_done", "finish_failed", "events_after"):
+        assert name in blocks and blocks[name].strip()
+    with pytest.raises(ValueError, match="twice"):
+        sql.parse_blocks("-- a --\nSELECT 1;\n-- a --\nSELECT 2;")
+    assert [v for v, _ in sql.migrations()][0] == "0001_jobs_and_events"
+
+
+def test_download_signatures_expire_and_bind_the_job() -> None:
+    expires = int(time.time()) + 60
+    signature = auth.sign_download("secret", "job-1", expires)
+    assert auth.check_download("secret", "job-1", str(expires), signature)
+    assert not auth.check_download("secret", "job-2", str(expires), signature)
+    assert not auth.check_download("other", "job-1", str(expires), signature)
+    assert not auth.check_download("secret", "job-1", str(expires + 1), signature)
+    past = int(time.time()) - 1
+    assert not auth.check_download("secret", "job-1", str(past), auth.sign_download("secret", "job-1", past))
+    assert not auth.check_download("secret", "job-1", "soon", signature)
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_ceiling() -> None:
+    for attempt, ceiling in [(1, 2.0), (2, 4.0), (3, 8.0), (10, 300.0)]:
+        waits = [backoff_s(attempt, base_s=2.0, max_s=300.0) for _ in range(200)]
+        assert all(ceiling / 2 <= w <= ceiling for w in waits)
+        assert max(waits) - min(waits) > ceiling / 10, "jittered"
+
+
+def test_page_count_of_a_pdf() -> None:
+    assert count_pages(minimal_pdf()) == 1
