@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from server import api, db, events, health
+from server import api, db, events, health, retention, sockets
 from server.hub import Hub
 from server.keys import (
     CHROMIUM,
@@ -23,6 +23,7 @@ from server.keys import (
     RENDERER,
     SETTINGS,
     STORAGE,
+    WEBHOOKS,
     WORKERS,
 )
 from server.listener import Listener
@@ -31,12 +32,12 @@ from server.problems import middleware as problem_middleware
 from server.render import ChromiumRenderer, Renderer
 from server.settings import Settings
 from server.storage import LocalStorage, open_s3_storage
+from server.webhooks import WebhookSender
 from server.worker import WorkerConfig, Workers, rescue_loop
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
-RESCUE_INTERVAL_S = 5.0
 PRUNE_INTERVAL_S = 3600.0
 LISTEN_START_TIMEOUT_S = 30.0
 
@@ -116,7 +117,13 @@ def create_app(
             if WORKERS in app:
                 app[WORKERS].wake()
 
-        listener = Listener(app[DSN], on_event=hub.poke, on_work=wake_workers)
+        def wake_webhooks() -> None:
+            if WEBHOOKS in app:
+                app[WEBHOOKS].wake()
+
+        listener = Listener(
+            app[DSN], on_event=hub.poke, on_work=wake_workers, on_webhook=wake_webhooks
+        )
         app[LISTENER] = listener
         async with background("hub", hub.run()), background("listener", listener.run()):
             # Serve only once notifications flow, so the first job's push is not late.
@@ -137,6 +144,7 @@ def create_app(
             slots=settings.render_slots,
             executable=settings.chromium,
             recycle_after_jobs=settings.browser_recycle_jobs,
+            max_rss_mb=settings.browser_max_rss_mb,
         )
         await chromium.start()
         app[RENDERER] = app[CHROMIUM] = chromium
@@ -166,14 +174,25 @@ def create_app(
             yield
             await workers.stop()
 
+    async def webhooks(app: web.Application) -> AsyncIterator[None]:
+        if settings.webhook_concurrency == 0:
+            yield
+            return
+        async with WebhookSender.open(app[POOL], app[STORAGE], app[POLICY], settings) as sender:
+            app[WEBHOOKS] = sender
+            async with background("webhooks", sender.run()):
+                yield
+                await sender.stop()
+
     async def maintenance(app: web.Application) -> AsyncIterator[None]:
         async with (
-            background("rescuer", rescue_loop(app[POOL], interval_s=RESCUE_INTERVAL_S)),
+            background("rescuer", rescue_loop(app[POOL], interval_s=settings.rescue_interval_s)),
             background("pruner", _prune_loop(app)),
+            background("retention", _retention_loop(app)),
         ):
             yield
 
-    app.cleanup_ctx.extend([database, storage, hub, renderer, workers, maintenance])
+    app.cleanup_ctx.extend([database, storage, hub, renderer, workers, webhooks, maintenance])
     app.on_shutdown.append(_close_streams)
 
     if settings.run_web:
@@ -182,6 +201,7 @@ def create_app(
         app.router.add_get("/", _index)
         if STATIC_DIR.is_dir():
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
+        sockets.attach(app)  # Socket.IO at /socket.io/; its cleanup step runs after the hub's
     return app
 
 
@@ -189,7 +209,13 @@ async def _report_storage(storage: Any) -> None:
     try:
         await storage.check()
     except Exception as exc:
-        log.error("storage is not ready: %s", exc)
+        log.error("storage is not ready (/readyz fails until it is): %s", exc)
+
+
+async def _retention_loop(app: web.Application) -> None:
+    days = app[SETTINGS].retention_days
+    if days:
+        await retention.run(app[POOL], app[STORAGE], older_than_days=days)
 
 
 async def _prune_loop(app: web.Application) -> None:
@@ -211,6 +237,7 @@ async def _close_streams(app: web.Application) -> None:
     for resp in list(app[api.STREAMS_KEY]):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()
+    await sockets.close_all(app)
 
 
 async def _index(request: web.Request) -> web.FileResponse:

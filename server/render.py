@@ -14,9 +14,12 @@ import contextlib
 import dataclasses
 import logging
 import re
+import os
 import shutil
 from collections.abc import AsyncIterator
 from typing import Protocol
+
+import psutil
 
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
@@ -39,6 +42,7 @@ CHROMIUM_ARGS = (
 SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 CLOSE_TIMEOUT_S = 5.0
+MEMORY_CHECK_EVERY_JOBS = 25
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +77,30 @@ def find_system_chromium() -> str | None:
     return None
 
 
+def browser_processes() -> list[psutil.Process]:
+    """Chromium processes started by this process (through Playwright's driver)."""
+    found = []
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            name = child.name().lower()
+        except psutil.Error:
+            continue
+        if "chrom" in name or "headless_shell" in name:
+            found.append(child)
+    return found
+
+
+def browser_rss_mb() -> float:
+    """Resident memory of every Chromium process of this process, in MiB."""
+    total = 0
+    for process in browser_processes():
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / (1024 * 1024)
+
+
 @dataclasses.dataclass(slots=True)
 class _Slot:
     """A page in its own context, with what the current job noted while it printed."""
@@ -95,11 +123,14 @@ class ChromiumRenderer:
         slots: int,
         executable: str | None = None,
         recycle_after_jobs: int = 1000,
+        max_rss_mb: int = 1500,
     ) -> None:
         self._policy = policy
         self._slots = max(slots, 1)
         self._executable = executable
         self._recycle_after_jobs = recycle_after_jobs
+        self._max_rss_mb = max_rss_mb
+        self._recycle_due = False
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._generation = 0
@@ -114,14 +145,6 @@ class ChromiumRenderer:
     @property
     def executable(self) -> str | None:
         return self._executable
-
-    @property
-    def browser_pid(self) -> int | None:
-        """The browser's process id, for health checks and fault tests."""
-        if self._browser is None:
-            return None
-        process = getattr(self._browser, "_impl_obj", None)
-        return getattr(getattr(process, "_browser_process", None), "pid", None)
 
     async def start(self) -> None:
         self._playwright = await async_playwright().start()
@@ -164,6 +187,7 @@ class ChromiumRenderer:
         self._idle = []
         self._by_page = {}
         self._jobs_on_browser = 0
+        self._recycle_due = False
         self.launches += 1
         log.info("browser %s launched (launch %s)", browser.version, self.launches)
 
@@ -178,7 +202,14 @@ class ChromiumRenderer:
     async def _ensure_browser(self) -> None:
         async with self._lock:
             if self._browser is not None and self._browser.is_connected():
-                if self._jobs_on_browser < self._recycle_after_jobs:
+                if self._jobs_on_browser >= self._recycle_after_jobs:
+                    self._recycle_due = True
+                elif self._jobs_on_browser % MEMORY_CHECK_EVERY_JOBS == MEMORY_CHECK_EVERY_JOBS - 1:
+                    rss_mb = await asyncio.to_thread(browser_rss_mb)
+                    if rss_mb > self._max_rss_mb:
+                        log.info("browser uses %.0f MiB, above %s MiB", rss_mb, self._max_rss_mb)
+                        self._recycle_due = True
+                if not self._recycle_due:
                     return
                 # Recycle: wait until the renders on this browser are done, then start afresh,
                 # so a long-running process does not grow with Chromium's caches.

@@ -86,7 +86,27 @@ def _allow_list(raw: str) -> tuple[str, ...]:
 def _webhook_secret(raw: str) -> str:
     if not raw.startswith("whsec_") or len(raw) <= len("whsec_"):
         raise ValueError("must look like whsec_<base64>")
+    encoded = raw.removeprefix("whsec_")
+    # binascii.Error is a ValueError: the HMAC key is the decoded base64 part.
+    base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     return raw
+
+
+def _schedule(raw: str) -> tuple[float, ...]:
+    delays = tuple(float(part) for part in raw.split(","))
+    if any(delay <= 0 for delay in delays):
+        raise ValueError("must be a comma-separated list of seconds, each greater than 0")
+    return delays
+
+
+def _public_url(raw: str) -> str:
+    if not raw.startswith(("http://", "https://")) or len(raw.split("://", 1)[1]) == 0:
+        raise ValueError("must be an absolute http(s) URL")
+    return raw.rstrip("/")
+
+
+#: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
+DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 
 
 def _read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
@@ -145,12 +165,31 @@ class Settings:
     sse_ping_s: float = 15.0
     subscriber_queue: int = 1000
     browser_recycle_jobs: int = 1000
+    browser_max_rss_mb: int = 1500
+    rescue_interval_s: float = 5.0
     shutdown_grace_s: float = 20.0
     log_json: bool = False
+    #: Where clients reach this server; makes local download URLs in webhooks absolute.
+    public_url: str = ""
+    webhook_timeout_s: float = 10.0
+    #: Delays before each retry; one attempt more than entries. About a day in total.
+    webhook_schedule_s: tuple[float, ...] = DEFAULT_WEBHOOK_SCHEDULE_S
+    #: Concurrent webhook POSTs from this process (0 = this process sends none).
+    webhook_concurrency: int = 8
+    #: Finished jobs and their files are deleted after this many days (0 = kept forever).
+    retention_days: int = 0
 
     @property
     def files_dir(self) -> Path:
         return self.data_dir / "files"
+
+    @property
+    def public_base_url(self) -> str:
+        """PRESSROOM_PUBLIC_URL, else http://host:port."""
+        if self.public_url:
+            return self.public_url
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
@@ -198,8 +237,17 @@ class Settings:
             sse_ping_s=_parse(e, "PRESSROOM_SSE_PING_S", 15.0, _positive(float)),
             subscriber_queue=_parse(e, "PRESSROOM_SUBSCRIBER_QUEUE", 1000, _positive(int)),
             browser_recycle_jobs=_parse(e, "PRESSROOM_BROWSER_RECYCLE_JOBS", 1000, _positive(int)),
+            browser_max_rss_mb=_parse(e, "PRESSROOM_BROWSER_MAX_RSS_MB", 1500, _positive(int)),
+            rescue_interval_s=_parse(e, "PRESSROOM_RESCUE_INTERVAL_S", 5.0, _positive(float)),
             shutdown_grace_s=_parse(e, "PRESSROOM_SHUTDOWN_GRACE_S", 20.0, _positive(float)),
             log_json=_parse(e, "PRESSROOM_LOG_JSON", False, _bool),
+            public_url=_parse(e, "PRESSROOM_PUBLIC_URL", "", _public_url),
+            webhook_timeout_s=_parse(e, "PRESSROOM_WEBHOOK_TIMEOUT_S", 10.0, _positive(float)),
+            webhook_schedule_s=_parse(
+                e, "PRESSROOM_WEBHOOK_SCHEDULE_S", DEFAULT_WEBHOOK_SCHEDULE_S, _schedule
+            ),
+            webhook_concurrency=_parse(e, "PRESSROOM_WEBHOOK_CONCURRENCY", 8, _non_negative_int),
+            retention_days=_parse(e, "PRESSROOM_RETENTION_DAYS", 0, _non_negative_int),
         )
         values.update(overrides)
         data_dir = Path(values["data_dir"])

@@ -14,7 +14,7 @@ import uuid
 import asyncpg
 
 from server import jobs, options, templates
-from server.errors import RenderError
+from server.errors import PermanentError, RenderError
 from server.events import JobEvent
 from server.jobs import ClaimedJob, JobState
 from server.render import Renderer
@@ -35,6 +35,7 @@ class WorkerConfig:
     retry_base_s: float
     retry_max_s: float
     shutdown_grace_s: float
+    max_pages: int = 1000
 
 
 def new_worker_id() -> str:
@@ -141,11 +142,16 @@ class Workers:
         warnings: list[str] = []
         try:
             render_options = options.parse(job.options)
-            html = templates.render(job.template, job.data)
+            html = await templates.render_async(
+                job.template, job.data, timeout_s=self._config.render_timeout_s
+            )
             result = await self._renderer.render(
                 html, render_options, timeout_s=self._config.render_timeout_s
             )
             warnings = result.warnings
+            if result.pages > self._config.max_pages:
+                limit = self._config.max_pages
+                raise PermanentError(f"the PDF has {result.pages} pages; the limit is {limit}")
             self._rendered.add(job.id)
             self._wake.set()
             await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
@@ -174,6 +180,11 @@ class Workers:
             log.info("late result discarded", extra={"job_id": str(job.id), "tenant": job.tenant})
             with contextlib.suppress(Exception):
                 await self._storage.delete(job.object_key)
+            return
+        # Earlier attempts of this job may have stored a file before their worker died.
+        for attempt in range(1, job.attempt):
+            with contextlib.suppress(Exception):
+                await self._storage.delete(jobs.object_key(job.tenant, job.id, attempt))
 
     async def _finish_done(
         self, job: ClaimedJob, size: int, pages: int, warnings: list[str]
