@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import enum
@@ -253,3 +254,63 @@ async def next_due_at(pool: asyncpg.Pool) -> dt.datetime | None:
     """When the earliest queued job is due (None when the queue is empty)."""
     value: dt.datetime | None = await pool.fetchval(query("next_due_at"))
     return value
+
+
+class GroupCommit:
+    """Inserts concurrent submissions together: one statement, one transaction, one NOTIFY.
+
+    A lone request is inserted at once. While an insert is in flight, new requests wait for
+    it and then go together in the next one, so batches grow with load and shrink to one when
+    the server is quiet; nobody waits on a timer.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
+        self._pool = pool
+        self._max_batch = max_batch
+        self._waiting: list[tuple[NewJob, asyncio.Future[JsonDict]]] = []
+        self._flushing = False
+        self._flusher: asyncio.Task[None] | None = None  # a strong reference keeps it alive
+        self.batches = 0
+        self.inserted = 0
+
+    async def create(self, new: NewJob) -> JsonDict:
+        """Insert one job (with its event and NOTIFY) and return its public JSON."""
+        future: asyncio.Future[JsonDict] = asyncio.get_running_loop().create_future()
+        self._waiting.append((new, future))
+        if not self._flushing:
+            self._flushing = True
+            self._flusher = asyncio.create_task(self._flush(), name="group-commit")
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = (
+                    self._waiting[: self._max_batch],
+                    self._waiting[self._max_batch :],
+                )
+                await self._insert(batch)
+        finally:
+            self._flushing = False
+
+    async def _insert(self, batch: list[tuple[NewJob, asyncio.Future[JsonDict]]]) -> None:
+        try:
+            created = await create(self._pool, [new for new, _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            # One bad row must not fail its neighbours: insert them one by one.
+            for item in batch:
+                await self._insert([item])
+            return
+        self.batches += 1
+        self.inserted += len(batch)
+        for (_, future), job in zip(batch, created, strict=True):
+            if not future.done():
+                future.set_result(job)
+
+
+def _settle(future: asyncio.Future[JsonDict], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

@@ -131,6 +131,7 @@ class ChromiumRenderer:
         self._recycle_after_jobs = recycle_after_jobs
         self._max_rss_mb = max_rss_mb
         self._recycle_due = False
+        self._suspect = False
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._generation = 0
@@ -194,13 +195,35 @@ class ChromiumRenderer:
     async def _close_browser(self) -> None:
         browser, self._browser = self._browser, None
         self._idle, self._by_page = [], {}
-        if browser is not None:
-            with contextlib.suppress(PlaywrightError, TimeoutError):
-                async with asyncio.timeout(10):
-                    await browser.close()
+        if browser is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await browser.close()
+        except (PlaywrightError, TimeoutError):
+            # A hung browser does not close; kill it so no process is left behind.
+            for process in browser_processes():
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+
+    async def _responsive(self) -> bool:
+        """After a timeout: does the browser still answer at all?"""
+        assert self._browser is not None
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                context = await self._browser.new_context()
+                await context.close()
+        except (PlaywrightError, TimeoutError):
+            return False
+        return True
 
     async def _ensure_browser(self) -> None:
         async with self._lock:
+            if self._browser is not None and self._suspect:
+                self._suspect = False
+                if not await self._responsive():
+                    log.warning("browser stopped answering; relaunching")
+                    await self._close_browser()
             if self._browser is not None and self._browser.is_connected():
                 if self._jobs_on_browser >= self._recycle_after_jobs:
                     self._recycle_due = True
@@ -294,6 +317,7 @@ class ChromiumRenderer:
             async with asyncio.timeout(timeout_s):
                 return await self._render(html, options, timeout_s)
         except TimeoutError:
+            self._suspect = True
             raise TransientError(f"render timed out after {timeout_s:g} s") from None
         except PlaywrightError as exc:
             message = _first_line(exc)

@@ -335,3 +335,28 @@ async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)  # the process is starting: nothing to wait on but its port
+
+
+@pytest.mark.browser
+async def test_a_hung_chromium_is_replaced(start_app: Callable[..., Any]) -> None:
+    app: RunningApp = await start_app(
+        render_slots=1, env={"PRESSROOM_RENDER_TIMEOUT_S": "3", "PRESSROOM_RETRY_BASE_S": "0.1"}
+    )
+    body = {"template": SLOW_PAGE, "data": {"n": 1, "ms": 1500}, "options": {"wait_for_selector": "#ready"}}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        created = await resp.json()
+    seen: list[dict[str, Any]] = []
+    frozen: list[psutil.Process] = []
+    async with app.http.get(app.url(created["links"]["events"])) as resp:
+        async for message in messages(resp):
+            seen.append(message.json["job"])
+            if message.event == "job.running" and not frozen:
+                frozen = browser_processes()
+                for process in frozen:
+                    process.suspend()  # SIGSTOP: the browser hangs without dying
+            if message.event in ("job.done", "job.failed"):
+                break
+    assert [j["status"] for j in seen][-1] == "done"
+    assert "timed out" in seen[-1]["errors"][0]["error"]
+    alive = [p for p in frozen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], "the hung browser was killed, not kept"
