@@ -21,7 +21,7 @@ install: $(STAMP_DEPS) $(STAMP_BROWSER)
 $(STAMP_DEPS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,bench]'
 	touch $@
 
 $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh
@@ -35,7 +35,9 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# Full sizes write docs/performance.md; BENCH_QUICK=1 runs reduced sizes into a temp folder.
 bench: install
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
 clean:

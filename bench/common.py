@@ -1,12 +1,15 @@
-"""What every benchmark needs: a throwaway database, the app on a socket, the invoice template."""
+"""What every benchmark needs: one PostgreSQL server, throwaway databases, the app on a socket,
+the invoice template, and small statistics helpers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -15,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import psutil
 from aiohttp import ClientSession, web
 
 from server import db
@@ -22,6 +26,7 @@ from server.app import create_app
 from server.settings import Settings
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+ROOT = Path(__file__).resolve().parent.parent
 
 INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
   body { font-family: "DejaVu Sans", sans-serif; margin: 24px; color: #222; }
@@ -42,53 +47,124 @@ INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
 
 def invoice_data(n: int, lines: int = 20) -> dict[str, Any]:
     rows = [
-        {"item": f"Service {i}", "qty": i % 5 + 1, "price": 9.5 + i, "total": (i % 5 + 1) * (9.5 + i)}
+        {
+            "item": f"Service {i}",
+            "qty": i % 5 + 1,
+            "price": 9.5 + i,
+            "total": (i % 5 + 1) * (9.5 + i),
+        }
         for i in range(lines)
     ]
     return {"number": f"INV-{n:05d}", "customer": "Ana Lima", "due": "2026-12-31", "lines": rows}
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    """One line naming the hardware and software the figures came from."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory_gib = psutil.virtual_memory().total / 2**30
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {memory_gib:.0f} GiB RAM, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}"
+    )
 
 
 def percentile(values: list[float], p: float) -> float:
     if len(values) < 2:
         return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(p * 10) - 1]
+
+
+def latency_summary(latencies_ms: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max of a list of milliseconds."""
+    return {
+        "n": len(latencies_ms),
+        "p50_ms": percentile(latencies_ms, 50),
+        "p90_ms": percentile(latencies_ms, 90),
+        "p99_ms": percentile(latencies_ms, 99),
+        "max_ms": max(latencies_ms) if latencies_ms else float("nan"),
+    }
+
+
+def command(module: str, *args: object) -> str:
+    """The shell command that reproduces a figure."""
+    prefix = "BENCH_QUICK=1 " if QUICK else ""
+    return f"{prefix}python -m {module} " + " ".join(str(a) for a in args)
 
 
 @contextlib.asynccontextmanager
-async def database() -> AsyncIterator[str]:
-    """A fresh database on DATABASE_URL's server, or on an embedded one."""
-    embedded = None
+async def postgres() -> AsyncIterator[str]:
+    """The PostgreSQL server every benchmark of this run shares: DATABASE_URL, else an embedded
+    one, started once and published through DATABASE_URL so nested benchmarks reuse it."""
     server = os.environ.get("DATABASE_URL")
-    if server is None:
-        embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
-        server = await embedded.start()
-    name = f"pressroom_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    dsn = urlunsplit(urlsplit(server)._replace(path="/" + name))
+    if server is not None:
+        yield server
+        return
+    embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
+    server = await embedded.start()
+    os.environ["DATABASE_URL"] = server
     try:
-        yield dsn
+        yield server
     finally:
+        del os.environ["DATABASE_URL"]
+        await embedded.stop()
+
+
+async def server_version(server: str) -> str:
+    conn = await asyncpg.connect(server)
+    try:
+        version: str = await conn.fetchval("SHOW server_version")
+    finally:
+        await conn.close()
+    return f"PostgreSQL {version}"
+
+
+def with_database(server: str, name: str) -> str:
+    return urlunsplit(urlsplit(server)._replace(path="/" + name))
+
+
+@contextlib.asynccontextmanager
+async def database(*, migrated: bool = False) -> AsyncIterator[str]:
+    """A fresh, empty database on the shared server; dropped afterwards."""
+    async with postgres() as server:
+        name = f"pressroom_bench_{uuid.uuid4().hex[:8]}"
         admin = await asyncpg.connect(server)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
         await admin.close()
-        if embedded is not None:
-            await embedded.stop()
+        dsn = with_database(server, name)
+        try:
+            if migrated:
+                conn = await db.connect(dsn)
+                try:
+                    await db.migrate(conn)
+                finally:
+                    await conn.close()
+            yield dsn
+        finally:
+            admin = await asyncpg.connect(server)
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
 
 
 @contextlib.asynccontextmanager
 async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, web.Application]]:
-    """The real app on a free port; yields its base URL."""
+    """The real app on a free port; yields its base URL and the app.
+
+    `renderer_factory` is passed to create_app; every other keyword overrides a setting. The
+    per-tenant cap on jobs in flight is lifted, since benchmarks queue far more than a tenant
+    would, and webhooks are off (no benchmark job has one).
+    """
+    renderer_factory = overrides.pop("renderer_factory", None)
     data_dir = Path(tempfile.mkdtemp(prefix="prb-data-"))
     env = {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
+    overrides.setdefault("tenant_max_inflight", 10**9)
     settings = Settings.from_env(env, **overrides)
-    app = create_app(settings, renderer_factory=overrides.pop("renderer_factory", None))
-    runner = web.AppRunner(app, handle_signals=False)
+    app = create_app(settings, renderer_factory=renderer_factory)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -109,8 +185,6 @@ async def wait_done(session: ClientSession, base: str, ids: set[str]) -> None:
             if line.startswith("event:"):
                 event = line[6:].strip()
             elif line.startswith("data:") and event in ("job.done", "job.failed"):
-                import json
-
                 job = json.loads(line[5:])["job"]
                 if event == "job.failed":
                     raise RuntimeError(f"job failed: {job['error']}")
@@ -119,7 +193,9 @@ async def wait_done(session: ClientSession, base: str, ids: set[str]) -> None:
                     return
 
 
-async def submit_many(session: ClientSession, base: str, bodies: list[dict[str, Any]], concurrency: int) -> list[str]:
+async def submit_many(
+    session: ClientSession, base: str, bodies: list[dict[str, Any]], concurrency: int
+) -> list[str]:
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(body: dict[str, Any]) -> str:
@@ -128,3 +204,23 @@ async def submit_many(session: ClientSession, base: str, bodies: list[dict[str, 
             return str((await resp.json())["id"])
 
     return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+async def run_module(module: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    """Run `python -m module args…` in a child process and return the JSON it prints last.
+
+    Load generators run in their own process, so the client's CPU is not charged to the
+    server's event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"python -m {module} {' '.join(args)} exited {proc.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])

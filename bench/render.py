@@ -4,7 +4,10 @@ Both render the same invoice (20 lines, some CSS) in the same run, at the same c
 The raw loop reuses one page per slot; Pressroom goes submit over HTTP → claim → render →
 store → done event, read from the SSE stream.
 
-    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 20]
+A 20-page document (the invoice with 640 lines) is measured at the same slot counts, with
+fewer documents (--docs * 2 / pages).
+
+    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20]
 """
 
 from __future__ import annotations
@@ -17,10 +20,23 @@ from typing import Any
 from aiohttp import ClientSession
 from playwright.async_api import async_playwright
 
-from bench.common import INVOICE, QUICK, database, invoice_data, machine, running_app, submit_many, wait_done
+from bench.common import (
+    INVOICE,
+    QUICK,
+    command,
+    database,
+    invoice_data,
+    machine,
+    postgres,
+    running_app,
+    submit_many,
+    wait_done,
+)
 from server import templates
 from server.options import RenderOptions
 from server.render import CHROMIUM_ARGS, find_system_chromium
+
+NAME = "bench.render"
 
 
 async def raw_playwright(html: list[str], slots: int) -> float:
@@ -34,7 +50,7 @@ async def raw_playwright(html: list[str], slots: int) -> float:
             )
         pages = [await browser.new_page() for _ in range(slots)]
         queue: asyncio.Queue[str] = asyncio.Queue()
-        for doc in html:
+        for doc in html[:2]:
             queue.put_nowait(doc)
         pdf_args = RenderOptions().pdf_arguments()
 
@@ -70,15 +86,24 @@ async def pressroom(bodies: list[dict[str, Any]], slots: int) -> float:
     return len(bodies) / elapsed
 
 
-async def run(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
+async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
+    """One row per slot count: raw Playwright and Pressroom on the same documents."""
     rows: list[dict[str, Any]] = []
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
-    bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
-    html = [templates.render(INVOICE, b["data"]) for b in bodies]
+    data = [invoice_data(n, lines) for n in range(docs)]
+    bodies: list[dict[str, Any]] = [{"template": INVOICE, "data": d} for d in data]
+    html = [templates.render(INVOICE, d) for d in data]
     for slots in slot_counts:
         floor = await raw_playwright(html, slots)
         ours = await pressroom(bodies, slots)
-        row = {"slots": slots, "docs": docs, "pages": pages, "raw": floor, "pressroom": ours, "ratio": ours / floor}
+        row = {
+            "slots": slots,
+            "docs": docs,
+            "pages": pages,
+            "raw": floor,
+            "pressroom": ours,
+            "ratio": ours / floor,
+        }
         rows.append(row)
         print(
             f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright {floor:6.1f} PDF/s, "
@@ -88,14 +113,35 @@ async def run(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, A
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every page count at every slot count; the longer documents get fewer docs."""
+    slot_counts = [int(s) for s in args.slots.split(",")]
+    rows: list[dict[str, Any]] = []
+    async with postgres():
+        for pages in [int(p) for p in args.pages.split(",")]:
+            docs = args.docs if pages <= 1 else max(2 * max(slot_counts), args.docs * 2 // pages)
+            rows += await run_pages(docs, slot_counts, pages)
+    return {"args": vars(args), "command": command(NAME, *_argv(args)), "rows": rows}
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--docs", type=int, default=20 if QUICK else 200)
     parser.add_argument("--slots", default="1,2" if QUICK else "1,2,4")
-    parser.add_argument("--pages", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--pages", default="1,20", help="page counts, e.g. 1,20")
+    return parser
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    return [f"--docs {args.docs}", f"--slots {args.slots}", f"--pages {args.pages}"]
+
+
+def main() -> None:
+    args = parser().parse_args()
     print(f"machine: {machine()}")
-    asyncio.run(run(args.docs, [int(s) for s in args.slots.split(",")], args.pages))
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
 import json
 import logging
+import math
 import uuid
 from typing import Any
 
@@ -12,10 +15,10 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 from yarl import URL
 
-from server import events, jobs, options, templates
+from server import admission, auth, events, jobs, library, options, templates, webhooks
 from server.events import JobEvent, Position
-from server.hub import SubscriberDropped
-from server.jobs import JobState, NewJob
+from server.hub import SubscriberDropped, Subscription, etag, etag_matches
+from server.jobs import JobState, NewJob, StoredJob
 from server.keys import HUB, POLICY, POOL, SETTINGS, STORAGE
 from server.problems import DB_ERRORS, Problem, invalid, not_found
 
@@ -23,6 +26,7 @@ log = logging.getLogger(__name__)
 
 JOB_FIELDS = {
     "template",
+    "template_id",
     "data",
     "options",
     "webhook_url",
@@ -33,13 +37,14 @@ JOB_FIELDS = {
 }
 MAX_METADATA_BYTES = 16 * 1024
 MAX_LIST_LIMIT = 200
+MAX_WAIT_S = 60
 
 routes = web.RouteTableDef()
 
 
 def tenant_of(request: web.Request) -> str:
     """The tenant every query of this request is scoped to."""
-    tenant: str = request.get("tenant", "default")
+    tenant: str = request.get(auth.TENANT, auth.DEV_TENANT)
     return tenant
 
 
@@ -57,7 +62,9 @@ async def read_json(request: web.Request) -> Any:
         raise Problem(415, "Unsupported media type", "Send the body as application/json.")
     raw = await request.read()
     try:
-        return json.loads(raw.decode("utf-8"))
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        _check_text(body)
+        return body
     except UnicodeDecodeError:
         raise Problem(
             400, "Malformed body", "The body is not valid UTF-8.", kind="malformed-body"
@@ -72,12 +79,46 @@ async def read_json(request: web.Request) -> Any:
         ) from None
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_text(body: Any) -> None:
+    """PostgreSQL stores neither NUL characters nor unpaired surrogates (valid JSON escapes)."""
+    pending = [body]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and ("\x00" in value or not _encodable(value)):
+            raise Problem(
+                400,
+                "Malformed body",
+                "Strings must not contain NUL (\\u0000) or unpaired surrogate characters.",
+                kind="malformed-body",
+            )
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")).encode())
 
 
-def validate_job(body: Any, request: web.Request) -> NewJob:
-    """Check a submission field by field; every problem found is reported at once."""
+def validate_job(
+    body: Any, request: web.Request, stored: library.StoredTemplate | None = None
+) -> NewJob:
+    """Check a submission field by field; every problem found is reported at once.
+    `stored` is the template its template_id names (library.lookup), if any."""
     settings = request.app[SETTINGS]
     if not isinstance(body, dict):
         raise invalid([("", "the body must be a JSON object")])
@@ -85,9 +126,13 @@ def validate_job(body: Any, request: web.Request) -> NewJob:
         (key, "is not a known field") for key in body if key not in JOB_FIELDS
     ]
 
-    template = body.get("template")
+    template: Any = body.get("template")
+    raw_options: Any = body.get("options")
+    if "template_id" in body:
+        template, raw_options = library.resolve(body, stored, errors)
     if template is None:
-        errors.append(("template", "is required"))
+        if "template_id" not in body:
+            errors.append(("template", "is required"))
     elif not isinstance(template, str):
         errors.append(("template", "must be a string"))
     elif len(template.encode()) > settings.max_template_bytes:
@@ -109,7 +154,7 @@ def validate_job(body: Any, request: web.Request) -> NewJob:
 
     render_options = options.RenderOptions()
     try:
-        render_options = options.parse(body.get("options"))
+        render_options = options.parse(raw_options)
     except options.OptionsError as exc:
         errors.extend(exc.errors)
 
@@ -165,7 +210,7 @@ def _parse_time(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def links(request: web.Request, job_id: str) -> dict[str, str]:
+def links(request: web.Request | None, job_id: str) -> dict[str, str]:
     return {
         "self": f"/v1/jobs/{job_id}",
         "events": f"/v1/jobs/{job_id}/events",
@@ -175,34 +220,176 @@ def links(request: web.Request, job_id: str) -> dict[str, str]:
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
     """The job as clients see it: links, and a signed download URL once it is done."""
+    return await present_job(request.app, request.url, job, tenant)
+
+
+async def present_job(
+    app: web.Application, base_url: URL, job: dict[str, Any], tenant: str
+) -> dict[str, Any]:
+    """`present` without a request (Socket.IO); a local download URL is joined to base_url."""
     shown = dict(job)
-    shown["links"] = links(request, job["id"])
+    shown["links"] = links(None, job["id"])
     if job["status"] == JobState.DONE:
-        settings = request.app[SETTINGS]
+        settings = app[SETTINGS]
         key = jobs.object_key(tenant, job["id"], job["attempts"])
-        url = await request.app[STORAGE].url(
+        url = await app[STORAGE].url(
             key, job_id=job["id"], filename=f"{job['id']}.pdf", ttl_s=settings.url_ttl_s
         )
-        shown["url"] = str(request.url.join(URL(url, encoded=True))) if url.startswith("/") else url
+        shown["url"] = str(base_url.join(URL(url, encoded=True))) if url.startswith("/") else url
     return shown
 
 
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
-    new = validate_job(await read_json(request), request)
-    [job] = await jobs.create(request.app[POOL], [new])
-    log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
+    settings = request.app[SETTINGS]
+    raw = await read_json(request)
+    key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
+    template = raw.get("template") if isinstance(raw, dict) else None
+    if isinstance(template, str) and len(template) <= settings.max_template_bytes:
+        await templates.check_async(template)  # compiled off the loop; validate_job reuses it
+    new = validate_job(raw, request, await library.lookup(request, raw))
+    if key is not None:
+        fingerprint = admission.request_hash(raw)
+        new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
+    admitted = await admission.submit(
+        request.app[POOL],
+        new,
+        max_in_flight=settings.tenant_max_inflight,
+        key_ttl_s=settings.idempotency_ttl_s,
+    )
+    job = admitted.job
+    if not admitted.replayed:
+        log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
     body = await present(request, job, new.tenant)
-    return web.json_response(body, status=202, headers={"Location": body["links"]["self"]})
+    if request.get(auth.VIA) == auth.VIA_KEY:
+        # Browsers must not hold the API key; this token opens this job's stream only.
+        token, _ = auth.make_token(
+            settings.secret, new.tenant, job_id=job["id"], ttl_s=settings.token_ttl_s
+        )
+        body["links"]["events"] += f"?token={token}"
+    headers = {"Location": body["links"]["self"]}
+    if admitted.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return web.json_response(body, status=200 if admitted.replayed else 202, headers=headers)
+
+
+@routes.post("/v1/tokens")
+async def issue_token(request: web.Request) -> web.Response:
+    """A short-lived subscription token for EventSource and Socket.IO (no API key in browsers)."""
+    settings = request.app[SETTINGS]
+    tenant = tenant_of(request)
+    body = await read_json(request) if request.can_read_body else {}
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise invalid([("", "the body must be a JSON object")])
+    errors = [(key, "is not a known field") for key in body if key != "job_id"]
+    job_id = body.get("job_id")
+    if job_id is not None:
+        try:
+            job_id = uuid.UUID(job_id) if isinstance(job_id, str) else None
+        except ValueError:
+            job_id = None
+        if job_id is None:
+            errors.append(("job_id", "must be a job id (UUID)"))
+    if errors:
+        raise invalid(errors)
+    if job_id is not None and await jobs.get(request.app[POOL], job_id, tenant) is None:
+        raise not_found()
+    token, expires_at = auth.make_token(
+        settings.secret, tenant, job_id=job_id, ttl_s=settings.token_ttl_s
+    )
+    return web.json_response(auth.token_response(token, expires_at))
 
 
 @routes.get("/v1/jobs/{job_id}")
 async def get_job(request: web.Request) -> web.Response:
+    """The job, with an ETag; `?wait=S` holds the answer until it changes (long-poll)."""
     tenant = tenant_of(request)
-    stored = await jobs.get(request.app[POOL], parse_job_id(request), tenant)
-    if stored is None:
-        raise not_found()
-    return web.json_response(await present(request, stored.job, tenant))
+    job_id = parse_job_id(request)
+    wait_s, since = _long_poll_params(request)
+    if_none_match = request.headers.get("If-None-Match")
+    # Subscribe before reading, so a change committed in between still wakes the poll.
+    with request.app[HUB].subscription(tenant=tenant, job_id=job_id) as changes:
+        stored = await jobs.get(request.app[POOL], job_id, tenant)
+        if stored is None:
+            raise not_found()
+        if wait_s:
+            stored = await _wait_for_change(request, stored, changes, wait_s, since, if_none_match)
+    tag = etag(stored.job)
+    headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
+    if if_none_match is not None and etag_matches(if_none_match, tag):
+        return web.Response(status=304, headers=headers)
+    body = await present(request, stored.job, tenant)
+    body["webhooks"] = await webhooks.summary(request.app[POOL], job_id, tenant)
+    return web.json_response(body, headers=headers)
+
+
+def _long_poll_params(request: web.Request) -> tuple[float | None, int | None]:
+    errors: list[tuple[str, str]] = []
+    wait_s = None
+    if "wait" in request.query:
+        try:
+            wait_s = float(request.query["wait"])
+        except ValueError:
+            wait_s = math.nan
+        if not 0 <= wait_s <= MAX_WAIT_S:  # NaN fails too
+            errors.append(("wait", f"must be a number of seconds from 0 to {MAX_WAIT_S}"))
+    since = None
+    if "since" in request.query:
+        if (parsed := event_id(request.query["since"])) is not None:
+            since = parsed
+        else:
+            errors.append(("since", "must be an event id"))
+    if errors:
+        raise invalid(errors, "The query parameters are not valid.")
+    return wait_s, since
+
+
+async def _wait_for_change(
+    request: web.Request,
+    stored: StoredJob,
+    changes: Subscription,
+    wait_s: float,
+    since: int | None,
+    if_none_match: str | None,
+) -> StoredJob:
+    """The job once it differs from the client's ETag (or has events after `since`; with
+    neither, once it next changes), else as it is after wait_s. Woken by the hub only."""
+    pool, tenant, job_id = request.app[POOL], tenant_of(request), parse_job_id(request)
+    after: Position | None = None
+    if if_none_match is not None:
+        if not etag_matches(if_none_match, etag(stored.job)):
+            return stored
+    elif since is not None:
+        cursor = await events.locate(pool, since) if since else None
+        if cursor is None or cursor.tenant != tenant:
+            return stored  # from the start, or a cursor no longer kept: the job is news
+        newer, _held = await events.after(
+            pool, cursor.position, limit=1, tenant=tenant, job_id=job_id
+        )
+        if newer:
+            return stored
+        after = cursor.position
+    elif stored.status.final:
+        return stored  # nothing is on its way; do not hold the client for nothing
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while (remaining_s := deadline - asyncio.get_running_loop().time()) > 0:
+        try:
+            event = await changes.get(remaining_s)
+        except SubscriberDropped:
+            break  # shutting down: answer with what is known
+        if event is None:
+            break
+        if after is not None and event.position <= after:
+            continue
+        current = await jobs.get(pool, job_id, tenant)
+        if current is None:
+            raise not_found()
+        if if_none_match is not None and etag_matches(if_none_match, etag(current.job)):
+            continue  # an event this client has already seen the result of
+        return current
+    return stored
 
 
 @routes.get("/v1/jobs")
@@ -218,7 +405,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             errors.append(("status", f"must be one of {', '.join(s.value for s in JobState)}"))
     limit = 50
     if "limit" in query:
-        if not query["limit"].isdigit() or not 1 <= int(query["limit"]) <= MAX_LIST_LIMIT:
+        if not _ascii_digits(query["limit"]) or not 1 <= int(query["limit"]) <= MAX_LIST_LIMIT:
             errors.append(("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}"))
         else:
             limit = int(query["limit"])
@@ -356,14 +543,40 @@ def _requested_cursor(request: web.Request) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit():
+    parsed = event_id(raw)
+    if parsed is None:
         raise Problem(400, "Bad cursor", "Last-Event-ID must be an event id.", kind="bad-cursor")
+    return parsed
+
+
+MAX_EVENT_ID = 2**63 - 1  # bigint
+
+
+def _ascii_digits(raw: str) -> bool:
+    # str.isdigit() also accepts "²" and other digits int() refuses.
+    return raw.isascii() and raw.isdigit() and len(raw) <= 19
+
+
+def event_id(raw: str) -> int | None:
+    """An event id from a header or query parameter, None when it cannot be one."""
+    if not _ascii_digits(raw) or int(raw) > MAX_EVENT_ID:
+        return None
     return int(raw)
 
 
-async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> dict[str, Any]:
+    """What every transport sends for an event: a job event carries the job as presented
+    (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
     wire = event.wire()
-    wire["job"] = await present(request, event.job, event.tenant)
+    if event.type.startswith("batch."):
+        wire["batch"] = wire.pop("job")
+    else:
+        wire["job"] = await present_job(app, base_url, event.job, event.tenant)
+    return wire
+
+
+async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+    wire = await event_wire(request.app, request.url, event)
     await resp.send(json.dumps(wire), id=str(event.id), event=event.type)
 
 
@@ -392,7 +605,9 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     requested = _requested_cursor(request)
     position: Position | None = None
     reset = False
-    if requested is not None:
+    if requested == 0:
+        position = events.START  # "from the beginning of what is kept"
+    elif requested is not None:
         cursor = await events.locate(pool, requested)
         if cursor is None or cursor.tenant != tenant:
             reset = True

@@ -11,9 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from server import api, db, events, health, retention, sockets
+from server import admission, api, batches, db, events, health, library, openapi, retention, sockets
+from server.auth import Authenticator
 from server.hub import Hub
 from server.keys import (
+    AUTH,
     CHROMIUM,
     DSN,
     HUB,
@@ -66,8 +68,14 @@ def create_app(
     settings: Settings, *, renderer_factory: RendererFactory | None = None
 ) -> web.Application:
     """Build the app; tests call this too. Nothing starts until the app runner sets it up."""
-    app = web.Application(middlewares=[problem_middleware], client_max_size=settings.max_body_bytes)
+    # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json.
+    authenticator = Authenticator(settings)
+    app = web.Application(
+        middlewares=[problem_middleware, authenticator.middleware],
+        client_max_size=settings.max_body_bytes,
+    )
     app[SETTINGS] = settings
+    app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
     app[api.STREAMS_KEY] = set()
 
@@ -163,6 +171,7 @@ def create_app(
             retry_base_s=settings.retry_base_s,
             retry_max_s=settings.retry_max_s,
             shutdown_grace_s=settings.shutdown_grace_s,
+            max_pages=settings.max_pages,
         )
         workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config)
         app[WORKERS] = workers
@@ -184,6 +193,13 @@ def create_app(
                 yield
                 await sender.stop()
 
+    async def authentication(app: web.Application) -> AsyncIterator[None]:
+        # Before the browser starts: a server that must not run open stops right away.
+        await authenticator.start(app[POOL])
+        pruner = admission.prune_loop(app[POOL], key_ttl_s=settings.idempotency_ttl_s)
+        async with background("idempotency-pruner", pruner):
+            yield
+
     async def maintenance(app: web.Application) -> AsyncIterator[None]:
         async with (
             background("rescuer", rescue_loop(app[POOL], interval_s=settings.rescue_interval_s)),
@@ -192,12 +208,17 @@ def create_app(
         ):
             yield
 
-    app.cleanup_ctx.extend([database, storage, hub, renderer, workers, webhooks, maintenance])
+    app.cleanup_ctx.extend(
+        [database, authentication, storage, hub, renderer, workers, webhooks, maintenance]
+    )
     app.on_shutdown.append(_close_streams)
 
     if settings.run_web:
         app.add_routes(api.routes)
+        app.add_routes(batches.routes)
+        library.setup(app)  # /v1/templates
         app.add_routes(health.routes)
+        app.router.add_get("/v1/openapi.json", openapi.handler)
         app.router.add_get("/", _index)
         if STATIC_DIR.is_dir():
             app.router.add_static("/static/", STATIC_DIR, append_version=False)

@@ -1,11 +1,65 @@
-"""Signatures for download URLs and subscription tokens (HMAC-SHA256 over the server secret)."""
+"""API keys, tenants, subscription tokens and signed download URLs.
+
+A request's tenant comes from its API key (`Authorization: Bearer KEY`), from a subscription
+token (`?token=`, streams only: EventSource cannot send headers) or, while no key exists at
+all, is "default" (dev mode: open, and only on a loopback address).
+"""
 
 from __future__ import annotations
 
 import base64
+import binascii
+import dataclasses
+import datetime as dt
 import hashlib
 import hmac
+import ipaddress
+import json
+import logging
+import math
+import re
+import secrets
 import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from server.admission import RateLimiter
+from server.problems import Problem
+from server.settings import Settings
+from server.sql import query
+
+log = logging.getLogger(__name__)
+
+DEV_TENANT = "default"
+KEY_PREFIX = "prk_"
+SHOWN_PREFIX_CHARS = 12
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+MAX_KEY_CHARS = 200
+# Lookups answered from memory: revoking a key takes effect within settings.auth_cache_s.
+MAX_CACHED_KEYS = 10_000
+
+# What the middleware sets on each request: the tenant, and how the request proved it.
+TENANT = web.RequestKey("tenant", str)
+VIA = web.RequestKey("auth", str)
+VIA_KEY, VIA_TOKEN, VIA_SIGNATURE, VIA_DEV = "key", "token", "signature", "dev"
+
+# Reachable without credentials: health, metrics, the dashboard's files, the API description.
+OPEN_V1_PATHS = frozenset({"/v1/openapi.json"})
+_STREAM_PATH = re.compile(r"/v1/(?:jobs/([^/]+)/)?events")
+_DOWNLOAD_PATH = re.compile(r"/v1/jobs/[^/]+/pdf")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class DevModeRefused(RuntimeError):
+    """No API key exists and the server would listen beyond loopback: it must not start open."""
+
+
+# --- signatures -------------------------------------------------------------------------------
 
 
 def _mac(secret: str, message: str) -> str:
@@ -27,3 +81,295 @@ def check_download(secret: str, job_id: str, expires: str, signature: str) -> bo
     if expires_at < time.time():
         return False
     return hmac.compare_digest(sign_download(secret, job_id, expires_at), signature)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """What a subscription token grants: one tenant's streams, or one job's stream only."""
+
+    tenant: str
+    job_id: str | None
+    expires_at: int
+
+    def allows(self, job_id: str | uuid.UUID | None) -> bool:
+        """May the holder subscribe to this job's stream (None: the tenant's all-jobs stream)?"""
+        if self.job_id is None:
+            return True
+        return job_id is not None and str(job_id) == self.job_id
+
+
+def make_token(
+    secret: str, tenant: str, *, job_id: str | uuid.UUID | None, ttl_s: int
+) -> tuple[str, int]:
+    """A signed subscription token and its expiry (unix seconds)."""
+    expires_at = int(time.time()) + ttl_s
+    claims = {"t": tenant, "j": str(job_id) if job_id is not None else None, "e": expires_at}
+    payload = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).rstrip(
+        b"="
+    )
+    body = payload.decode()
+    return f"{body}.{_mac(secret, 'token:' + body)}", expires_at
+
+
+def check_token(secret: str, token: str) -> TokenClaims | None:
+    """The claims of a token this server signed and that has not expired, else None."""
+    body, _, signature = token.partition(".")
+    if not body or not signature or len(token) > 2048:
+        return None
+    if not hmac.compare_digest(_mac(secret, "token:" + body), signature):
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        tenant, job_id, expires_at = claims["t"], claims["j"], claims["e"]
+    except (binascii.Error, ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(tenant, str) or not isinstance(expires_at, int):
+        return None
+    if job_id is not None and not isinstance(job_id, str):
+        return None
+    if expires_at < time.time():
+        return None
+    return TokenClaims(tenant=tenant, job_id=job_id, expires_at=expires_at)
+
+
+# --- keys ----------------------------------------------------------------------------------
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def check_tenant(name: str) -> str | None:
+    """Why `name` cannot be a tenant, or None when it can."""
+    if TENANT_PATTERN.fullmatch(name) is None:
+        return "a tenant is 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as listed: never the key itself, only its first characters."""
+
+    id: int
+    tenant: str
+    name: str
+    prefix: str
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> ApiKey:
+        return cls(**dict(row))
+
+
+async def create_key(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, name: str = ""
+) -> tuple[ApiKey, str]:
+    """A new key for `tenant`: the row, and the key itself (shown once, never stored)."""
+    if (why := check_tenant(tenant)) is not None:
+        raise ValueError(why)
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    row = await conn.fetchrow(
+        query("api_key_create"), tenant, name, hash_key(key), key[:SHOWN_PREFIX_CHARS]
+    )
+    return ApiKey.from_row(row), key
+
+
+async def list_keys(conn: asyncpg.Connection | asyncpg.Pool) -> list[ApiKey]:
+    return [ApiKey.from_row(row) for row in await conn.fetch(query("api_key_list"))]
+
+
+async def revoke_key(conn: asyncpg.Connection | asyncpg.Pool, key_id: int) -> ApiKey | None:
+    """Revoke a key; None when there is no such key."""
+    row = await conn.fetchrow(query("api_key_revoke"), key_id)
+    return None if row is None else ApiKey.from_row(row)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KnownKey:
+    id: int
+    tenant: str
+
+
+def _unauthorized(detail: str, *, error: str | None = None) -> Problem:
+    challenge = 'Bearer realm="pressroom"' + (f', error="{error}"' if error else "")
+    return Problem(
+        401, "Unauthorized", detail, kind="unauthorized", headers={"WWW-Authenticate": challenge}
+    )
+
+
+class Authenticator:
+    """Decides every /v1 request's tenant; the answers it reads are cached for a few seconds."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._pool: asyncpg.Pool | None = None
+        self._loopback = is_loopback(settings.host)
+        self._keys_active = False
+        self._keys_checked_until = -math.inf
+        self._known: dict[str, tuple[float, _KnownKey | None]] = {}
+        self._limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
+
+    async def start(self, pool: asyncpg.Pool) -> None:
+        """Refuse to serve open beyond loopback; say which mode the server runs in."""
+        self._pool = pool
+        if not self._settings.run_web:
+            return
+        host = self._settings.host
+        if await self.keys_required():
+            log.info("API keys required: every /v1 request needs Authorization: Bearer KEY")
+        elif not self._loopback:
+            raise DevModeRefused(
+                f"no API key exists, so Pressroom would run open (dev mode), which it does on "
+                f"127.0.0.1 only, but PRESSROOM_HOST={host} is not a loopback address. "
+                f"Create a key first: pressroom keys create --tenant NAME"
+            )
+        else:
+            log.warning(
+                "dev mode: no API key exists; open single-tenant API (tenant %r) on %s only. "
+                "Create a key with `pressroom keys create --tenant NAME` to require keys.",
+                DEV_TENANT,
+                host,
+            )
+
+    async def keys_required(self) -> bool:
+        """True once any unrevoked key exists (keyed mode); False in dev mode."""
+        now = time.monotonic()
+        if now >= self._keys_checked_until:
+            assert self._pool is not None, "Authenticator.start() was not called"
+            self._keys_active = bool(await self._pool.fetchval(query("api_keys_active")))
+            self._keys_checked_until = now + self._settings.auth_cache_s
+        return self._keys_active
+
+    async def tenant_for_key(self, key: str) -> str | None:
+        """The tenant of an active API key, else None (for transports other than HTTP)."""
+        known = await self._lookup(key)
+        return None if known is None else known.tenant
+
+    async def _lookup(self, key: str) -> _KnownKey | None:
+        if not key.startswith(KEY_PREFIX) or len(key) > MAX_KEY_CHARS:
+            return None
+        digest = hash_key(key)
+        now = time.monotonic()
+        cached = self._known.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        assert self._pool is not None, "Authenticator.start() was not called"
+        row = await self._pool.fetchrow(query("api_key_lookup"), digest)
+        known = None if row is None else _KnownKey(id=row["id"], tenant=row["tenant"])
+        if self._settings.auth_cache_s > 0:
+            if len(self._known) >= MAX_CACHED_KEYS:
+                self._known.clear()  # a flood of made-up keys must not grow memory
+            self._known[digest] = (now + self._settings.auth_cache_s, known)
+        return known
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Set request["tenant"] for every /v1 route, or answer 401 / 429 (problem+json)."""
+        path = request.path
+        if not path.startswith("/v1/") or path in OPEN_V1_PATHS:
+            return await handler(request)
+        if "%00" in request.raw_path or "\x00" in path:
+            # No text column can hold NUL; refuse it here rather than in every query.
+            raise Problem(
+                400,
+                "Malformed request",
+                "The URL must not contain NUL (%00) characters.",
+                kind="malformed-request",
+            )
+        if _DOWNLOAD_PATH.fullmatch(path) and (
+            "sig" in request.query or "expires" in request.query
+        ):
+            # The signature is the credential; api.download checks it and finds the tenant.
+            request[VIA] = VIA_SIGNATURE
+            return await handler(request)
+        await self._authenticate(request)
+        return await handler(request)
+
+    def _check_rate(self, known: _KnownKey) -> None:
+        wait_s = self._limiter.take(known.id)
+        if wait_s > 0:
+            raise Problem(
+                429,
+                "Too many requests",
+                f"This API key may make {self._settings.rate_limit_rps:g} requests per "
+                f"second (bursts of {self._settings.rate_limit_burst}); retry later.",
+                kind="rate-limited",
+                headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
+            )
+
+    async def _authenticate(self, request: web.Request) -> None:
+        keyed = await self.keys_required()
+        header = request.headers.get("Authorization")
+        if header is not None:
+            scheme, _, credential = header.strip().partition(" ")
+            credential = credential.strip() if scheme.lower() == "bearer" else ""
+            known = await self._lookup(credential) if credential else None
+            if known is not None:
+                # A valid key proves keyed mode at once, whatever the cached answer said.
+                self._keys_active = True
+                self._check_rate(known)
+                request[TENANT], request[VIA] = known.tenant, VIA_KEY
+                return
+            if keyed and not credential:
+                raise _unauthorized(
+                    "Send the API key as `Authorization: Bearer KEY`.", error="invalid_request"
+                )
+            if keyed:
+                raise _unauthorized("The API key is unknown or revoked.", error="invalid_token")
+        stream = _STREAM_PATH.fullmatch(request.path)
+        token = request.query.get("token")
+        if token is not None and stream is not None and request.method in ("GET", "HEAD"):
+            claims = check_token(self._settings.secret, token)
+            if claims is not None and claims.allows(_normal_job_id(stream.group(1))):
+                request[TENANT], request[VIA] = claims.tenant, VIA_TOKEN
+                return
+            if keyed and claims is None:
+                raise _unauthorized(
+                    "The subscription token is invalid or has expired; get a new one.",
+                    error="invalid_token",
+                )
+            if keyed:
+                raise _unauthorized(
+                    "This subscription token is for another job's stream.", error="invalid_token"
+                )
+        if not keyed:
+            if not self._loopback:
+                # Every key was revoked while serving beyond loopback: stay closed, not open.
+                raise _unauthorized(
+                    "No API key is active on this server; create one with "
+                    "`pressroom keys create --tenant NAME`."
+                )
+            request[TENANT], request[VIA] = DEV_TENANT, VIA_DEV
+            return
+        raise _unauthorized(
+            "This server requires an API key: send `Authorization: Bearer KEY`"
+            + (" or a subscription token as ?token=." if stream is not None else ".")
+        )
+
+
+def _normal_job_id(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        return raw
+
+
+def token_response(token: str, expires_at: int) -> dict[str, Any]:
+    """The body of POST /v1/tokens."""
+    return {
+        "token": token,
+        "expires_at": dt.datetime.fromtimestamp(expires_at, dt.UTC).isoformat(),
+    }

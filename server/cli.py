@@ -1,4 +1,4 @@
-"""pressroom serve | web | worker | migrate."""
+"""pressroom serve | web | worker | migrate | keys | submit | jobs | watch | batch."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Any
 
 from aiohttp import web
 
-from server import db
+from server import auth, db
 from server.app import create_app
+from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.keys import CHROMIUM, WORKERS
 from server.settings import Settings, SettingsError
 
@@ -72,7 +73,11 @@ async def run_server(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except BaseException:
+        await runner.cleanup()  # what did start (the embedded database) stops again
+        raise
     try:
         if settings.run_web:
             site = web.TCPSite(runner, settings.host, settings.port)
@@ -85,8 +90,6 @@ async def run_server(settings: Settings) -> None:
                 else ""
             )
             log.info("%s render slots%s", settings.render_slots, chromium)
-        if settings.host in ("127.0.0.1", "localhost", "::1"):
-            log.info("dev mode: open single-tenant API bound to %s only", settings.host)
         await stop.wait()
         log.info("shutting down")
     finally:
@@ -109,6 +112,58 @@ async def run_migrate(settings: Settings) -> None:
             await embedded.stop()
 
 
+async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
+    """keys create | list | revoke, on the database `pressroom serve` would use."""
+    embedded = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = db.EmbeddedPostgres(settings.data_dir / "postgres")
+        dsn = await embedded.start()
+    conn = await db.connect(dsn)
+    try:
+        await db.migrate(conn)
+        if args.keys_command == "create":
+            row, key = await auth.create_key(conn, args.tenant, args.name)
+            print(
+                f"created API key {row.id} for tenant {row.tenant!r} ({row.prefix}...); "
+                "it is shown only now:",
+                file=sys.stderr,
+            )
+            print(key)  # alone on stdout, so `KEY=$(pressroom keys create ...)` works
+        elif args.keys_command == "list":
+            print("id\ttenant\tname\tprefix\tcreated\trevoked\tlast_used")
+            for row in await auth.list_keys(conn):
+                cells = (row.id, row.tenant, row.name, row.prefix, row.created_at, row.revoked_at)
+                shown = [_cell(value) for value in (*cells, row.last_used_at)]
+                print("\t".join(shown))
+        else:
+            revoked = await auth.revoke_key(conn, args.id)
+            if revoked is None:
+                print(f"pressroom: no API key with id {args.id}", file=sys.stderr)
+                return 1
+            print(f"revoked API key {revoked.id} of tenant {revoked.tenant!r}", file=sys.stderr)
+    finally:
+        await conn.close()
+        if embedded is not None:
+            await embedded.stop()
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(timespec="seconds"))
+    return str(value) or "-"
+
+
+def _tenant(raw: str) -> str:
+    why = auth.check_tenant(raw)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return raw
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -120,11 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--port", type=int, help="listen port (PRESSROOM_PORT)")
         command.add_argument("--slots", type=int, help="render slots (PRESSROOM_RENDER_SLOTS)")
     commands.add_parser("migrate", help="apply database migrations and exit")
+    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_commands.add_parser("create", help="print a new key for a tenant, once")
+    create.add_argument("--tenant", required=True, type=_tenant, help="the key's tenant")
+    create.add_argument("--name", default="", help="a label to tell keys apart")
+    keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
+    revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("id", type=int, help="the key's id (see keys list)")
+    add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in CLIENT_COMMANDS:
+        return run_client_command(args)
     overrides: dict[str, Any] = {}
     for name, field in (("host", "host"), ("port", "port"), ("slots", "render_slots")):
         value = getattr(args, name, None)
@@ -143,6 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         if args.command == "migrate":
             asyncio.run(run_migrate(settings))
+        elif args.command == "keys":
+            return asyncio.run(run_keys(settings, args))
         else:
-            asyncio.run(run_server(settings))
+            try:
+                asyncio.run(run_server(settings))
+            except auth.DevModeRefused as exc:
+                print(f"pressroom: {exc}", file=sys.stderr)
+                return 2
     return 0

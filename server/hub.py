@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
+import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import asyncpg
 
@@ -49,6 +52,7 @@ class Subscription:
         if self.dropped is not None:
             return
         if len(self._items) >= self.limit:
+            self._hub.slow_dropped += 1
             self.drop(f"subscriber fell more than {self.limit} events behind; resume by event id")
             return
         self._items.append(event)
@@ -60,6 +64,11 @@ class Subscription:
             self._items.clear()
             self._ready.set()
             self._hub.unsubscribe(self)
+
+    @property
+    def buffered(self) -> int:
+        """Events waiting to be taken (never more than `limit`)."""
+        return len(self._items)
 
     async def get(self, timeout_s: float) -> JobEvent | None:
         """The next event, None after timeout_s of quiet; SubscriberDropped when cut off."""
@@ -86,6 +95,7 @@ class Hub:
         self._poked = asyncio.Event()
         self.position: Position | None = None
         self.published = 0
+        self.slow_dropped = 0
 
     @property
     def subscriber_count(self) -> int:
@@ -188,3 +198,17 @@ class Hub:
                 self.position = event.position
             if len(batch) < events.REPLAY_PAGE:
                 return held
+
+
+def etag(job: Mapping[str, Any]) -> str:
+    """A weak validator of a job's public state; every event of the job changes it."""
+    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
+    return 'W/"' + hashlib.blake2b(canonical.encode(), digest_size=12).hexdigest() + '"'
+
+
+def etag_matches(if_none_match: str, current: str) -> bool:
+    """Weak comparison of an If-None-Match header with the current ETag (RFC 9110, 13.1.2)."""
+    if if_none_match.strip() == "*":
+        return True
+    opaque = current.removeprefix("W/")
+    return any(tag.strip().removeprefix("W/") == opaque for tag in if_none_match.split(","))

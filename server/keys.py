@@ -7,15 +7,18 @@ import asyncio
 import asyncpg
 from aiohttp import web
 
+from server.auth import Authenticator
 from server.hub import Hub
 from server.listener import Listener
 from server.netpolicy import NetworkPolicy
 from server.render import ChromiumRenderer, Renderer
 from server.settings import Settings
 from server.storage import Storage
+from server.webhooks import WebhookSender
 from server.worker import Workers
 
 SETTINGS = web.AppKey("settings", Settings)
+AUTH = web.AppKey("auth", Authenticator)
 DSN = web.AppKey("dsn", str)
 POOL = web.AppKey("pool", asyncpg.Pool)
 POLICY = web.AppKey("policy", NetworkPolicy)
@@ -25,4 +28,5 @@ RENDERER = web.AppKey("renderer", Renderer)
 CHROMIUM = web.AppKey("chromium", ChromiumRenderer)
 STORAGE = web.AppKey("storage", Storage)
 WORKERS = web.AppKey("workers", Workers)
+WEBHOOKS = web.AppKey("webhooks", WebhookSender)
 STREAMS = web.AppKey("streams", set[asyncio.Task[None]])

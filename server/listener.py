@@ -19,6 +19,8 @@ from server import db
 log = logging.getLogger(__name__)
 
 CHANNEL = "pressroom"
+#: New rows in the webhook outbox (server/webhooks.py); the payload carries nothing.
+WEBHOOK_CHANNEL = "pressroom_webhooks"
 KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
 RECONNECT_MAX_S = 5.0
@@ -26,11 +28,17 @@ RECONNECT_MAX_S = 5.0
 
 class Listener:
     def __init__(
-        self, dsn: str, *, on_event: Callable[[], None], on_work: Callable[[], None]
+        self,
+        dsn: str,
+        *,
+        on_event: Callable[[], None],
+        on_work: Callable[[], None],
+        on_webhook: Callable[[], None] = lambda: None,
     ) -> None:
         self._dsn = dsn
         self._on_event = on_event
         self._on_work = on_work
+        self._on_webhook = on_webhook
         self.connected = asyncio.Event()
         self.reconnects = 0
 
@@ -38,6 +46,9 @@ class Listener:
         if payload.startswith("q:"):
             self._on_work()
         self._on_event()
+
+    def _webhook_notified(self, _conn: object, _pid: int, _channel: str, _payload: str) -> None:
+        self._on_webhook()
 
     async def run(self) -> None:
         """Hold the LISTEN connection until cancelled, reconnecting whenever it is lost."""
@@ -49,12 +60,14 @@ class Listener:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
+                await conn.add_listener(WEBHOOK_CHANNEL, self._webhook_notified)
                 self.connected.set()
                 if self.reconnects:
                     log.info("LISTEN connection restored")
                 # Anything committed while we were not listening: read it now.
                 self._on_work()
                 self._on_event()
+                self._on_webhook()
                 delay_s = 0.1
                 while not lost.is_set():
                     try:

@@ -11,6 +11,9 @@ _LENGTH = re.compile(r"^\d+(\.\d+)?(px|in|cm|mm)?$")
 _PAGE_RANGES = re.compile(r"^\s*\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*\s*$")
 MARGIN_SIDES = ("top", "right", "bottom", "left")
 MAX_TEXT_OPTION = 64 * 1024
+MAX_METADATA_CHARS = 4096
+# Chromium prints a header or footer into the page margin; with no margin it is cut away.
+HEADER_FOOTER_MARGIN = "15mm"
 
 
 class OptionsError(ValueError):
@@ -39,6 +42,19 @@ class RenderOptions:
     wait_for_expression: str | None = None
     javascript: bool | None = None
     title: str | None = None
+    author: str | None = None
+    subject: str | None = None
+    keywords: str | None = None
+
+    def metadata(self) -> dict[str, str]:
+        """PDF document information to set after printing (Chromium sets only the title)."""
+        fields = {
+            "/Title": self.title,
+            "/Author": self.author,
+            "/Subject": self.subject,
+            "/Keywords": self.keywords,
+        }
+        return {name: value for name, value in fields.items() if value is not None}
 
     def pdf_arguments(self) -> dict[str, Any]:
         """Keyword arguments for Playwright's page.pdf()."""
@@ -55,8 +71,13 @@ class RenderOptions:
             args["height"] = self.height
         elif self.format:
             args["format"] = self.format
-        if self.margin:
-            args["margin"] = dict(self.margin)
+        margin = dict(self.margin)
+        if self.header_html is not None:
+            margin.setdefault("top", HEADER_FOOTER_MARGIN)
+        if self.footer_html is not None:
+            margin.setdefault("bottom", HEADER_FOOTER_MARGIN)
+        if margin:
+            args["margin"] = margin
         if self.page_ranges:
             args["page_ranges"] = self.page_ranges
         if self.header_html is not None or self.footer_html is not None:
@@ -145,6 +166,20 @@ def parse(raw: Any) -> RenderOptions:
             raise ValueError("must look like 1-3, 5")
         return value.replace(" ", "")
 
+    def info(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        if len(value) > MAX_METADATA_CHARS:
+            raise ValueError(f"must be at most {MAX_METADATA_CHARS} characters")
+        return value
+
+    def keywords(value: Any) -> str:
+        if isinstance(value, list) and all(isinstance(word, str) for word in value):
+            value = ", ".join(value)
+        if not isinstance(value, str):
+            raise ValueError("must be a string or a list of strings")
+        return info(value)
+
     def media(value: Any) -> str:
         if value not in ("print", "screen"):
             raise ValueError("must be print or screen")
@@ -165,7 +200,10 @@ def parse(raw: Any) -> RenderOptions:
     take("wait_for_selector", text)
     take("wait_for_expression", text)
     take("javascript", boolean)
-    take("title", text)
+    take("title", info)
+    take("author", info)
+    take("subject", info)
+    take("keywords", keywords)
     if ("width" in values) != ("height" in values):
         errors.append(("options.width", "width and height go together"))
     if errors:

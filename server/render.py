@@ -24,6 +24,7 @@ import psutil
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+from server import pdfmeta
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
@@ -346,7 +347,10 @@ class ChromiumRenderer:
             if options.wait_for_expression:
                 await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
             pdf = await page.pdf(**options.pdf_arguments())
-            return RenderResult(pdf=pdf, pages=count_pages(pdf), warnings=list(slot.warnings))
+            pages, warnings = count_pages(pdf), list(slot.warnings)
+        # Outside the slot: the page takes the next job while the metadata is written.
+        pdf = await pdfmeta.apply(pdf, options)
+        return RenderResult(pdf=pdf, pages=pages, warnings=warnings)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -64,8 +64,19 @@ WITH done AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
     RETURNING id
+), hook AS (
+    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
+    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+    SELECT d.id, d.tenant, d.webhook_url, 'job.done', job_public(d::jobs)
+    FROM done d
+    WHERE d.webhook_url IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries w
+        WHERE w.job_id = d.id AND w.url = d.webhook_url AND w.status = 'disabled')
+    RETURNING id
 )
-SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified
+SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
+       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
+        FROM hook) IS NULL AS hooked
 FROM done d;
 
 -- finish_failed --
@@ -91,11 +102,22 @@ WITH failed AS (
            job_public(f::jobs)
     FROM failed f
     RETURNING id, type
+), hook AS (
+    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
+    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+    SELECT f.id, f.tenant, f.webhook_url, 'job.failed', job_public(f::jobs)
+    FROM failed f
+    WHERE f.webhook_url IS NOT NULL AND f.status = 'failed' AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries w
+        WHERE w.job_id = f.id AND w.url = f.webhook_url AND w.status = 'disabled')
+    RETURNING id
 )
 SELECT f.id, f.status,
        (SELECT pg_notify('pressroom',
                CASE WHEN bool_or(type = 'job.retrying') THEN 'q:' ELSE 'e:' END || max(id))
-        FROM ev) IS NULL AS notified
+        FROM ev) IS NULL AS notified,
+       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
+        FROM hook) IS NULL AS hooked
 FROM failed f;
 
 -- heartbeat --
@@ -133,8 +155,19 @@ WITH lost AS (
            job_public(r::jobs)
     FROM rescued r
     RETURNING id
+), hook AS (
+    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
+    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+    SELECT r.id, r.tenant, r.webhook_url, 'job.failed', job_public(r::jobs)
+    FROM rescued r
+    WHERE r.webhook_url IS NOT NULL AND r.status = 'failed' AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries w
+        WHERE w.job_id = r.id AND w.url = r.webhook_url AND w.status = 'disabled')
+    RETURNING id
 )
-SELECT r.id, r.status, (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL
+SELECT r.id, r.status, (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL,
+       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
+        FROM hook) IS NULL AS hooked
 FROM rescued r;
 
 -- release_jobs --
@@ -164,9 +197,20 @@ WITH cancelled AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT c.id, c.tenant, 'job.cancelled', job_public(c::jobs) FROM cancelled c
     RETURNING id
+), hook AS (
+    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
+    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+    SELECT c.id, c.tenant, c.webhook_url, 'job.cancelled', job_public(c::jobs)
+    FROM cancelled c
+    WHERE c.webhook_url IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries w
+        WHERE w.job_id = c.id AND w.url = c.webhook_url AND w.status = 'disabled')
+    RETURNING id
 )
 SELECT job_public(c::jobs) AS job,
-       (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified
+       (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
+       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
+        FROM hook) IS NULL AS hooked
 FROM cancelled c;
 
 -- retry_job --
@@ -246,3 +290,229 @@ SELECT min(id) FROM job_events;
 DELETE FROM job_events
 WHERE id IN (SELECT id FROM job_events WHERE created_at < now() - make_interval(secs => $1)
              LIMIT 10000);
+
+-- claim_webhooks --
+-- Due deliveries for this sender ($2), the attempt counted and the row leased for $3 seconds.
+-- The POST happens after this commits: no transaction stays open across the network.
+WITH due AS (
+    SELECT id FROM webhook_deliveries
+    WHERE status = 'pending' AND next_attempt_at <= now()
+      AND (locked_until IS NULL OR locked_until < now())
+    ORDER BY next_attempt_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries w
+SET attempts = w.attempts + 1, locked_by = $2,
+    locked_until = now() + make_interval(secs => $3::float8)
+FROM due WHERE w.id = due.id
+RETURNING w.id, w.job_id, w.tenant, w.url, w.type, w.payload, w.attempts, w.created_at;
+
+-- record_webhook_attempt --
+-- One attempt's outcome ($7: pending = retry in $8 s, delivered, failed, disabled) and its log
+-- row. Only the sender still holding the lease moves the delivery on; the attempt is logged
+-- either way. A 410 also stops the job's other pending deliveries to the same URL.
+WITH mine AS (
+    UPDATE webhook_deliveries
+    SET status = $7::text,
+        next_attempt_at = CASE WHEN $7::text = 'pending'
+                               THEN now() + make_interval(secs => $8::float8)
+                               ELSE next_attempt_at END,
+        delivered_at = CASE WHEN $7::text = 'delivered' THEN now() END,
+        last_status_code = $4::int, last_error = $6::text,
+        locked_until = NULL, locked_by = NULL
+    WHERE id = $1 AND attempts = $2 AND locked_by = $3
+    RETURNING id, job_id, url
+), logged AS (
+    INSERT INTO webhook_attempts (delivery_id, attempt, status_code, duration_ms, error)
+    SELECT id, $2, $4::int, $5::int, $6::text FROM webhook_deliveries WHERE id = $1
+    ON CONFLICT DO NOTHING
+), silenced AS (
+    UPDATE webhook_deliveries w
+    SET status = 'disabled', locked_until = NULL, locked_by = NULL,
+        last_error = 'not sent: an earlier delivery to this URL was answered 410 Gone'
+    FROM mine m
+    WHERE $7::text = 'disabled' AND w.job_id = m.job_id AND w.url = m.url
+      AND w.status = 'pending' AND w.id <> m.id
+)
+SELECT count(*) > 0 AS recorded FROM mine;
+
+-- release_webhooks --
+-- Shutdown: deliveries still in flight go back at once, without charging the attempt.
+UPDATE webhook_deliveries
+SET attempts = attempts - 1, locked_until = NULL, locked_by = NULL
+WHERE id = ANY($1::uuid[]) AND locked_by = $2 AND status = 'pending';
+
+-- job_webhooks --
+-- The webhook summary shown with a job, oldest delivery first, as JSON like the job itself.
+SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'id', id, 'type', type, 'status', status, 'attempts', attempts,
+           'last_status_code', last_status_code, 'last_error', last_error,
+           'next_attempt_at', CASE WHEN status = 'pending' THEN next_attempt_at END,
+           'created_at', created_at, 'delivered_at', delivered_at)
+         ORDER BY created_at, id), '[]'::jsonb)
+FROM webhook_deliveries
+WHERE job_id = $1 AND tenant = $2;
+
+-- retention_lock --
+-- One sweeper at a time across processes; released when the batch's transaction ends.
+SELECT pg_try_advisory_xact_lock($1);
+
+-- expired_jobs --
+-- Finished jobs past retention ($1 days), locked until this batch ($2 rows) is deleted.
+SELECT id, tenant, attempts, max_attempts, object_key FROM jobs
+WHERE status IN ('done', 'failed', 'cancelled')
+  AND finished_at < now() - make_interval(days => $1)
+ORDER BY finished_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED;
+
+-- delete_jobs --
+-- Their events and webhook deliveries go with them (ON DELETE CASCADE).
+DELETE FROM jobs WHERE id = ANY($1::uuid[]);
+
+-- api_key_create --
+INSERT INTO api_keys (tenant, name, key_hash, prefix) VALUES ($1, $2, $3, $4)
+RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
+
+-- api_key_list --
+SELECT id, tenant, name, prefix, created_at, revoked_at, last_used_at
+FROM api_keys ORDER BY id;
+
+-- api_key_revoke --
+-- Revoking twice keeps the first time.
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
+
+-- api_keys_active --
+SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL);
+
+-- api_key_lookup --
+-- The tenant of an active key ($1 = its hash); last_used_at is written at most once a minute.
+WITH found AS (
+    SELECT id, tenant, last_used_at FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
+), touched AS (
+    UPDATE api_keys k SET last_used_at = now()
+    FROM found f
+    WHERE k.id = f.id AND (f.last_used_at IS NULL OR f.last_used_at < now() - interval '1 minute')
+)
+SELECT id, tenant FROM found;
+
+-- tenant_in_flight --
+SELECT count(*) FROM jobs WHERE tenant = $1 AND status IN ('queued', 'running');
+
+-- idempotency_try_lock --
+-- Held until the submitting transaction ends: a second request with the key meanwhile is told
+-- to wait (409) instead of queueing behind the first.
+SELECT pg_try_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 6));
+
+-- idempotency_find --
+-- The job a tenant's key ($1, $2) already made, and whether it is past retention ($3 s).
+SELECT j.id, j.request_hash, job_public(j) AS job,
+       j.created_at < now() - make_interval(secs => $3) AS expired
+FROM jobs j WHERE j.tenant = $1 AND j.idempotency_key = $2;
+
+-- idempotency_forget --
+UPDATE jobs SET idempotency_key = NULL, request_hash = NULL WHERE id = $1;
+
+-- idempotency_prune --
+-- Keys older than retention ($1 s) are forgotten in batches, so they can be used again.
+UPDATE jobs SET idempotency_key = NULL, request_hash = NULL
+WHERE id IN (SELECT id FROM jobs
+             WHERE idempotency_key IS NOT NULL AND created_at < now() - make_interval(secs => $1)
+             LIMIT 10000);
+
+-- template_lock --
+-- One new version of a template at a time, so versions count up without gaps or collisions.
+SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 7));
+
+-- template_insert --
+-- The next version of a tenant's template ($1, $2); the first one is version 1.
+INSERT INTO templates (tenant, name, version, html, options, sample_data)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb
+FROM templates WHERE tenant = $1 AND name = $2
+RETURNING name, version, html, options, sample_data, created_at;
+
+-- template_find --
+-- Templates by (name, version) pairs ($2, $3; a NULL version means the latest), one row each.
+SELECT DISTINCT ON (r.name, r.version)
+       r.name AS wanted_name, r.version AS wanted_version,
+       t.name, t.version, t.html, t.options, t.sample_data, t.created_at
+FROM unnest($2::text[], $3::int[]) AS r(name, version)
+JOIN templates t ON t.tenant = $1 AND t.name = r.name
+                AND (r.version IS NULL OR t.version = r.version)
+ORDER BY r.name, r.version, t.version DESC;
+
+-- template_versions --
+SELECT version, created_at FROM templates WHERE tenant = $1 AND name = $2 ORDER BY version;
+
+-- template_list --
+-- The latest version of each of a tenant's templates, by name, after the cursor name $2.
+SELECT DISTINCT ON (name) name, version, created_at,
+       count(*) OVER (PARTITION BY name) AS versions
+FROM templates
+WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
+ORDER BY name, version DESC
+LIMIT $3;
+
+-- batch_lock --
+-- One batch submission per tenant at a time: keys and batches are checked, then inserted.
+SELECT pg_advisory_xact_lock(hashtextextended($1, 8));
+
+-- batch_find --
+SELECT id FROM batches WHERE tenant = $1 AND request_hash = $2;
+
+-- batch_item_jobs --
+-- The jobs a tenant's item keys ($2) already have, with the fingerprint of what each asked for.
+-- Locked until the new batch commits: a change to one of them meanwhile would log its events
+-- before this batch exists, and so would be missing from the batch's progress.
+SELECT item_key, item_hash, id FROM jobs WHERE tenant = $1 AND item_key = ANY($2::text[])
+ORDER BY id
+FOR SHARE;
+
+-- insert_batch --
+INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, $4);
+
+-- insert_batch_jobs --
+-- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
+-- one statement with one NOTIFY; the batch event follows from the job_events trigger.
+-- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
+-- every item's position, key and job id.
+WITH new AS (
+    INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
+                      max_attempts, run_after, item_key, item_hash)
+    SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
+           max_attempts, coalesce(run_after, now()), item_key, item_hash
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
+                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[])
+         AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
+              max_attempts, run_after, item_key, item_hash)
+    RETURNING *
+), ev AS (
+    INSERT INTO job_events (job_id, tenant, type, payload)
+    SELECT n.id, n.tenant, 'job.queued', job_public(n::jobs) FROM new n
+    RETURNING id
+), items AS (
+    INSERT INTO batch_items (batch_id, position, key, job_id)
+    SELECT $13::uuid, position, key, job_id
+    FROM unnest($14::int[], $15::text[], $16::uuid[]) AS t(position, key, job_id)
+)
+SELECT (SELECT count(*) FROM new) AS created,
+       (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev HAVING count(*) > 0) IS NULL
+           AS notified;
+
+-- batch_announce --
+-- The first event of a batch whose jobs all existed before (no job event fires the trigger).
+SELECT batch_log_events(ARRAY[$1::uuid]),
+       pg_notify('pressroom', 'e:' || currval(pg_get_serial_sequence('job_events', 'id')))
+           IS NULL AS notified;
+
+-- batch_get --
+SELECT batch_public(b) AS batch FROM batches b WHERE b.id = $1 AND b.tenant = $2;
+
+-- batch_items --
+-- A batch's items in the order they were submitted, each with its job as the API shows it.
+SELECT i.key, job_public(j) AS job
+FROM batch_items i JOIN jobs j ON j.id = i.job_id
+WHERE i.batch_id = $1
+ORDER BY i.position;

@@ -45,7 +45,9 @@ async def test_seed_flow_renders_hi_ana(chromium_app: RunningApp) -> None:
     body = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
     async with chromium_app.http.post(chromium_app.url("/v1/jobs"), json=body) as resp:
         job = await resp.json()
-    messages = await collect(chromium_app.http, chromium_app.url(job["links"]["events"]), timeout_s=60)
+    messages = await collect(
+        chromium_app.http, chromium_app.url(job["links"]["events"]), timeout_s=60
+    )
     assert [m.event for m in messages] == ["job.queued", "job.running", "job.done"]
     done = messages[-1].json["job"]
     async with chromium_app.http.get(done["url"]) as resp:
@@ -95,7 +97,9 @@ async def test_state_does_not_leak_between_jobs(chromium_app: RunningApp) -> Non
     assert plain is not None and "plain 2" in pdf_text(plain)
 
 
-async def test_template_errors_fail_permanently_with_a_clear_error(chromium_app: RunningApp) -> None:
+async def test_template_errors_fail_permanently_with_a_clear_error(
+    chromium_app: RunningApp,
+) -> None:
     job, data = await render(chromium_app, {"template": "<p>{{ invoice.total }}</p>", "data": {}})
     assert data is None
     assert job["status"] == "failed" and job["attempts"] == 1
@@ -123,7 +127,9 @@ async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
             result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
             assert result.pdf.startswith(b"%PDF-")
         assert renderer.launches == 2
-        assert first_browser.isdisjoint(p.pid for p in browser_processes()), "the old browser is gone"
+        assert first_browser.isdisjoint(p.pid for p in browser_processes()), (
+            "the old browser is gone"
+        )
     finally:
         await renderer.close()
     assert browser_processes() == []

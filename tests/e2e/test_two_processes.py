@@ -44,7 +44,9 @@ async def test_200_jobs_4_slots_2_processes_each_rendered_once(
                 for n in range(JOBS)
             ],
         )
-        await wait_until(dsn, "SELECT count(*) FROM jobs WHERE status = 'done'", JOBS, timeout_s=240)
+        await wait_until(
+            dsn, "SELECT count(*) FROM jobs WHERE status = 'done'", JOBS, timeout_s=240
+        )
     finally:
         for worker in workers:
             assert await worker.stop() == 0, worker.log()[-3000:]

@@ -1,0 +1,352 @@
+"""Push benchmark: how fast a committed state change reaches SSE and Socket.IO clients, next to
+the raw NOTIFY round trip of the same database, and what fan-out to N SSE subscribers costs.
+
+    python -m bench.push                  # 1,000 events, 10,000 subscribers (slow)
+    python -m bench.push --quick          # 100 events, 200 subscribers (a smoke run)
+    python -m bench.push --events 500 --subscribers 2000
+
+The server runs as a real `pressroom web` subprocess (no workers: each event is a job.queued
+committed by this script); the clients run here. DATABASE_URL names a PostgreSQL server (a
+scratch database is created and dropped on it); unset, an embedded one is started. Figures go
+to stdout and, as JSON, to bench/out/push.json.
+
+Latency is measured from the moment the committing statement is sent to the moment the client
+has read the event; the raw NOTIFY figure is measured the same way (send of `SELECT pg_notify`
+to the LISTEN callback), so the difference is what Pressroom adds on top of PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+import socketio
+
+from server import db, jobs
+from server.jobs import NewJob
+
+OUT = Path(__file__).resolve().parent / "out" / "push.json"
+CONNECT_BATCH = 200
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Latency:
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass
+class FanOut:
+    subscribers: int
+    connect_s: float
+    rss_before_mb: float
+    rss_after_mb: float
+    kb_per_connection: float
+    reach_all_ms: float
+
+
+def summarize(samples_s: list[float]) -> Latency:
+    ordered = sorted(samples_s)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return Latency(
+        count=len(ordered),
+        p50_ms=round(statistics.median(ordered) * 1000, 3),
+        p99_ms=round(p99 * 1000, 3),
+        max_ms=round(ordered[-1] * 1000, 3),
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Open files for the subscribers (here and, inherited, in the server)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(hard, max(soft, wanted)) if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        print(f"warning: open-file limit {target} < {wanted}; fewer subscribers may connect")
+
+
+def new_job(n: int) -> NewJob:
+    return NewJob(
+        tenant="default",
+        template="<p>bench</p>",
+        data={"n": n},
+        options={},
+        metadata={},
+        max_attempts=1,
+    )
+
+
+# --- database and server ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def scratch_database() -> AsyncIterator[str]:
+    """A fresh, migrated database on DATABASE_URL's server (or an embedded one)."""
+    embedded = None
+    server_dsn = os.environ.get("DATABASE_URL")
+    if not server_dsn:
+        embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="bench-pg-")) / "pg")
+        server_dsn = await embedded.start()
+    name = f"pressroom_bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(server_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = urlunsplit(urlsplit(server_dsn)._replace(path="/" + name))
+    try:
+        conn = await db.connect(dsn)
+        try:
+            await db.migrate(conn)
+        finally:
+            await conn.close()
+        yield dsn
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+@contextlib.asynccontextmanager
+async def pressroom_web(dsn: str, port: int, data_dir: Path) -> AsyncIterator[int]:
+    """`pressroom web` in a subprocess; yields its pid once it answers /healthz."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "PRESSROOM_PORT": str(port),
+        "PRESSROOM_DATA_DIR": str(data_dir),
+        "PRESSROOM_LOG_LEVEL": "WARNING",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server", "web", env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        async with aiohttp.ClientSession() as http, asyncio.timeout(READY_TIMEOUT_S):
+            while True:
+                if proc.returncode is not None:
+                    raise RuntimeError(f"pressroom web exited with {proc.returncode}")
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)  # the port is not open yet
+        yield proc.pid
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+# --- latency ------------------------------------------------------------------------------
+
+
+async def notify_round_trip(pool: asyncpg.Pool, dsn: str, count: int) -> Latency:
+    """PostgreSQL alone: send `SELECT pg_notify` on one connection, receive on a LISTENer."""
+    listener = await asyncpg.connect(dsn)
+    arrived: asyncio.Queue[float] = asyncio.Queue()
+    await listener.add_listener("bench", lambda *_: arrived.put_nowait(time.perf_counter()))
+    samples = []
+    try:
+        for n in range(count):
+            sent = time.perf_counter()
+            await pool.execute("SELECT pg_notify('bench', $1)", str(n))
+            samples.append(await asyncio.wait_for(arrived.get(), 10) - sent)
+    finally:
+        await listener.close()
+    return summarize(samples)
+
+
+async def sse_reader(
+    resp: aiohttp.ClientResponse, arrived: asyncio.Queue[tuple[int, float]]
+) -> None:
+    """Timestamp each SSE message as soon as its last line is read."""
+    ident = None
+    async for raw in resp.content:
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("id:"):
+            ident = int(line[3:].strip())
+        elif line == "" and ident is not None:
+            arrived.put_nowait((ident, time.perf_counter()))
+            ident = None
+
+
+async def push_latency(pool: asyncpg.Pool, base: str, count: int) -> tuple[Latency, Latency]:
+    """One SSE and one Socket.IO client on the all-jobs stream; one job.queued at a time."""
+    sse_arrived: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+    sio_arrived: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+    sio = socketio.AsyncClient(reconnection=False)
+    sio.on("job", lambda event: sio_arrived.put_nowait((event["event_id"], time.perf_counter())))
+    async with aiohttp.ClientSession() as http:
+        resp = await http.get(base + "/v1/events")
+        reader = asyncio.create_task(sse_reader(resp, sse_arrived))
+        await sio.connect(base, transports=["websocket"], wait_timeout=10)
+        ack = await sio.call("subscribe", {"all": True}, timeout=10)
+        assert ack == {"ok": True}, ack
+        sse_samples, sio_samples = [], []
+        try:
+            for n in range(count + 10):
+                sent = time.perf_counter()
+                await jobs.create(pool, [new_job(n)])
+                (_sse_id, sse_at), (_sio_id, sio_at) = await asyncio.wait_for(
+                    asyncio.gather(sse_arrived.get(), sio_arrived.get()), 10
+                )
+                if n >= 10:  # the first few warm up connections and caches
+                    sse_samples.append(sse_at - sent)
+                    sio_samples.append(sio_at - sent)
+        finally:
+            reader.cancel()
+            resp.close()
+            await sio.disconnect()
+    return summarize(sse_samples), summarize(sio_samples)
+
+
+# --- fan-out ------------------------------------------------------------------------------
+
+
+async def fan_out(pool: asyncpg.Pool, base: str, server_pid: int, subscribers: int) -> FanOut:
+    """N idle SSE subscribers on one process: memory each, and one event's time to all."""
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        rss_before = rss_mb(server_pid)
+        responses: list[aiohttp.ClientResponse] = []
+        started = time.perf_counter()
+        for first in range(0, subscribers, CONNECT_BATCH):
+            batch = range(first, min(subscribers, first + CONNECT_BATCH))
+            responses += await asyncio.gather(*(http.get(base + "/v1/events") for _ in batch))
+        connect_s = time.perf_counter() - started
+        assert all(r.status == 200 for r in responses)
+        rss_after = rss_mb(server_pid)
+
+        async def first_event(resp: aiohttp.ClientResponse) -> float:
+            async for raw in resp.content:
+                if raw.startswith(b"id:"):
+                    return time.perf_counter()
+            raise RuntimeError("stream ended")
+
+        waiting = [asyncio.create_task(first_event(r)) for r in responses]
+        sent = time.perf_counter()
+        await jobs.create(pool, [new_job(-1)])
+        arrivals = await asyncio.wait_for(asyncio.gather(*waiting), 120)
+        reach_all_ms = (max(arrivals) - sent) * 1000
+        for resp in responses:
+            resp.close()
+    return FanOut(
+        subscribers=subscribers,
+        connect_s=round(connect_s, 2),
+        rss_before_mb=round(rss_before, 1),
+        rss_after_mb=round(rss_after, 1),
+        kb_per_connection=round((rss_after - rss_before) * 1024 / subscribers, 2),
+        reach_all_ms=round(reach_all_ms, 1),
+    )
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+async def run(events: int, subscribers: int) -> dict[str, Any]:
+    raise_fd_limit(subscribers + 1024)
+    async with scratch_database() as dsn:
+        pool = await db.create_pool(dsn, min_size=2, max_size=4)
+        try:
+            port = free_port()
+            with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
+                async with pressroom_web(dsn, port, Path(data_dir)) as pid:
+                    base = f"http://127.0.0.1:{port}"
+                    notify = await notify_round_trip(pool, dsn, events)
+                    sse, sio = await push_latency(pool, base, events)
+                    fan = await fan_out(pool, base, pid, subscribers)
+        finally:
+            await pool.close()
+    result = {
+        "notify_round_trip": asdict(notify),
+        "sse": asdict(sse),
+        "socketio": asdict(sio),
+        "fan_out": asdict(fan),
+        "targets": {
+            "p99_within_ms_of_notify": 5,
+            "kb_per_idle_connection": 20,
+            "reach_all_ms": 1000,
+        },
+    }
+    return result
+
+
+def report(result: dict[str, Any]) -> str:
+    rows = [
+        "| path | events | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|",
+    ]
+    for name, key in (
+        ("raw NOTIFY", "notify_round_trip"),
+        ("SSE", "sse"),
+        ("Socket.IO", "socketio"),
+    ):
+        r = result[key]
+        rows.append(f"| {name} | {r['count']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} |")
+    fan = result["fan_out"]
+    rows += [
+        "",
+        f"fan-out: {fan['subscribers']} SSE subscribers connected in {fan['connect_s']} s; "
+        f"server RSS {fan['rss_before_mb']} → {fan['rss_after_mb']} MB "
+        f"({fan['kb_per_connection']} KB per idle connection); "
+        f"one event reached all in {fan['reach_all_ms']} ms",
+    ]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1000, help="latency samples (1000)")
+    parser.add_argument("--subscribers", type=int, default=10_000, help="fan-out clients (10000)")
+    parser.add_argument("--quick", action="store_true", help="100 events, 200 subscribers")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"JSON results ({OUT})")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.events, args.subscribers = 100, 200
+    result = asyncio.run(run(args.events, args.subscribers))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(report(result))
+    print(f"\n(results in {args.out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

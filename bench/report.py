@@ -1,0 +1,623 @@
+"""docs/performance.md from the results of `python -m bench` (and the plots next to it).
+
+python -m bench.report RESULTS_JSON [--out DIR]   # rewrite the report from saved results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import plots
+
+Result = dict[str, Any]
+
+#: What was changed because of the profiles. Edit when a change lands; the report quotes it.
+CHANGES = "Nothing yet: these profiles are the starting point."
+
+#: Readings of the profile: (path, frame text, least share in %, what it means). A sentence
+#: is printed when that frame takes at least that share of the busy samples.
+READINGS: list[tuple[str, str, float, str]] = [
+    (
+        "accept",
+        "_check_in_flight (server/admission.py)",
+        5,
+        "Counting the tenant's queued and running jobs on every submission (the in-flight cap) "
+        "is a second statement per request, and its cost grows with the queue.",
+    ),
+    (
+        "accept",
+        "create (server/jobs.py)",
+        10,
+        "The insert itself (one statement, one commit, one NOTIFY per request until group "
+        "commit is wired in).",
+    ),
+    (
+        "accept",
+        "_SelectorSocketTransport.write",
+        15,
+        "Socket writes (responses to clients, queries to PostgreSQL): on loopback the kernel "
+        "does the receiver's TCP work inside the sender's send().",
+    ),
+    (
+        "accept",
+        "JSONEncoder",
+        5,
+        "JSON encoding of the responses and of the job's data and options for asyncpg.",
+    ),
+    (
+        "accept",
+        "Connection.reset (asyncpg",
+        3,
+        "asyncpg resets every connection it takes back into the pool, a round trip per release.",
+    ),
+    (
+        "queue",
+        "_atomic_write (server/storage.py)",
+        10,
+        "Storing the PDF: write, fsync of the file, rename, fsync of the folder, per job, in "
+        "the default thread pool (min(32, cores + 4) threads), which template rendering shares.",
+    ),
+    (
+        "queue",
+        "_joinrealpath",
+        3,
+        "Path.resolve() of every object key on the event loop (LocalStorage._path).",
+    ),
+    (
+        "queue",
+        "finish_done (server/jobs.py)",
+        5,
+        "One statement and one commit per finished job: finishes are not batched the way "
+        "claims are.",
+    ),
+    (
+        "queue",
+        "Connection.reset (asyncpg",
+        3,
+        "asyncpg resets every connection it takes back into the pool, a round trip per release.",
+    ),
+]
+
+
+def _f(value: float, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _verdict(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def summary_rows(results: Result) -> list[list[str]]:
+    rows: list[list[str]] = []
+    accept = results.get("accept")
+    if accept:
+        ours, raw = accept["throughput"]["pressroom"], accept["throughput"]["raw"]
+        rows.append(
+            [
+                "P1 accept: POST /v1/jobs, 32 clients",
+                f"{_f(ours['rate'])} jobs/s",
+                f"{_f(raw['rate'])} inserts/s (raw asyncpg, 16 connections)",
+                f"{accept['ratio']:.2f}",
+                "≥ 1.0",
+                _verdict(accept["ratio"] >= 1.0),
+            ]
+        )
+        ours, raw = accept["fixed_rate"]["pressroom"], accept["fixed_rate"]["raw"]
+        rate = accept["args"]["rate"]
+        rows.append(
+            [
+                f"P1 accept latency at {rate:g} req/s, p50 / p99",
+                f"{ours['p50_ms']:.2f} / {ours['p99_ms']:.2f} ms",
+                f"{raw['p50_ms']:.2f} / {raw['p99_ms']:.2f} ms",
+                f"{ours['p99_ms'] / raw['p99_ms']:.2f} (p99)",
+                "-",
+                "-",
+            ]
+        )
+    queue = results.get("queue")
+    if queue:
+        best = f"{_f(queue['pressroom_best'])} jobs/s ({queue['pressroom_best_slots']} slots)"
+        if "pgqueuer_best" in queue:
+            rows.append(
+                [
+                    f"P4 queue: drain {queue['args']['jobs']:,} jobs, no-op renderer",
+                    best,
+                    f"{_f(queue['pgqueuer_best'])} jobs/s "
+                    f"(PgQueuer, {queue['pgqueuer_best_config']})",
+                    f"{queue['ratio_pgqueuer']:.2f}",
+                    "≥ 2.0",
+                    _verdict(queue["ratio_pgqueuer"] >= 2),
+                ]
+            )
+        if "procrastinate_best" in queue:
+            rows.append(
+                [
+                    "P4 queue: same, against Procrastinate",
+                    best,
+                    f"{_f(queue['procrastinate_best'])} jobs/s (Procrastinate, "
+                    f"{queue['procrastinate_best_config']})",
+                    f"{queue['ratio_procrastinate']:.2f}",
+                    "-",
+                    "-",
+                ]
+            )
+        lat = queue["latency"]
+        rows.append(
+            [
+                f"P4 submit→start, idle worker, one job / {queue['args']['interval_ms']:g} ms, "
+                "p50 / p99",
+                f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} ms",
+                "-",
+                "-",
+                "p99 < 3 ms",
+                _verdict(lat["p99_ms"] < 3),
+            ]
+        )
+    render = results.get("render")
+    if render:
+        for row in render["rows"]:
+            pages = "1 page" if row["pages"] <= 1 else f"{row['pages']} pages"
+            rows.append(
+                [
+                    f"P3 render: {pages}, {row['slots']} slot{'s' if row['slots'] > 1 else ''}",
+                    f"{row['pressroom']:.1f} PDFs/s",
+                    f"{row['raw']:.1f} PDFs/s (raw Playwright)",
+                    f"{row['ratio']:.2f}",
+                    "≥ 0.9",
+                    _verdict(row["ratio"] >= 0.9),
+                ]
+            )
+    soak = results.get("soak")
+    if soak:
+        jobs = soak["samples"][-1]["jobs"]
+        worst = max(soak["server_growth_pct"], soak["total_growth_pct"])
+        rows.append(
+            [
+                f"P6 soak: {jobs:,} renders, memory growth from job {soak['from_job']:,}",
+                f"server {soak['server_growth_pct']:+.1f} %, Chromium "
+                f"{soak['chromium_growth_pct']:+.1f} %, total {soak['total_growth_pct']:+.1f} %",
+                "-",
+                "-",
+                "< 10 %",
+                _verdict(worst < 10),
+            ]
+        )
+        clean = not soak["zombies"] and not soak["orphans"]
+        rows.append(
+            [
+                "P6 soak: Chromium processes left at the end",
+                f"{len(soak['zombies'])} zombies, {len(soak['orphans'])} orphans",
+                "-",
+                "-",
+                "none",
+                _verdict(clean),
+            ]
+        )
+    if results.get("push"):
+        rows += push_rows(results["push"])
+    return rows
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _command(result: Result) -> str:
+    return f"Command: `{result['command']}`"
+
+
+def accept_section(accept: Result) -> str:
+    args = accept["args"]
+    rows = []
+    for label, key in (("throughput, closed loop", "throughput"), ("fixed rate", "fixed_rate")):
+        for who, name in (("pressroom", "Pressroom POST /v1/jobs"), ("raw", "raw asyncpg insert")):
+            r = accept[key][who]
+            rows.append(
+                [
+                    label,
+                    name,
+                    f"{r['requests']:,}",
+                    f"{r['errors']:,}",
+                    _f(r["rate"]),
+                    f"{r['p50_ms']:.2f}",
+                    f"{r['p90_ms']:.2f}",
+                    f"{r['p99_ms']:.2f}",
+                    f"{r['max_ms']:.1f}",
+                ]
+            )
+    return "\n".join(
+        [
+            "## Accept path (P1)",
+            "",
+            f"Pressroom runs web only (`render_slots=0`, dev mode, no API key). Throughput: "
+            f"{args['clients']} clients in a closed loop for {args['duration']:g} s. Latency: "
+            f"requests leave on a fixed schedule of {args['rate']:g} per second (open loop; "
+            "latency counted from the scheduled moment). The floor runs Pressroom's own insert "
+            "statement (one job row, one `job.queued` event row, one NOTIFY, one transaction) "
+            f"straight over asyncpg on {args['connections']} connections, with the same "
+            f"{args['clients']} clients and the same schedule. Every figure gets a fresh database "
+            "on the same server; the load comes from a separate process.",
+            "",
+            table(
+                [
+                    "load",
+                    "what",
+                    "requests",
+                    "errors",
+                    "per s",
+                    "p50 ms",
+                    "p90 ms",
+                    "p99 ms",
+                    "max ms",
+                ],
+                rows,
+            ),
+            "",
+            _command(accept),
+            "",
+            "![Accept latency at a fixed rate](accept-latency.png)",
+            "",
+        ]
+    )
+
+
+def queue_section(queue: Result) -> str:
+    rows = [["Pressroom", f"{slots} slots", _f(rate)] for slots, rate in queue["pressroom"].items()]
+    for key, label in (("pgqueuer", "PgQueuer 'balanced'"), ("procrastinate", "Procrastinate")):
+        rows += [[label, config, _f(rate)] for config, rate in queue.get(key, {}).items()]
+    lat = queue["latency"]
+    args = queue["args"]
+    return "\n".join(
+        [
+            "## Queue path (P4)",
+            "",
+            f"{args['jobs']:,} jobs are inserted in one transaction while the workers are idle; "
+            "the clock runs from that commit until the database has every job finished. Each "
+            "system gets a fresh database on the same server and the same payload (a one-line "
+            "template and its data). Pressroom's jobs go the whole way with a no-op renderer "
+            "(claim with its `job.running` event, template rendered, a tiny PDF stored in the "
+            "local folder, done with its `job.done` event); PgQueuer's and Procrastinate's run an "
+            "empty handler. PgQueuer is installed with durability `balanced` (its queue table is "
+            "logged, as Pressroom's is; its log tables are not) and tried with 1 to 5 queue "
+            "managers (one connection each) and batch sizes 10 and 100, as its own drain "
+            "benchmark does; "
+            "Procrastinate with one worker at concurrency 10 and 50. The best of each is compared.",
+            "",
+            table(["system", "configuration", "jobs/s"], rows),
+            "",
+            "![Queue throughput against slots](queue-slots.png)",
+            "",
+            f"Submit→start: {lat['n']:,} jobs, one every {args['interval_ms']:g} ms, into an idle "
+            "worker (4 slots); from just before the INSERT to the moment the renderer is called "
+            f"(same process, same clock): p50 {lat['p50_ms']:.2f} ms, p90 {lat['p90_ms']:.2f} ms, "
+            f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms.",
+            "",
+            "![Submit to start latency](submit-start.png)",
+            "",
+            _command(queue),
+            "",
+        ]
+    )
+
+
+def render_section(render: Result) -> str:
+    rows = [
+        [
+            str(r["pages"]),
+            str(r["slots"]),
+            str(r["docs"]),
+            f"{r['raw']:.1f}",
+            f"{r['pressroom']:.1f}",
+            f"{r['ratio']:.2f}",
+        ]
+        for r in render["rows"]
+    ]
+    return "\n".join(
+        [
+            "## Render path (P3)",
+            "",
+            "The same invoice through Pressroom end to end (HTTP submit → claim → Chromium → PDF "
+            "stored → `job.done` on the event stream) and through a bare Playwright loop (one "
+            "browser, one reused page per slot) at the same concurrency, in the same run. The "
+            "20-page document is the invoice with 640 lines.",
+            "",
+            table(
+                [
+                    "pages",
+                    "slots",
+                    "documents",
+                    "raw Playwright PDFs/s",
+                    "Pressroom PDFs/s",
+                    "ratio",
+                ],
+                rows,
+            ),
+            "",
+            "![Render throughput against slots](render-slots.png)",
+            "",
+            _command(render),
+            "",
+        ]
+    )
+
+
+def soak_section(soak: Result) -> str:
+    first, last = soak["samples"][0], soak["samples"][-1]
+    base = next(s for s in soak["samples"] if s["jobs"] >= soak["from_job"])
+    rows = [
+        [
+            label,
+            f"{s['jobs']:,}",
+            f"{s['server_mb']:.1f}",
+            f"{s['chromium_mb']:.1f}",
+            f"{s.get('chromium_pss_mb', float('nan')):.1f}",
+            f"{s['total_mb']:.1f}",
+        ]
+        for label, s in (("start", first), ("growth measured from", base), ("end", last))
+    ]
+    return "\n".join(
+        [
+            "## Soak (P6)",
+            "",
+            f"{last['jobs']:,} renders in a row through one app with real Chromium "
+            f"({soak['args']['slots']} slots), in batches of {soak['args']['every']}; after each "
+            "batch the resident memory of the server process and of every Chromium process it "
+            f"started is sampled. {soak['elapsed_s']:.0f} s in all ({soak['rate']:.1f} PDFs/s); "
+            f"browser launches: {soak['browser_launches']} (the renderer recycles Chromium "
+            "after a number of jobs or above a memory mark); distinct Chromium processes seen: "
+            f"{soak['chromium_pids_seen']}.",
+            "",
+            table(
+                [
+                    "sample",
+                    "jobs",
+                    "server RSS MiB",
+                    "Chromium RSS MiB (sum)",
+                    "Chromium PSS MiB (sum)",
+                    "server + Chromium RSS MiB",
+                ],
+                rows,
+            ),
+            "",
+            f"Growth from job {soak['from_job']:,} to the end: server "
+            f"{soak['server_growth_pct']:+.1f} %, Chromium RSS "
+            f"{soak['chromium_growth_pct']:+.1f} %, "
+            f"Chromium PSS {soak.get('chromium_pss_growth_pct', float('nan')):+.1f} %, total "
+            f"{soak['total_growth_pct']:+.1f} %. Zombie processes at the end: "
+            f"{len(soak['zombies'])}; Chromium processes still alive after the app stopped: "
+            f"{len(soak['orphans'])}.",
+            "",
+            "RSS summed over Chromium's processes counts the pages they share once per process; "
+            "PSS divides shared pages among them and is the better total.",
+            "",
+            "![Soak memory](soak.png)",
+            "",
+            _command(soak),
+            "",
+        ]
+    )
+
+
+def push_rows(push: Result) -> list[list[str]]:
+    """Summary rows from bench/push.py's JSON: push latency over NOTIFY, and fan-out."""
+    data = push.get("result")
+    if not data:
+        return []
+    notify, sse, sio = data["notify_round_trip"], data["sse"], data["socketio"]
+    fan, targets = data["fan_out"], data.get("targets", {})
+    over_ms = targets.get("p99_within_ms_of_notify", 5)
+    worst = max(sse["p99_ms"], sio["p99_ms"]) - notify["p99_ms"]
+    rows = [
+        [
+            f"Push latency, {sse['count']:,} events, p99",
+            f"SSE {sse['p99_ms']:.2f} ms, Socket.IO {sio['p99_ms']:.2f} ms",
+            f"{notify['p99_ms']:.2f} ms (raw NOTIFY round trip)",
+            f"+{worst:.2f} ms",
+            f"within {over_ms:g} ms of NOTIFY",
+            _verdict(worst <= over_ms),
+        ]
+    ]
+    kb_target = targets.get("kb_per_idle_connection", 20)
+    reach_target = targets.get("reach_all_ms", 1000)
+    rows.append(
+        [
+            f"Push fan-out, {fan['subscribers']:,} SSE subscribers",
+            f"{fan['kb_per_connection']:.1f} KB per idle connection; one event reaches all in "
+            f"{fan['reach_all_ms']:,.0f} ms",
+            "-",
+            "-",
+            f"≤ {kb_target:g} KB, ≤ {reach_target:,.0f} ms",
+            _verdict(fan["kb_per_connection"] <= kb_target and fan["reach_all_ms"] <= reach_target),
+        ]
+    )
+    return rows
+
+
+def push_section(push: Result | None) -> str:
+    lines = ["## Push (Socket.IO, SSE)", ""]
+    if push is None:
+        lines += [
+            "Not measured in this run (no `bench/push.py`, or left out with --only).",
+            "",
+        ]
+        return "\n".join(lines)
+    lines += [
+        "From `bench/push.py`: a committed state change to an SSE and a Socket.IO client of a "
+        "`pressroom web` process, next to the raw NOTIFY round trip of the same database; then "
+        "one event fanned out to many idle SSE subscribers. What it printed:",
+        "",
+        "\n".join(
+            line for line in push["output"].rstrip().splitlines() if not line.startswith("(")
+        ).rstrip(),
+        "",
+        f"Command: `{push['command']}`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _frames(rows: list[list[Any]]) -> str:
+    return table(["share of busy samples", "frame"], [[f"{p:.1f} %", f"`{f}`"] for f, p in rows])
+
+
+def profile_section(profile: Result) -> str:
+    parts = [
+        "## Profile",
+        "",
+        "py-spy sampled the server process at 200 Hz while it was under load: the accept path "
+        f"with 32 clients posting jobs ({profile['accept']['requests_per_s']:.0f} requests/s "
+        "while sampled), the queue path draining a backlog with a no-op renderer and "
+        f"{profile['args']['slots']} slots ({profile['queue']['jobs_per_s']:.0f} jobs/s while "
+        "sampled). Flamegraphs: [accept](profile-accept.svg), [queue](profile-queue.svg). "
+        "Shares below are of the samples in which a thread was working (a thread waiting in "
+        "epoll or an idle pool thread is left out).",
+        "",
+    ]
+    for path in ("accept", "queue"):
+        data = profile[path]
+        parts += [
+            f"### {path.capitalize()} path: {data['samples']:,} busy samples",
+            "",
+            "Where the time is spent (own time, by function):",
+            "",
+            _frames(data["self"][:8]),
+            "",
+            "Pressroom functions (inclusive: the function and what it calls):",
+            "",
+            _frames(data["server_inclusive"][:8]),
+            "",
+        ]
+        found = readings(path, data)
+        if found:
+            parts += ["What dominates:", ""] + [f"- {s}" for s in found] + [""]
+    parts += [f"**Changed because of it:** {CHANGES}", "", _command(profile), ""]
+    return "\n".join(parts)
+
+
+def readings(path: str, data: Result) -> list[str]:
+    shares: dict[str, float] = {}
+    for frame, pct in data["self"] + data["server_inclusive"] + data["libraries_inclusive"]:
+        shares[frame] = max(shares.get(frame, 0.0), pct)
+    found = []
+    for which, text, least, sentence in READINGS:
+        if which != path:
+            continue
+        share = max((pct for frame, pct in shares.items() if text in frame), default=0.0)
+        if share >= least:
+            found.append(f"{sentence} ({share:.0f} % of busy samples)")
+    return found
+
+
+def markdown(results: Result) -> str:
+    meta = results["meta"]
+    quick = meta["quick"]
+    head = [
+        "# Performance",
+        "",
+        "Generated by `make bench` (`python -m bench`); do not edit by hand, edit "
+        "`bench/report.py` and run it again. Every baseline (raw asyncpg, raw Playwright, "
+        "PgQueuer, Procrastinate) was measured in the same run, on the same machine, against "
+        "the same PostgreSQL server.",
+        "",
+    ]
+    if quick:
+        head += [
+            "> **Quick mode (`BENCH_QUICK=1`)**: reduced sizes on a possibly busy machine. "
+            "These figures are noisy and only show that the suite runs.",
+            "",
+        ]
+    head += [
+        "## Machine",
+        "",
+        f"- {meta['machine']}",
+        f"- {meta['postgres']} ({meta['postgres_where']})",
+        f"- Chromium: {meta['chromium']}",
+        f"- Run at {meta['started_at']} (UTC), {meta['elapsed_s'] / 60:.1f} minutes in all",
+        f"- Command: `{meta['command']}`",
+        "",
+        "## Summary",
+        "",
+        table(["figure", "Pressroom", "baseline", "ratio", "target", "met"], summary_rows(results)),
+        "",
+    ]
+    sections = [
+        accept_section(results["accept"]) if "accept" in results else "",
+        queue_section(results["queue"]) if "queue" in results else "",
+        render_section(results["render"]) if "render" in results else "",
+        soak_section(results["soak"]) if "soak" in results else "",
+        push_section(results.get("push")),
+        profile_section(results["profile"]) if "profile" in results else "",
+    ]
+    failed = results.get("errors", {})
+    if failed:
+        sections.append("## Errors\n\nThese benchmarks failed in this run:\n")
+        for name, trace in failed.items():
+            last = trace.strip().splitlines()[-1]
+            sections.append(f"- {name}: `{last}`")
+        sections.append("")
+    return "\n".join(head + [s for s in sections if s])
+
+
+def write_plots(results: Result, out: Path) -> list[Path]:
+    written: list[Path] = []
+
+    def plot(name: str, draw: Callable[[Path], None]) -> None:
+        draw(out / name)
+        written.append(out / name)
+
+    if "accept" in results:
+        series = {
+            "Pressroom POST /v1/jobs": results["accept"]["latencies_ms"]["pressroom"],
+            "raw asyncpg insert": results["accept"]["latencies_ms"]["raw"],
+        }
+        rate = results["accept"]["args"]["rate"]
+        plot(
+            "accept-latency.png",
+            lambda p: plots.latency(p, f"Accept latency at {rate:g} requests/s", series),
+        )
+    if "queue" in results:
+        queue = results["queue"]
+        plot("queue-slots.png", lambda p: plots.queue_slots(p, queue))
+        plot(
+            "submit-start.png",
+            lambda p: plots.latency(
+                p, "Submit → start, idle worker", {"Pressroom": queue["latencies_ms"]}
+            ),
+        )
+    if "render" in results:
+        plot("render-slots.png", lambda p: plots.render_slots(p, results["render"]["rows"]))
+    if "soak" in results:
+        plot("soak.png", lambda p: plots.soak(p, results["soak"]))
+    return written
+
+
+def write(results: Result, out: Path) -> Path:
+    """The plots and performance.md into `out`; returns the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_plots(results, out)
+    report = out / "performance.md"
+    report.write_text(markdown(results))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("results", help="results.json written by python -m bench")
+    parser.add_argument("--out", default=None, help="folder for the report (default: beside it)")
+    args = parser.parse_args()
+    path = Path(args.results)
+    out = Path(args.out) if args.out else path.parent
+    print(write(json.loads(path.read_text()), out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Soak (P6): N renders in a row through one app with real Chromium; memory stays flat and no
+Chromium process outlives the app.
+
+Jobs go in over HTTP in batches of --every; after each batch is done the resident memory
+(RSS) of this process (the server) and of every Chromium process it started is sampled.
+Growth is measured from the sample at --from-job (after warm-up, caches and pools are
+full) to the last one. At the end, while the app still runs, its children are checked for
+zombies; after it stops, every Chromium process seen during the run must be gone.
+
+    python -m bench.soak [--jobs 5000] [--every 100] [--from-job 500] [--slots 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from typing import Any
+
+import psutil
+from aiohttp import ClientSession
+
+from bench.common import (
+    INVOICE,
+    QUICK,
+    command,
+    database,
+    invoice_data,
+    machine,
+    postgres,
+    running_app,
+    submit_many,
+)
+from server.events import JobEvent
+from server.keys import CHROMIUM, HUB
+from server.render import browser_processes
+
+NAME = "bench.soak"
+MIB = 1024 * 1024
+
+
+def chromium_memory_mb(seen: dict[int, float]) -> tuple[float, float]:
+    """Total RSS and PSS of this process's Chromium processes; remembers each (pid, start).
+
+    RSS counts pages shared between Chromium's processes once per process; PSS splits them,
+    so its sum is what the browser really holds."""
+    rss = pss = 0
+    for process in browser_processes():
+        try:
+            info = process.memory_full_info()
+            seen[process.pid] = process.create_time()
+        except psutil.Error:
+            continue
+        rss += info.rss
+        pss += getattr(info, "pss", info.rss)
+    return rss / MIB, pss / MIB
+
+
+def zombies() -> list[int]:
+    found = []
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def survivors(seen: dict[int, float]) -> list[int]:
+    """Chromium processes seen during the run that still exist (same pid, same start time)."""
+    alive = []
+    for pid, created in seen.items():
+        try:
+            process = psutil.Process(pid)
+            if process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def growth(samples: list[dict[str, float]], key: str, from_job: int) -> float:
+    base = next(s for s in samples if s["jobs"] >= from_job)
+    return (samples[-1][key] - base[key]) / base[key] * 100
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    seen: dict[int, float] = {}
+    samples: list[dict[str, float]] = []
+    server = psutil.Process(os.getpid())
+    done = 0
+    batch_done = asyncio.Event()
+    target = 0
+
+    def on_event(event: JobEvent) -> None:
+        nonlocal done
+        if event.type in ("job.done", "job.failed"):
+            done += 1
+            if event.type == "job.failed":
+                print(f"soak    job failed: {event.job.get('error')}", flush=True)
+            if done >= target:
+                batch_done.set()
+
+    started = time.perf_counter()
+    async with postgres(), database() as dsn:
+        async with running_app(dsn, render_slots=args.slots) as (base, app):
+            app[HUB].add_listener(on_event)
+            bodies = [{"template": INVOICE, "data": invoice_data(n)} for n in range(args.every)]
+
+            def sample() -> None:
+                row = {
+                    "jobs": done,
+                    "seconds": time.perf_counter() - started,
+                    "server_mb": server.memory_info().rss / MIB,
+                }
+                row["chromium_mb"], row["chromium_pss_mb"] = chromium_memory_mb(seen)
+                row["total_mb"] = row["server_mb"] + row["chromium_mb"]
+                samples.append(row)
+
+            sample()
+            async with ClientSession() as session:
+                while done < args.jobs:
+                    target = done + args.every
+                    batch_done.clear()
+                    await submit_many(session, base, bodies, concurrency=16)
+                    async with asyncio.timeout(300):
+                        await batch_done.wait()
+                    sample()
+                    if done % 1000 == 0 or done >= args.jobs:
+                        last = samples[-1]
+                        print(
+                            f"soak    {done:5d} jobs: server {last['server_mb']:6.1f} MiB, "
+                            f"Chromium {last['chromium_mb']:6.1f} MiB RSS, "
+                            f"{last['chromium_pss_mb']:6.1f} MiB PSS",
+                            flush=True,
+                        )
+            launches = app[CHROMIUM].launches
+            zombie_pids = zombies()
+        # Chromium's helpers exit just after the browser does: give them a few seconds
+        # (a process ending sends this process no event to wait for).
+        deadline = time.perf_counter() + 5
+        while (orphan_pids := survivors(seen)) and time.perf_counter() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    elapsed = time.perf_counter() - started
+    from_job = args.from_job if args.from_job <= samples[-1]["jobs"] else args.every
+    result = {
+        "args": vars(args),
+        "command": command(NAME, *_argv(args)),
+        "samples": samples,
+        "from_job": from_job,
+        "server_growth_pct": growth(samples, "server_mb", from_job),
+        "chromium_growth_pct": growth(samples, "chromium_mb", from_job),
+        "chromium_pss_growth_pct": growth(samples, "chromium_pss_mb", from_job),
+        "total_growth_pct": growth(samples, "total_mb", from_job),
+        "browser_launches": launches,
+        "chromium_pids_seen": len(seen),
+        "zombies": zombie_pids,
+        "orphans": orphan_pids,
+        "elapsed_s": elapsed,
+        "rate": done / elapsed,
+    }
+    print_result(result)
+    return result
+
+
+def print_result(result: dict[str, Any]) -> None:
+    print(
+        f"soak    {result['samples'][-1]['jobs']} renders in {result['elapsed_s']:.0f} s: growth "
+        f"from job {result['from_job']}: server {result['server_growth_pct']:+.1f} %, Chromium "
+        f"{result['chromium_growth_pct']:+.1f} %, total {result['total_growth_pct']:+.1f} %; "
+        f"{result['browser_launches']} browser launches; zombies {len(result['zombies'])}, "
+        f"orphans {len(result['orphans'])}",
+        flush=True,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=300 if QUICK else 5000)
+    parser.add_argument("--every", type=int, default=100)
+    parser.add_argument("--from-job", type=int, default=100 if QUICK else 500)
+    parser.add_argument("--slots", type=int, default=2)
+    return parser
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--jobs {args.jobs}",
+        f"--every {args.every}",
+        f"--from-job {args.from_job}",
+        f"--slots {args.slots}",
+    ]
+
+
+def main() -> None:
+    args = parser().parse_args()
+    print(f"machine: {machine()}")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Whether a request may go ahead: per-key rate limits, the cap on a tenant's jobs in flight,
+and Idempotency-Key on submissions (same key + same body → the original job)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import asyncpg
+
+from server import jobs
+from server.jobs import NewJob
+from server.problems import Problem
+from server.sql import query
+
+log = logging.getLogger(__name__)
+
+IN_FLIGHT_RETRY_S = 5
+IDEMPOTENCY_BUSY_RETRY_S = 1
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+PRUNE_INTERVAL_S = 600.0
+
+
+class RateLimiter:
+    """A token bucket per key, in this process's memory: `rate_per_s` sustained, `burst` at once."""
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self._rate_per_s = rate_per_s
+        self._burst = float(burst)
+        self._buckets: dict[Hashable, tuple[float, float]] = {}
+
+    def take(self, key: Hashable, now: float | None = None) -> float:
+        """Spend one token: 0.0 when allowed, else the seconds until one is available."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(key, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - last) * self._rate_per_s)
+        if tokens >= 1.0:
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[key] = (tokens, now)
+        return (1.0 - tokens) / self._rate_per_s
+
+
+def request_hash(body: Any) -> str:
+    """A fingerprint of a JSON body that ignores key order and whitespace."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def idempotency_key(raw: str | None) -> str | None:
+    """The Idempotency-Key header's value (a quoted string per the IETF draft, bare accepted)."""
+    if raw is None:
+        return None
+    key = raw.strip()
+    if len(key) >= 2 and key.startswith('"') and key.endswith('"'):
+        key = key[1:-1]
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS or not (key.isascii() and key.isprintable()):
+        raise Problem(
+            400,
+            "Bad Idempotency-Key",
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters.",
+            kind="bad-idempotency-key",
+        )
+    return key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Admitted:
+    """The job a submission stands for; `replayed` when an earlier request made it."""
+
+    job: dict[str, Any]
+    replayed: bool
+
+
+async def submit(
+    pool: asyncpg.Pool, new: NewJob, *, max_in_flight: int, key_ttl_s: int
+) -> Admitted:
+    """Insert the job unless the tenant is at its cap or its Idempotency-Key was seen."""
+    if new.idempotency_key is None:
+        await _check_in_flight(pool, new.tenant, max_in_flight)
+        [job] = await jobs.create(pool, [new])
+        return Admitted(job, replayed=False)
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            return await _submit_once(conn, new, max_in_flight=max_in_flight, key_ttl_s=key_ttl_s)
+    except asyncpg.UniqueViolationError:
+        raise _busy() from None  # another process inserted the key between our find and insert
+
+
+async def _submit_once(
+    conn: asyncpg.Connection, new: NewJob, *, max_in_flight: int, key_ttl_s: int
+) -> Admitted:
+    # The lock is held until this transaction ends, so one request per key runs at a time;
+    # the others answer 409 at once rather than queueing behind it.
+    if not await conn.fetchval(query("idempotency_try_lock"), new.tenant, new.idempotency_key):
+        raise _busy()
+    row = await conn.fetchrow(query("idempotency_find"), new.tenant, new.idempotency_key, key_ttl_s)
+    if row is not None and not row["expired"]:
+        if row["request_hash"] != new.request_hash:
+            raise Problem(
+                422,
+                "Idempotency-Key reused",
+                "This Idempotency-Key was already used with a different request body.",
+                kind="idempotency-key-reused",
+            )
+        return Admitted(row["job"], replayed=True)
+    if row is not None:
+        await conn.execute(query("idempotency_forget"), row["id"])  # past retention: reusable
+    await _check_in_flight(conn, new.tenant, max_in_flight)
+    [job] = await jobs.create(conn, [new])
+    return Admitted(job, replayed=False)
+
+
+def _busy() -> Problem:
+    return Problem(
+        409,
+        "Conflict",
+        "A request with this Idempotency-Key is still being processed; retry shortly.",
+        kind="idempotency-key-in-use",
+        headers={"Retry-After": str(IDEMPOTENCY_BUSY_RETRY_S)},
+    )
+
+
+async def _check_in_flight(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, max_in_flight: int
+) -> None:
+    # Counted, not reserved: concurrent submissions may pass the cap by a few, never by many.
+    count: int = await conn.fetchval(query("tenant_in_flight"), tenant)
+    if count >= max_in_flight:
+        raise Problem(
+            429,
+            "Too many jobs in flight",
+            f"This tenant has {count} jobs queued or running; the limit is {max_in_flight}.",
+            kind="too-many-jobs",
+            headers={"Retry-After": str(IN_FLIGHT_RETRY_S)},
+        )
+
+
+async def prune_loop(pool: asyncpg.Pool, *, key_ttl_s: int) -> None:
+    """Forget Idempotency-Keys older than their retention, so they can be used again."""
+    while True:
+        try:
+            while (
+                pruned := await pool.execute(query("idempotency_prune"), key_ttl_s)
+            ) != "UPDATE 0":
+                log.info("forgot expired idempotency keys: %s", pruned)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("idempotency key pruning failed: %s", exc)
+        await asyncio.sleep(PRUNE_INTERVAL_S)

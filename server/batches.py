@@ -1,0 +1,242 @@
+"""Batches: many documents in one call, one job per item, each keyed by a stable business key.
+
+A key is accepted once per tenant: submitting it again with the same content reuses its job
+(nothing is rendered twice), with other content it is refused, so a revision needs a new key.
+The same request again answers with the same batch. Batch progress reaches every stream as
+`batch.progress` / `batch.done` events, written by a trigger (0004_batches_templates.sql).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from server import admission, api, library
+from server.jobs import NewJob
+from server.keys import POLICY, POOL, SETTINGS
+from server.problems import Problem, invalid, not_found
+from server.sql import query
+
+log = logging.getLogger(__name__)
+
+BATCH_FIELDS = {"items", "webhook_url"}
+MAX_BATCH_ITEMS = 1000
+MAX_KEY_CHARS = 200
+IN_FLIGHT_RETRY_S = 5
+ITEM_SUMMARY_FIELDS = ("status", "error", "pages", "url")
+
+routes = web.RouteTableDef()
+
+
+def _check_key(key: Any) -> str | None:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or not key.isprintable():
+        return f"must be a string of 1 to {MAX_KEY_CHARS} printable characters"
+    return None
+
+
+def _prefixed(problem: Problem, prefix: str) -> list[tuple[str, str]]:
+    """A validation problem's field errors, moved under `items[i]`."""
+    return [
+        (f"{prefix}.{error['field']}" if error["field"] else prefix, error["message"])
+        for error in problem.errors or []
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A validated batch request: each item's key and job (not yet inserted)."""
+
+    keys: list[str]
+    jobs: list[NewJob]
+    item_hashes: list[str]
+    webhook_url: str | None
+    request_hash: str
+
+
+async def _validate(request: web.Request, body: Any) -> NewBatch:
+    """Check the body and every item; every problem found is reported at once."""
+    if not isinstance(body, dict):
+        raise invalid([("", "the body must be a JSON object")])
+    errors = [(key, "is not a known field") for key in body if key not in BATCH_FIELDS]
+    webhook_url = body.get("webhook_url")
+    if webhook_url is not None:
+        if not isinstance(webhook_url, str):
+            errors.append(("webhook_url", "must be a string"))
+        elif (why := request.app[POLICY].validate_webhook_url(webhook_url)) is not None:
+            errors.append(("webhook_url", why))
+        if errors:
+            webhook_url = None
+    items = body.get("items")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        errors.append(("items", f"must be a list of 1 to {MAX_BATCH_ITEMS} items"))
+        raise invalid(errors)
+
+    refs = [
+        ref
+        for item in items
+        if isinstance(item, dict) and (ref := library.parse_template_id(item.get("template_id")))
+    ]
+    stored = await library.find(request.app[POOL], api.tenant_of(request), refs)
+    keys: list[str] = []
+    new: list[NewJob] = []
+    first_of: dict[str, int] = {}
+    for index, item in enumerate(items):
+        prefix = f"items[{index}]"
+        if not isinstance(item, dict):
+            errors.append((prefix, "must be an object"))
+            continue
+        key: Any = item.get("key")
+        if (why := _check_key(key)) is not None:
+            errors.append((f"{prefix}.key", "is required" if key is None else why))
+        elif key in first_of:
+            errors.append((f"{prefix}.key", f"{key!r} is also the key of items[{first_of[key]}]"))
+        else:
+            first_of[key] = index
+        fields = {name: value for name, value in item.items() if name != "key"}
+        if webhook_url is not None:
+            fields.setdefault("webhook_url", webhook_url)
+        ref = library.parse_template_id(fields.get("template_id"))
+        try:
+            job = api.validate_job(fields, request, stored.get(ref) if ref else None)
+        except Problem as problem:
+            errors.extend(_prefixed(problem, prefix))
+            continue
+        keys.append(key)
+        new.append(job)
+    if errors:
+        raise invalid(errors)
+    return NewBatch(
+        keys=keys,
+        jobs=new,
+        item_hashes=[admission.request_hash(item) for item in items],
+        webhook_url=webhook_url,
+        request_hash=admission.request_hash({"items": items, "webhook_url": webhook_url}),
+    )
+
+
+@routes.post("/v1/batches")
+async def create_batch(request: web.Request) -> web.Response:
+    """One job per item, in one transaction with one NOTIFY; the same request again answers
+    with the same batch (200) and creates nothing."""
+    settings = request.app[SETTINGS]
+    tenant = api.tenant_of(request)
+    body = await api.read_json(request)
+    batch = await _validate(request, body)
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        await conn.execute(query("batch_lock"), tenant)
+        batch_id = await conn.fetchval(query("batch_find"), tenant, batch.request_hash)
+        replayed = batch_id is not None
+        if batch_id is None:
+            batch_id = uuid.uuid4()
+            created = await _insert(
+                conn, batch_id, tenant, batch, max_in_flight=settings.tenant_max_inflight
+            )
+            log.info(
+                "batch accepted",
+                extra={"batch_id": str(batch_id), "tenant": tenant, "new_jobs": created},
+            )
+    shown = await present_batch(request, batch_id, tenant)
+    return web.json_response(
+        shown, status=200 if replayed else 202, headers={"Location": shown["links"]["self"]}
+    )
+
+
+async def _insert(
+    conn: asyncpg.Connection,
+    batch_id: uuid.UUID,
+    tenant: str,
+    batch: NewBatch,
+    *,
+    max_in_flight: int,
+) -> int:
+    """Insert the batch and the jobs of keys not seen before; returns how many jobs are new."""
+    keys, new, item_hashes = batch.keys, batch.jobs, batch.item_hashes
+    rows = await conn.fetch(query("batch_item_jobs"), tenant, keys)
+    known = {row["item_key"]: row for row in rows}
+    conflicts = [
+        (
+            f"items[{index}].key",
+            f"{key!r} was already used with different content; "
+            f"a revision needs a new key (such as {key + '-v2'!r})",
+        )
+        for index, (key, item_hash) in enumerate(zip(keys, item_hashes, strict=True))
+        if key in known and known[key]["item_hash"] != item_hash
+    ]
+    if conflicts:
+        raise invalid(conflicts, "Some item keys were already used with different content.")
+    fresh = [
+        (position, job, item_hash)
+        for position, (key, job, item_hash) in enumerate(zip(keys, new, item_hashes, strict=True))
+        if key not in known
+    ]
+    in_flight: int = await conn.fetchval(query("tenant_in_flight"), tenant)
+    if fresh and in_flight + len(fresh) > max_in_flight:
+        raise Problem(
+            429,
+            "Too many jobs in flight",
+            f"This tenant has {in_flight} jobs queued or running; {len(fresh)} more would pass "
+            f"the limit of {max_in_flight}.",
+            kind="too-many-jobs",
+            headers={"Retry-After": str(IN_FLIGHT_RETRY_S)},
+        )
+    await conn.execute(
+        query("insert_batch"), batch_id, tenant, batch.request_hash, batch.webhook_url
+    )
+    job_ids = [
+        known[key]["id"] if key in known else job.id for key, job in zip(keys, new, strict=True)
+    ]
+    jobs = [job for _, job, _ in fresh]
+    created: int = await conn.fetchval(
+        query("insert_batch_jobs"),
+        [j.id for j in jobs],
+        [j.tenant for j in jobs],
+        [j.template for j in jobs],
+        [j.data for j in jobs],
+        [j.options for j in jobs],
+        [j.metadata for j in jobs],
+        [j.webhook_url for j in jobs],
+        [j.priority for j in jobs],
+        [j.max_attempts for j in jobs],
+        [j.run_at for j in jobs],
+        [keys[position] for position, _, _ in fresh],
+        [item_hash for _, _, item_hash in fresh],
+        batch_id,
+        list(range(len(keys))),
+        keys,
+        job_ids,
+    )
+    if created == 0:
+        await conn.execute(query("batch_announce"), batch_id)
+    return created
+
+
+async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) -> dict[str, Any]:
+    """The batch: status, counts by state, and its items with their jobs' ids and states."""
+    pool = request.app[POOL]
+    row = await pool.fetchrow(query("batch_get"), batch_id, tenant)
+    if row is None:
+        raise not_found("batch")
+    shown: dict[str, Any] = dict(row["batch"])
+    items = []
+    for item in await pool.fetch(query("batch_items"), batch_id):
+        job = await api.present(request, item["job"], tenant)
+        summary = {"key": item["key"], "job_id": job["id"]}
+        summary.update({name: job[name] for name in ITEM_SUMMARY_FIELDS if name in job})
+        items.append(summary)
+    shown["items"] = items
+    shown["links"] = {"self": f"/v1/batches/{batch_id}", "events": "/v1/events"}
+    return shown
+
+
+@routes.get("/v1/batches/{batch_id}")
+async def get_batch(request: web.Request) -> web.Response:
+    try:
+        batch_id = uuid.UUID(request.match_info["batch_id"])
+    except ValueError:
+        raise not_found("batch") from None
+    return web.json_response(await present_batch(request, batch_id, api.tenant_of(request)))

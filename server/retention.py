@@ -1,0 +1,98 @@
+"""Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files, then rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from pathlib import Path
+
+import asyncpg
+
+from server import jobs
+from server.errors import StorageError
+from server.sql import query
+from server.storage import LocalStorage, Storage
+
+log = logging.getLogger(__name__)
+
+# Any fixed number works; it only has to be the same in every Pressroom process.
+RETENTION_LOCK = 0x70726574
+BATCH = 100
+INTERVAL_S = 3600.0
+DELETE_CONCURRENCY = 8
+
+DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+
+
+def attempt_keys(row: asyncpg.Record) -> set[str]:
+    """Every key an attempt of this job may have written: retries and rescues each get one."""
+    last = max(row["attempts"], row["max_attempts"])
+    keys = {jobs.object_key(row["tenant"], row["id"], attempt) for attempt in range(1, last + 1)}
+    if row["object_key"]:
+        keys.add(row["object_key"])
+    return keys
+
+
+async def sweep(pool: asyncpg.Pool, storage: Storage, *, older_than_days: int) -> int | None:
+    """Delete expired jobs batch by batch, files first; None when another process is sweeping.
+
+    A batch's rows stay locked while their files go, so a manual retry cannot slip in between;
+    a job whose files cannot be deleted keeps its row and is tried again at the next sweep."""
+    total = 0
+    while True:
+        async with pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(query("retention_lock"), RETENTION_LOCK):
+                return total or None
+            rows = await conn.fetch(query("expired_jobs"), older_than_days, BATCH)
+            deleted = await _delete_files(storage, rows)
+            if deleted:
+                await conn.execute(query("delete_jobs"), deleted)
+        total += len(deleted)
+        if len(rows) < BATCH or len(deleted) < len(rows):
+            return total
+
+
+async def _delete_files(storage: Storage, rows: list[asyncpg.Record]) -> list[object]:
+    """The ids of jobs whose every file is gone now."""
+    gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def delete(key: str) -> None:
+        async with gate:
+            await storage.delete(key)
+
+    async def delete_job(row: asyncpg.Record) -> bool:
+        try:
+            await asyncio.gather(*(delete(key) for key in sorted(attempt_keys(row))))
+        except StorageError as exc:
+            log.warning(
+                "retention could not delete a file: %s", exc, extra={"job_id": str(row["id"])}
+            )
+            return False
+        if isinstance(storage, LocalStorage):
+            # The job's folder is empty now; leave no empty folder per job behind.
+            folder = storage.root / row["tenant"] / str(row["id"])
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(Path.rmdir, folder)
+        return True
+
+    results = await asyncio.gather(*(delete_job(row) for row in rows))
+    return [row["id"] for row, ok in zip(rows, results, strict=True) if ok]
+
+
+async def run(pool: asyncpg.Pool, storage: Storage, *, older_than_days: int) -> None:
+    """Sweep now and then hourly; every process runs this, one at a time sweeps."""
+    while True:
+        try:
+            deleted = await sweep(pool, storage, older_than_days=older_than_days)
+        except DB_ERRORS as exc:
+            log.warning("retention sweep failed: %s", exc)
+        else:
+            if deleted:
+                log.info(
+                    "retention deleted %s jobs finished more than %s days ago",
+                    deleted,
+                    older_than_days,
+                )
+        await asyncio.sleep(INTERVAL_S * random.uniform(0.9, 1.1))

@@ -1,0 +1,647 @@
+"""Socket.IO at /socket.io/: the same job events, payloads and ids as SSE, over python-socketio.
+
+Each subscription of a client is its own bounded hub subscription drained by one task, so
+every stream is in log order, replay then live, without gap or duplicate; a client that stops
+reading is cut off with a reason and resumes by event id. Emits that must reach clients on
+other processes (rooms) travel over PostgreSQL LISTEN/NOTIFY: no broker besides the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import asyncpg
+import socketio
+from aiohttp import WSCloseCode, web
+from engineio import packet as eio_packet
+from socketio.async_pubsub_manager import AsyncPubSubManager
+from yarl import URL
+
+from server import api, auth, db, events, jobs
+from server.events import JobEvent, Position
+from server.hub import SubscriberDropped, Subscription
+from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
+from server.problems import DB_ERRORS, TYPE_BASE, Problem, invalid, not_found
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "/"
+CHANNEL = "pressroom_sio"
+MAX_NOTIFY_BYTES = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
+INBOX_LIMIT = 10_000
+MAX_SUBSCRIPTIONS = 100
+# Packets waiting for a client's transport before its streams stop taking events: past this,
+# the hub buffer fills instead, and overflowing it cuts the client off (memory stays bounded).
+SEND_HIGH_WATER = 64
+BACKPRESSURE_CHECK_S = 1.0
+IDLE_WAIT_S = 30.0
+# A client gets this long to take what is queued for it (its `closed` event last) before its
+# connection is cut; at shutdown aiohttp no longer reads from clients, so waiting longer is moot.
+CLOSE_TIMEOUT_S = 2.0
+# Once shutting down, aiohttp reads nothing more, so the client's answer to a close frame
+# never arrives: wait only for the frame to go out.
+SHUTDOWN_CLOSE_S = 0.5
+LISTEN_START_TIMEOUT_S = 30.0
+KEEPALIVE_S = 10.0
+RECONNECT_MAX_S = 5.0
+# A job never leaves these states, so its subscription ends with them.
+FINAL_EVENTS = frozenset({"job.done", "job.cancelled"})
+SHUTDOWN_REASON = "server shutting down; reconnect and resume by event id"
+
+
+class MessageTooLarge(ValueError):
+    """A Socket.IO message for other processes does not fit in one NOTIFY."""
+
+
+class PostgresManager(AsyncPubSubManager):  # type: ignore[misc]
+    """A python-socketio client manager over LISTEN/NOTIFY on the Pressroom database: emits
+    to rooms, room changes and disconnects reach the clients of every process."""
+
+    name = "postgres"
+
+    def __init__(self, channel: str = CHANNEL) -> None:
+        super().__init__(channel=channel)
+        self._pool: asyncpg.Pool | None = None
+        self._inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX_LIMIT)
+        self.listening = asyncio.Event()
+        self.lost_messages = 0
+
+    def initialize(self) -> None:
+        # The parent would start its listening task here, owned by nobody; `run` does it.
+        socketio.AsyncManager.initialize(self)
+
+    async def emit(
+        self,
+        event: str,
+        data: Any,
+        namespace: str | None = None,
+        room: Any = None,
+        skip_sid: Any = None,
+        callback: Any = None,
+        to: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """As AsyncPubSubManager.emit, but refuse a message too big for NOTIFY before any
+        client (here or elsewhere) gets it."""
+        if not kwargs.get("ignore_queue"):
+            self._check_size(event, data, namespace, to or room, skip_sid)
+        return await super().emit(
+            event,
+            data,
+            namespace=namespace,
+            room=room,
+            skip_sid=skip_sid,
+            callback=callback,
+            to=to,
+            **kwargs,
+        )
+
+    def _check_size(self, event: str, data: Any, namespace: Any, room: Any, skip: Any) -> None:
+        # The parent's message, with room for an ack id; bytes travel as base64 (4/3 larger).
+        def binary(value: Any) -> str:
+            return "x" * (len(value) * 4 // 3 + 4)
+
+        message = {
+            "method": "emit",
+            "event": event,
+            "data": list(data) if isinstance(data, tuple) else [data],
+            "binary": False,
+            "namespace": namespace or NAMESPACE,
+            "room": room,
+            "skip_sid": skip,
+            "callback": [room, namespace or NAMESPACE, 2**31],
+            "host_id": self.host_id,
+        }
+        size = len(json.dumps(message, default=binary).encode())
+        if size > MAX_NOTIFY_BYTES:
+            raise MessageTooLarge(
+                f"a Socket.IO message for other processes must fit in {MAX_NOTIFY_BYTES} bytes "
+                f"(PostgreSQL NOTIFY), this one takes about {size}; send an id and let clients "
+                "fetch the data"
+            )
+
+    async def _publish(self, data: Any) -> None:
+        payload: str = self.json.dumps(data)
+        if len(payload.encode()) > MAX_NOTIFY_BYTES:
+            raise MessageTooLarge(
+                f"Socket.IO {data.get('method')} message of {len(payload.encode())} bytes "
+                f"exceeds the {MAX_NOTIFY_BYTES}-byte NOTIFY limit"
+            )
+        if self._pool is None:
+            raise RuntimeError("the Socket.IO manager is not started")
+        await self._pool.execute("SELECT pg_notify($1, $2)", self.channel, payload)
+
+    async def _listen(self) -> AsyncIterator[str]:
+        while True:
+            yield await self._inbox.get()
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            self._inbox.put_nowait(payload)
+        except asyncio.QueueFull:
+            # Socket.IO emits are best effort across processes (as with Redis); job events
+            # never travel this way, they come from the event log.
+            self.lost_messages += 1
+            log.warning("Socket.IO inbox full; a cross-process message was dropped")
+
+    async def run(self, dsn: str, pool: asyncpg.Pool) -> None:
+        """Publish through `pool`; LISTEN and hand messages to local clients until cancelled."""
+        self._pool = pool
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._hold_listen(dsn), name="sio-listen")
+            group.create_task(self._thread(), name="sio-pubsub")
+
+    async def _hold_listen(self, dsn: str) -> None:
+        delay_s = 0.1
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await db.connect(dsn)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await conn.add_listener(self.channel, self._notified)
+                self.listening.set()
+                delay_s = 0.1
+                while not lost.is_set():
+                    try:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            await lost.wait()
+                    except TimeoutError:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            await conn.execute("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                log.warning("Socket.IO LISTEN connection lost (%s); reconnecting", exc)
+            finally:
+                self.listening.clear()
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Grant:
+    """Whom a connection acts for: a tenant, and maybe only one job (a job's token)."""
+
+    tenant: str
+    job_id: str | None = None
+
+    def allows(self, job_id: uuid.UUID | None) -> bool:
+        return self.job_id is None or (job_id is not None and str(job_id) == self.job_id)
+
+
+async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | None:
+    """Whom a connecting client acts for, or None to refuse it. Credentials come in the
+    Socket.IO `auth` payload ({"token": …} or {"api_key": …}) or as a Bearer header; the
+    rules are those of the REST routes (server/auth.py)."""
+    if credentials is None:
+        credentials = {}
+    if not isinstance(credentials, dict):
+        return None
+    request: web.Request = environ["aiohttp.request"]
+    settings, authenticator = request.app[SETTINGS], request.app[AUTH]
+    keyed = await authenticator.keys_required()
+    token, key = credentials.get("token"), credentials.get("api_key")
+    if key is None:
+        scheme, _, bearer = request.headers.get("Authorization", "").strip().partition(" ")
+        key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
+    if isinstance(token, str):
+        claims = auth.check_token(settings.secret, token)
+        if claims is not None:
+            return Grant(claims.tenant, claims.job_id)
+    if isinstance(key, str):
+        tenant = await authenticator.tenant_for_key(key)
+        if tenant is not None:
+            return Grant(tenant)
+    if not keyed and auth.is_loopback(settings.host):
+        return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
+    return None
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Stream:
+    key: str
+    room: str
+    sub: Subscription
+    task: asyncio.Task[None] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Websocket:
+    handler: asyncio.Task[Any]
+    request: web.Request
+    ws: web.WebSocketResponse
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Client:
+    sid: str
+    eio_sid: str
+    grant: Grant
+    base_url: URL
+    streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
+    closing: bool = False
+
+
+def _error(problem: Problem) -> dict[str, Any]:
+    """A problem+json body as a Socket.IO acknowledgement."""
+    body: dict[str, Any] = {
+        "type": TYPE_BASE + problem.kind,
+        "title": problem.title,
+        "status": problem.status,
+    }
+    if problem.detail:
+        body["detail"] = problem.detail
+    if problem.errors:
+        body["errors"] = problem.errors
+    return {"ok": False, "error": body}
+
+
+def _parse_target(data: Any, *, with_since: bool) -> tuple[uuid.UUID | None, int | None]:
+    """(job id or None for all jobs, since) from a subscribe/unsubscribe payload."""
+    if not isinstance(data, dict):
+        raise invalid([("", 'send an object: {"job_id": …} or {"all": true}')])
+    allowed = {"job_id", "all", "since"} if with_since else {"job_id", "all"}
+    errors = [(key, "is not a known field") for key in data if key not in allowed]
+    job_id = None
+    if "job_id" in data:
+        try:
+            job_id = uuid.UUID(str(data["job_id"]))
+        except ValueError:
+            errors.append(("job_id", "must be a job id"))
+    if ("job_id" in data) == (data.get("all") is True):
+        errors.append(("", 'give either "job_id" or "all": true'))
+    since = data.get("since")
+    if isinstance(since, str) and since.isdigit():
+        since = int(since)
+    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+        errors.append(("since", "must be an event id"))
+    if errors:
+        raise invalid(errors, "The subscription is not valid.")
+    return job_id, since
+
+
+class PushServer:
+    """The Socket.IO server of one process: connect, subscribe, unsubscribe, and the pumps."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.manager = PostgresManager()
+        self.sio = socketio.AsyncServer(
+            async_mode="aiohttp",
+            client_manager=self.manager,
+            logger=False,
+            engineio_logger=False,
+        )
+        self.sio.on("connect", self._connect)
+        self.sio.on("disconnect", self._disconnect)
+        self.sio.on("subscribe", self._subscribe)
+        self.sio.on("unsubscribe", self._unsubscribe)
+        self.clients: dict[str, _Client] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Open websocket transports by handler task, to cut those whose client stops reading.
+        self._websockets: dict[asyncio.Task[Any], _Websocket] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def context(self, app: web.Application) -> AsyncIterator[None]:
+        """cleanup_ctx step: the cross-process channel runs while the app does."""
+        runner = asyncio.create_task(self.manager.run(app[DSN], app[POOL]), name="sio-manager")
+        runner.add_done_callback(_report_crash)
+        try:
+            async with asyncio.timeout(LISTEN_START_TIMEOUT_S):
+                await self.manager.listening.wait()
+            yield
+        finally:
+            for task in [runner, *self._tasks, *self._pumps()]:
+                task.cancel()
+            for task in [runner, *self._tasks, *self._pumps()]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self.sio.shutdown()
+
+    def _pumps(self) -> list[asyncio.Task[None]]:
+        return [
+            stream.task
+            for client in self.clients.values()
+            for stream in client.streams.values()
+            if stream.task is not None
+        ]
+
+    async def close_all(self, reason: str) -> None:
+        """Shutdown: tell every client why, then close transports so clients reconnect
+        (to another process) and resume by event id."""
+        for client in list(self.clients.values()):
+            client.closing = True
+            for stream in client.streams.values():
+                if stream.task is not None:
+                    stream.task.cancel()
+            with contextlib.suppress(Exception):
+                await self._emit(client, "closed", {"type": "closed", "reason": reason})
+        if self.sio.eio.sockets:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self.sio.eio.disconnect()
+        # The engine.io goodbye waits for the client to hang up, which aiohttp no longer reads
+        # once shutting down: close the websockets from this side.
+        await self._cut(list(self._websockets.values()), grace_s=0, close_s=SHUTDOWN_CLOSE_S)
+
+    async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Remember each Socket.IO websocket while its handler runs."""
+        handler = asyncio.current_task()
+        if (
+            handler is not None
+            and isinstance(response, web.WebSocketResponse)
+            and request.path.startswith("/socket.io")
+        ):
+            self._websockets[handler] = _Websocket(handler, request, response)
+            handler.add_done_callback(self._websockets.pop)
+
+    async def _cut(
+        self, transports: list[_Websocket], *, grace_s: float, close_s: float = CLOSE_TIMEOUT_S
+    ) -> None:
+        """Give clients grace_s to hang up, then close their websockets with "going away";
+        drop the connections that do not take even that."""
+        pending = [t.handler for t in transports if not t.handler.done()]
+        if pending and grace_s > 0:
+            await asyncio.wait(pending, timeout=grace_s)
+        closing = [
+            asyncio.create_task(t.ws.close(code=WSCloseCode.GOING_AWAY))
+            for t in transports
+            if not t.handler.done()
+        ]
+        if closing:
+            await asyncio.wait(closing, timeout=close_s)
+        for t in transports:
+            if not t.handler.done() and t.request.transport is not None:
+                t.request.transport.abort()
+        for task in closing:
+            task.cancel()
+
+    # --- handlers ---------------------------------------------------------------------------
+
+    async def _connect(self, sid: str, environ: dict[str, Any], credentials: Any = None) -> None:
+        try:
+            grant = await authenticate(environ, credentials)
+        except DB_ERRORS as exc:
+            log.warning("Socket.IO connect refused, database unavailable: %s", exc)
+            raise socketio.exceptions.ConnectionRefusedError(
+                "unavailable", {"status": 503, "detail": "Try again shortly."}
+            ) from None
+        if grant is None:
+            raise socketio.exceptions.ConnectionRefusedError(
+                "unauthorized",
+                {
+                    "status": 401,
+                    "detail": 'send a valid {"token": …} or {"api_key": …} as the auth payload',
+                },
+            )
+        request: web.Request = environ["aiohttp.request"]
+        eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
+        self.clients[sid] = _Client(sid, eio_sid, grant, request.url)
+
+    async def _disconnect(self, sid: str, _reason: Any = None) -> None:
+        client = self.clients.pop(sid, None)
+        if client is None:
+            return
+        client.closing = True
+        for stream in list(client.streams.values()):
+            self._end(client, stream)
+        socket = self.sio.eio.sockets.get(client.eio_sid)
+        if socket is not None and not socket.upgraded:
+            # A polling client that hung up leaves its last GET waiting for a packet that
+            # engine.io never sends; answer it now, or it holds a handler (and shutdown).
+            socket.queue.put_nowait(eio_packet.Packet(eio_packet.NOOP))
+
+    async def _subscribe(self, sid: str, data: Any = None) -> dict[str, Any]:
+        client = self.clients.get(sid)
+        if client is None or client.closing:
+            return _error(Problem(409, "Conflict", "The connection is closing."))
+        try:
+            job_id, since = _parse_target(data, with_since=True)
+            return await self._start(client, job_id, since)
+        except Problem as problem:
+            return _error(problem)
+        except DB_ERRORS as exc:
+            log.warning("Socket.IO subscribe failed, database unavailable: %s", exc)
+            return _error(Problem(503, "Service unavailable", "Try again shortly."))
+
+    async def _unsubscribe(self, sid: str, data: Any = None) -> dict[str, Any]:
+        client = self.clients.get(sid)
+        if client is None:
+            return _error(Problem(409, "Conflict", "The connection is closing."))
+        try:
+            job_id, _since = _parse_target(data, with_since=False)
+        except Problem as problem:
+            return _error(problem)
+        stream = client.streams.get("all" if job_id is None else str(job_id))
+        if stream is not None:
+            self._end(client, stream)
+        return {"ok": True}
+
+    # --- streams ----------------------------------------------------------------------------
+
+    async def _start(
+        self, client: _Client, job_id: uuid.UUID | None, since: int | None
+    ) -> dict[str, Any]:
+        pool = self.app[POOL]
+        if not client.grant.allows(job_id):
+            raise Problem(403, "Forbidden", "This subscription token is for another job.")
+        current = None
+        if job_id is not None:
+            current = await jobs.get(pool, job_id, client.grant.tenant)
+            if current is None:
+                raise not_found()
+        key = "all" if job_id is None else str(job_id)
+        if key not in client.streams and len(client.streams) >= MAX_SUBSCRIPTIONS:
+            raise Problem(
+                429,
+                "Too many subscriptions",
+                f"A connection holds at most {MAX_SUBSCRIPTIONS}; unsubscribe from some first.",
+            )
+        # Same cursor rules as the SSE streams (api.stream_events).
+        position: Position | None = None
+        reset = False
+        if since == 0:
+            position = events.START
+        elif since is not None:
+            cursor = await events.locate(pool, since)
+            if cursor is None or cursor.tenant != client.grant.tenant:
+                reset = True
+            else:
+                position = cursor.position
+        if job_id is not None and position is None:
+            position = events.START  # a job stream without a cursor begins with its history
+        if client.closing or self.clients.get(client.sid) is not client:
+            raise Problem(409, "Conflict", "The connection is closing.")
+        previous = client.streams.get(key)
+        if previous is not None:
+            self._end(client, previous)
+        # Subscribe before the replay reads the log, so nothing falls between the two.
+        sub = self.app[HUB].subscribe(tenant=client.grant.tenant, job_id=job_id)
+        room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
+        stream = _Stream(key, room, sub)
+        client.streams[key] = stream
+        await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
+        stream.task = asyncio.create_task(
+            self._pump(client, stream, position, reset, current.job if current else None),
+            name=f"sio-pump-{client.sid}-{key}",
+        )
+        return {"ok": True}
+
+    def _end(self, client: _Client, stream: _Stream) -> None:
+        if client.streams.get(stream.key) is stream:
+            del client.streams[stream.key]
+        self.app[HUB].unsubscribe(stream.sub)
+        if stream.task is not None and stream.task is not asyncio.current_task():
+            stream.task.cancel()
+        if not any(s.room == stream.room for s in client.streams.values()):
+            self.manager.basic_leave_room(client.sid, NAMESPACE, stream.room)
+
+    async def _pump(
+        self,
+        client: _Client,
+        stream: _Stream,
+        position: Position | None,
+        reset: bool,
+        job: dict[str, Any] | None,
+    ) -> None:
+        """Replay from `position`, then live events; positions at or before the last sent one
+        are skipped, which is what makes the seam exact."""
+        pool, sub = self.app[POOL], stream.sub
+        try:
+            if reset:
+                body: dict[str, Any] = {
+                    "type": "reset",
+                    "reason": "the requested event is no longer kept; reload state",
+                }
+                if job is not None:
+                    body["job"] = await api.present_job(
+                        self.app, client.base_url, job, client.grant.tenant
+                    )
+                await self._emit(client, "reset", body)
+            last_type = None
+            if position is not None:
+                while True:
+                    batch, _held = await events.after(
+                        pool, position, tenant=client.grant.tenant, job_id=sub.job_id
+                    )
+                    for event in batch:
+                        await self._send(client, sub, event)
+                        position, last_type = event.position, event.type
+                    if len(batch) < events.REPLAY_PAGE:
+                        break
+            if sub.job_id is not None and last_type in FINAL_EVENTS:
+                return
+            while True:
+                live = await sub.get(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
+                if live is None or (position is not None and live.position <= position):
+                    continue
+                await self._send(client, sub, live)
+                position = live.position
+                if sub.job_id is not None and live.type in FINAL_EVENTS:
+                    return
+        except SubscriberDropped as exc:
+            self._cut_off(client, str(exc))
+        except DB_ERRORS as exc:
+            log.warning("Socket.IO stream ended, database unavailable: %s", exc)
+            self._cut_off(client, "database unavailable; reconnect and resume by event id")
+        finally:
+            self._end(client, stream)
+
+    async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
+        wire = event.wire()
+        wire["job"] = await api.present_job(self.app, client.base_url, event.job, event.tenant)
+        await self._emit(client, "job", wire)
+        await self._drain(client, sub)
+
+    async def _emit(self, client: _Client, name: str, data: dict[str, Any]) -> None:
+        # ignore_queue: this client is on this process; other processes read the log themselves.
+        await self.sio.emit(name, data, to=client.sid, namespace=NAMESPACE, ignore_queue=True)
+
+    async def _drain(self, client: _Client, sub: Subscription) -> None:
+        """Wait while the client's transport holds too many packets; events wait in the
+        bounded hub buffer meanwhile, and overflowing it cuts the client off."""
+        socket = self._transport(client)
+        while socket is not None and not socket.closed and socket.queue.qsize() >= SEND_HIGH_WATER:
+            if sub.dropped is not None:
+                raise SubscriberDropped(sub.dropped)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BACKPRESSURE_CHECK_S):
+                    await socket.queue.join()
+
+    def _transport(self, client: _Client) -> Any:
+        eio_sid = self.manager.eio_sid_from_sid(client.sid, NAMESPACE)
+        return self.sio.eio.sockets.get(eio_sid) if eio_sid is not None else None
+
+    def _cut_off(self, client: _Client, reason: str) -> None:
+        """End this client's connection with a reason it can act on; it reconnects and
+        resumes by event id."""
+        if client.closing:
+            return
+        client.closing = True
+        log.info("Socket.IO client cut off: %s", reason, extra={"sid": client.sid})
+        task = asyncio.create_task(self._close(client, reason), name=f"sio-close-{client.sid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close(self, client: _Client, reason: str) -> None:
+        eio_sid = self.manager.eio_sid_from_sid(client.sid, NAMESPACE)
+        with contextlib.suppress(Exception):
+            await self._emit(client, "closed", {"type": "closed", "reason": reason})
+        if eio_sid is None:
+            return
+        # A websocket is either the first request (in environ) or an upgrade naming the sid.
+        first = self.sio.environ.get(eio_sid, {}).get("aiohttp.request")
+        transports = [
+            t
+            for t in self._websockets.values()
+            if t.request is first or t.request.query.get("sid") == eio_sid
+        ]
+        # The goodbye waits for the client to take what is queued for it; a client that
+        # reads nothing loses its connection instead.
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self.sio.eio.disconnect(eio_sid)
+        except TimeoutError:
+            await self._cut(transports, grace_s=0)
+        except KeyError:
+            pass  # already gone
+        else:
+            await self._cut(transports, grace_s=CLOSE_TIMEOUT_S)  # unless it hangs up itself
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("Socket.IO manager stopped", exc_info=task.exception())
+
+
+PUSH = web.AppKey("push", PushServer)
+
+
+def attach(app: web.Application) -> None:
+    """Serve Socket.IO at /socket.io/ on this app; call after the hub's cleanup step."""
+    push = PushServer(app)
+    app[PUSH] = push
+    push.sio.attach(app, socketio_path="socket.io")
+    app.on_response_prepare.append(push.on_response_prepare)
+    app.cleanup_ctx.append(push.context)
+
+
+async def close_all(app: web.Application, reason: str = SHUTDOWN_REASON) -> None:
+    """on_shutdown: close every Socket.IO connection of this process."""
+    if PUSH in app:
+        await app[PUSH].close_all(reason)
+
+
+async def broadcast(app: web.Application, event: str, data: Any, *, room: str) -> None:
+    """Emit to a room's clients on every process (through PostgreSQL)."""
+    await app[PUSH].sio.emit(event, data, room=room, namespace=NAMESPACE)

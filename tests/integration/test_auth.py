@@ -1,0 +1,360 @@
+"""API keys and tenants: the keys CLI, dev mode vs keyed mode, 401s, tenant isolation on every
+route and stream, and subscription tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiohttp import ClientSession
+from yarl import URL
+
+from server import auth
+from server.keys import SETTINGS
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer
+from tests.sse import collect, messages
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
+
+
+async def keys_cli(dsn: str, tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    """`python -m server keys ...` against the test database, as an operator would run it."""
+    env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(tmp_path / "cli")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server",
+        "keys",
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def new_key(dsn: str, tmp_path: Path, tenant: str) -> str:
+    code, out, err = await keys_cli(dsn, tmp_path, "create", "--tenant", tenant)
+    assert code == 0, err
+    return out.strip()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def submit(app: RunningApp, key: str | None, body: dict[str, Any] | None = None) -> Any:
+    headers = bearer(key) if key else {}
+    async with app.http.post(app.url("/v1/jobs"), json=body or SEED, headers=headers) as resp:
+        assert resp.status == 202, await resp.text()
+        return await resp.json()
+
+
+async def wait_done(app: RunningApp, key: str, job_id: str) -> dict[str, Any]:
+    got = await collect(
+        app.http, app.url(f"/v1/jobs/{job_id}/events"), until="job.done", headers=bearer(key)
+    )
+    assert got[-1].event == "job.done"
+    job: dict[str, Any] = got[-1].json["job"]
+    return job
+
+
+async def test_keys_cli_prints_key_once_lists_and_revokes(
+    dsn: str, tmp_path: Path, pool: asyncpg.Pool
+) -> None:
+    code, out, err = await keys_cli(dsn, tmp_path, "create", "--tenant", "acme", "--name", "ci")
+    assert code == 0, err
+    key = out.strip()
+    assert out == key + "\n", "the key must be alone on stdout"
+    assert key.startswith(auth.KEY_PREFIX) and len(key) > 40
+    assert "acme" in err and "shown only now" in err
+
+    stored = await pool.fetch("SELECT * FROM api_keys")
+    assert len(stored) == 1
+    assert key not in {str(value) for value in stored[0].values()}, "only a hash is stored"
+    assert stored[0]["key_hash"] == auth.hash_key(key)
+
+    code, out, err = await keys_cli(dsn, tmp_path, "list")
+    assert code == 0, err
+    header, row = out.strip().splitlines()
+    assert header.split("\t")[:6] == ["id", "tenant", "name", "prefix", "created", "revoked"]
+    cells = row.split("\t")
+    key_id = cells[0]
+    assert cells[1:4] == ["acme", "ci", key[: auth.SHOWN_PREFIX_CHARS]]
+    assert cells[5] == "-" and key not in out
+
+    code, _out, err = await keys_cli(dsn, tmp_path, "revoke", key_id)
+    assert code == 0 and "revoked" in err
+    code, out, _err = await keys_cli(dsn, tmp_path, "list")
+    assert out.strip().splitlines()[1].split("\t")[5] != "-"
+
+    code, _out, err = await keys_cli(dsn, tmp_path, "revoke", "999")
+    assert code == 1 and "no API key with id 999" in err
+    code, out, err = await keys_cli(dsn, tmp_path, "create", "--tenant", "../etc")
+    assert code == 2 and out == "" and "tenant" in err
+
+
+async def test_dev_mode_is_open_until_the_first_key(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, auth_cache_s=0)
+    dev_job = await submit(app, None)
+    assert dev_job["links"]["events"] == f"/v1/jobs/{dev_job['id']}/events"  # no token needed
+    async with app.http.get(app.url("/v1/jobs")) as resp:
+        assert resp.status == 200
+
+    key = await new_key(dsn, tmp_path, "acme")
+    for path in ("/v1/jobs", f"/v1/jobs/{dev_job['id']}", "/v1/events"):
+        async with app.http.get(app.url(path)) as resp:
+            assert resp.status == 401, path
+            assert resp.content_type == "application/problem+json"
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+            assert "Bearer" in (await resp.json())["detail"]
+    async with app.http.post(app.url("/v1/jobs"), json=SEED) as resp:
+        assert resp.status == 401
+    for path in ("/healthz", "/readyz", "/v1/openapi.json", "/"):
+        async with app.http.get(app.url(path)) as resp:
+            assert resp.status == 200, path
+
+    async with app.http.get(app.url("/v1/jobs"), headers=bearer(key)) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["items"] == [], "dev-mode jobs belong to tenant 'default'"
+
+    _code, out, _err = await keys_cli(dsn, tmp_path, "list")
+    await keys_cli(dsn, tmp_path, "revoke", out.splitlines()[1].split("\t")[0])
+    async with app.http.get(app.url(f"/v1/jobs/{dev_job['id']}")) as resp:
+        assert resp.status == 200, "with every key revoked the server is back in dev mode"
+
+
+async def test_bad_credentials_are_401(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, auth_cache_s=0)
+    good = await new_key(dsn, tmp_path, "acme")
+    revoked = await new_key(dsn, tmp_path, "acme")
+    await keys_cli(dsn, tmp_path, "revoke", "2")
+    cases = {
+        "Basic YWxhZGRpbjpvcGVuc2VzYW1l": "invalid_request",
+        "Bearer": "invalid_request",
+        "Bearer prk_not-a-real-key": "invalid_token",
+        f"Bearer {revoked}": "invalid_token",
+        f"Bearer {good}x": "invalid_token",
+    }
+    for header, error in cases.items():
+        async with app.http.get(app.url("/v1/jobs"), headers={"Authorization": header}) as resp:
+            assert resp.status == 401, header
+            assert f'error="{error}"' in resp.headers["WWW-Authenticate"]
+            assert (await resp.json())["type"].endswith("/unauthorized")
+    async with app.http.get(app.url("/v1/jobs"), headers=bearer(good)) as resp:
+        assert resp.status == 200
+
+
+async def test_other_tenants_jobs_are_404_exactly_like_unknown_ones(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    alice = await new_key(dsn, tmp_path, "alice")
+    bob = await new_key(dsn, tmp_path, "bob")
+    job = await submit(app, alice)
+    done = await wait_done(app, alice, job["id"])
+    failed = await submit(app, alice, {"template": "{{ missing }}"})
+    await collect(
+        app.http,
+        app.url(f"/v1/jobs/{failed['id']}/events"),
+        until="job.failed",
+        headers=bearer(alice),
+    )
+
+    async def answer(method: str, path: str, key: str, **kwargs: Any) -> tuple[int, Any]:
+        async with app.http.request(method, app.url(path), headers=bearer(key), **kwargs) as resp:
+            body = await resp.json() if resp.status != 200 else None
+            if isinstance(body, dict):
+                body.pop("instance", None)
+            return resp.status, body
+
+    unknown = str(uuid.uuid4())
+    routes = [
+        ("GET", "/v1/jobs/{id}", {}),
+        ("GET", "/v1/jobs/{id}?wait=1", {}),
+        ("POST", "/v1/jobs/{id}/cancel", {}),
+        ("POST", "/v1/jobs/{id}/retry", {}),
+        ("GET", "/v1/jobs/{id}/pdf", {}),
+        ("GET", "/v1/jobs/{id}/events", {}),
+        ("POST", "/v1/tokens", {"json": {"job_id": "{id}"}}),
+    ]
+    for target in (job["id"], failed["id"]):
+        for method, template, extra in routes:
+            kwargs = {k: {"job_id": target} for k in extra}
+            theirs = await answer(method, template.format(id=target), bob, **kwargs)
+            kwargs = {k: {"job_id": unknown} for k in extra}
+            nobody = await answer(method, template.format(id=unknown), bob, **kwargs)
+            assert theirs[0] == 404, (method, template, theirs)
+            assert theirs == nobody, (method, template)
+    # The owner still reaches them all.
+    assert (await answer("GET", f"/v1/jobs/{job['id']}", alice))[0] == 200
+    assert (await answer("GET", f"/v1/jobs/{job['id']}/pdf", alice))[0] == 200
+    assert (await answer("POST", f"/v1/jobs/{failed['id']}/retry", alice))[0] == 202
+    async with app.http.get(app.url("/v1/jobs"), headers=bearer(bob)) as resp:
+        assert (await resp.json())["items"] == []
+    # The signed download link is the credential: it works with no key (or another tenant's).
+    async with app.http.get(done["url"]) as resp:
+        assert resp.status == 200 and (await resp.read()).startswith(b"%PDF-")
+
+
+async def test_all_jobs_stream_never_carries_another_tenants_events(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    alice = await new_key(dsn, tmp_path, "alice")
+    bob = await new_key(dsn, tmp_path, "bob")
+    seen: list[tuple[str, str]] = []
+    async with asyncio.timeout(20):
+        async with app.http.get(app.url("/v1/events"), headers=bearer(bob)) as resp:
+            assert resp.status == 200
+            alices = await submit(app, alice)
+            await wait_done(app, alice, alices["id"])
+            bobs = await submit(app, bob)
+            async for message in messages(resp):
+                seen.append((message.event, message.json["job"]["id"]))
+                if message.event == "job.done":
+                    break
+    assert {job_id for _event, job_id in seen} == {bobs["id"]}
+    assert [event for event, _id in seen] == ["job.queued", "job.running", "job.done"]
+
+    # Replaying from the other tenant's event ids gives a reset, not their events.
+    got = await collect(
+        app.http,
+        app.url("/v1/events?last_event_id=1"),
+        count=1,
+        headers=bearer(bob),
+    )
+    assert got[0].event == "reset"
+
+
+async def test_subscription_tokens_scope_expiry_and_tampering(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
+    alice = await new_key(dsn, tmp_path, "alice")
+    await new_key(dsn, tmp_path, "bob")
+    job = await submit(app, alice)
+    events_link = URL(job["links"]["events"])
+    assert events_link.path == f"/v1/jobs/{job['id']}/events" and "token" in events_link.query
+
+    # A browser holding only the link (no key) follows the job to the end.
+    async with ClientSession() as browser:
+        got = await collect(browser, app.url(str(events_link)), until="job.done")
+        assert [m.event for m in got] == ["job.queued", "job.running", "job.done"]
+
+        job_token = events_link.query["token"]
+        other = await submit(app, alice)
+        for path in (f"/v1/jobs/{other['id']}/events", "/v1/events"):
+            async with browser.get(app.url(path), params={"token": job_token}) as resp:
+                assert resp.status == 401, path
+                assert "another job" in (await resp.json())["detail"]
+        # A token opens streams only, never the REST routes.
+        for path in (f"/v1/jobs/{job['id']}", "/v1/jobs"):
+            async with browser.get(app.url(path), params={"token": job_token}) as resp:
+                assert resp.status == 401
+
+        async with app.http.post(app.url("/v1/tokens"), json={}, headers=bearer(alice)) as resp:
+            assert resp.status == 200
+            issued = await resp.json()
+        assert set(issued) == {"token", "expires_at"}
+        all_jobs = await collect(
+            browser, app.url(f"/v1/events?token={issued['token']}&last_event_id=0"), count=3
+        )
+        assert {m.json["job"]["id"] for m in all_jobs} <= {job["id"], other["id"]}
+
+        secret = app.app[SETTINGS].secret
+        expired, _ = auth.make_token(secret, "alice", job_id=None, ttl_s=-1)
+        forged, _ = auth.make_token("not-the-secret", "alice", job_id=None, ttl_s=60)
+        body, _, sig = issued["token"].partition(".")
+        swapped = auth.make_token(secret, "bob", job_id=None, ttl_s=60)[0].split(".")[0]
+        for bad in (expired, forged, f"{body}.{sig[:-2]}AA", f"{swapped}.{sig}", "garbage", ""):
+            async with browser.get(app.url("/v1/events"), params={"token": bad}) as resp:
+                assert resp.status == 401, bad
+                assert 'error="invalid_token"' in resp.headers["WWW-Authenticate"]
+
+    # Another tenant's token reaches none of alice's jobs.
+    bobs_token, _ = auth.make_token(secret, "bob", job_id=None, ttl_s=60)
+    async with app.http.get(
+        app.url(f"/v1/jobs/{job['id']}/events"), params={"token": bobs_token}
+    ) as resp:
+        assert resp.status == 404
+    async with app.http.post(
+        app.url("/v1/tokens"), json={"job_id": "nope"}, headers=bearer(alice)
+    ) as resp:
+        assert resp.status == 422
+        assert (await resp.json())["errors"][0]["field"] == "job_id"
+
+
+def test_check_token_claims() -> None:
+    token, expires_at = auth.make_token("s3cret", "acme", job_id=None, ttl_s=60)
+    claims = auth.check_token("s3cret", token)
+    assert claims == auth.TokenClaims(tenant="acme", job_id=None, expires_at=expires_at)
+    assert claims.allows(None) and claims.allows(uuid.uuid4())
+    job_id = uuid.uuid4()
+    scoped = auth.check_token(
+        "s3cret", auth.make_token("s3cret", "acme", job_id=job_id, ttl_s=60)[0]
+    )
+    assert scoped is not None and scoped.allows(job_id) and not scoped.allows(None)
+    assert auth.check_token("other", token) is None
+
+
+async def test_serve_refuses_to_run_open_beyond_loopback(dsn: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "PRESSROOM_DATA_DIR": str(tmp_path / "serve"),
+        "PRESSROOM_HOST": "0.0.0.0",
+        "PRESSROOM_PORT": "0",
+        "PRESSROOM_RENDER_SLOTS": "0",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server",
+        "serve",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert "not a loopback address" in err.decode() and "keys create" in err.decode()
+
+
+async def test_revoking_every_key_beyond_loopback_closes_rather_than_opens(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    key = await new_key(dsn, tmp_path, "acme")
+    app: RunningApp = await start_app(
+        renderer=FakeRenderer(), render_slots=1, host="0.0.0.0", auth_cache_s=0
+    )
+    async with app.http.get(app.url("/v1/jobs"), headers=bearer(key)) as resp:
+        assert resp.status == 200
+    await keys_cli(dsn, tmp_path, "revoke", "1")
+    async with app.http.get(app.url("/v1/jobs")) as resp:
+        assert resp.status == 401
+        assert "No API key is active" in (await resp.json())["detail"]
+
+
+def test_loopback_hosts_allow_dev_mode() -> None:
+    assert auth.is_loopback("127.0.0.1") and auth.is_loopback("::1")
+    assert auth.is_loopback("localhost") and auth.is_loopback("127.0.0.2")
+    assert not auth.is_loopback("0.0.0.0") and not auth.is_loopback("::")
+    assert not auth.is_loopback("example.com")

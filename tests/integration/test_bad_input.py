@@ -1,0 +1,237 @@
+"""A corpus of hostile and broken requests: each gets a clear 4xx (problem+json) or a job that
+fails with a clear error, nothing is half-created, and the server stays healthy after."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.conftest import RunningApp
+from tests.sse import collect
+
+SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
+JSON = {"Content-Type": "application/json"}
+
+# (name, body bytes, headers, status, what the problem says: kind, then a field or detail text)
+REFUSED: list[tuple[str, bytes, dict[str, str], int, str, str]] = [
+    ("truncated JSON", b'{"template": ', JSON, 400, "malformed-body", "not valid JSON"),
+    ("empty body", b"", JSON, 400, "malformed-body", "not valid JSON"),
+    ("not JSON at all", b"<xml/>", JSON, 400, "malformed-body", "not valid JSON"),
+    ("form post", b"template=x", {"Content-Type": "text/plain"}, 415, "unsupported-media-type", ""),
+    ("invalid UTF-8", b'{"template": "\xff\xfe"}', JSON, 400, "malformed-body", "UTF-8"),
+    ("NaN", b'{"template": "x", "data": {"n": NaN}}', JSON, 400, "malformed-body", "NaN"),
+    ("NUL", b'{"template": "a\\u0000b"}', JSON, 400, "malformed-body", "NUL"),
+    ("lone surrogate", b'{"template": "\\ud800"}', JSON, 400, "malformed-body", "surrogate"),
+    ("deep nesting", b"[" * 100_000 + b"]" * 100_000, JSON, 400, "malformed-body", "deeply"),
+    (
+        "huge number",
+        b'{"template": "x", "priority": 1' + b"0" * 5000 + b"}",
+        JSON,
+        400,
+        "malformed-body",
+        "not valid JSON",
+    ),
+    ("a list", b"[1, 2]", JSON, 422, "validation", ""),
+    ("a string", b'"hello"', JSON, 422, "validation", ""),
+    ("no template", b'{"data": {}}', JSON, 422, "validation", "template"),
+    ("template not a string", b'{"template": 5}', JSON, 422, "validation", "template"),
+    ("data not an object", b'{"template": "x", "data": []}', JSON, 422, "validation", "data"),
+    (
+        "priority a string",
+        b'{"template": "x", "priority": "high"}',
+        JSON,
+        422,
+        "validation",
+        "priority",
+    ),
+    (
+        "priority a bool",
+        b'{"template": "x", "priority": true}',
+        JSON,
+        422,
+        "validation",
+        "priority",
+    ),
+    (
+        "max_attempts 0",
+        b'{"template": "x", "max_attempts": 0}',
+        JSON,
+        422,
+        "validation",
+        "max_attempts",
+    ),
+    (
+        "run_at without zone",
+        b'{"template": "x", "run_at": "2030-01-01T00:00"}',
+        JSON,
+        422,
+        "validation",
+        "run_at",
+    ),
+    ("options a string", b'{"template": "x", "options": "A4"}', JSON, 422, "validation", "options"),
+    (
+        "scale out of range",
+        b'{"template": "x", "options": {"scale": 50}}',
+        JSON,
+        422,
+        "validation",
+        "options.scale",
+    ),
+    (
+        "unknown option",
+        b'{"template": "x", "options": {"dpi": 300}}',
+        JSON,
+        422,
+        "validation",
+        "options.dpi",
+    ),
+    ("unknown field", b'{"template": "x", "callback": "y"}', JSON, 422, "validation", "callback"),
+    ("syntax error", b'{"template": "{% for %}"}', JSON, 422, "validation", "template"),
+    ("unclosed block", b'{"template": "{% if x %}"}', JSON, 422, "validation", "template"),
+    (
+        "file webhook",
+        b'{"template": "x", "webhook_url": "file:///etc/passwd"}',
+        JSON,
+        422,
+        "validation",
+        "webhook_url",
+    ),
+    (
+        "metadata webhook",
+        b'{"template": "x", "webhook_url": "http://169.254.169.254/"}',
+        JSON,
+        422,
+        "validation",
+        "webhook_url",
+    ),
+    (
+        "loopback webhook",
+        b'{"template": "x", "webhook_url": "http://[::ffff:127.0.0.1]/"}',
+        JSON,
+        422,
+        "validation",
+        "webhook_url",
+    ),
+]
+
+# Accepted at submission, then the job fails at once (no retry) with this in its error.
+FAILING_JOBS = {
+    "{{ missing }}": "'missing' is undefined",
+    "{{ ''.__class__.__mro__ }}": "refused by the sandbox",
+    "{{ cycler.__init__.__globals__.os }}": "refused by the sandbox",
+    "{{ self._TemplateReference__context }}": "refused by the sandbox",
+    "{% for i in range(10**12) %}{% endfor %}": "range() is limited",
+    "{{ 'x' * 10**10 }}": "template limit",
+    "{{ 1 / 0 }}": "ZeroDivisionError",
+    "{% include 'other.html' %}": "template error",
+    "{{ data.items|sum }}": "template error",
+}
+
+GET_REFUSED = [
+    ("/v1/jobs?limit=abc", {}, 422, "limit"),
+    ("/v1/jobs?limit=\u00b2", {}, 422, "limit"),
+    ("/v1/jobs?limit=100000000000000000000000", {}, 422, "limit"),
+    ("/v1/jobs?status=bogus", {}, 422, "status"),
+    ("/v1/jobs?cursor=junk", {}, 422, "cursor"),
+    ("/v1/jobs?created_from=yesterday", {}, 422, "created_from"),
+    ("/v1/jobs?limit=%00", {}, 400, "NUL"),
+    ("/v1/events", {"Last-Event-ID": "\u00b2"}, 400, "event id"),
+    ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 400, "event id"),
+    ("/v1/events?last_event_id=-1", {}, 400, "event id"),
+]
+
+
+def _ids(cases: list[Any]) -> list[str]:
+    return [case[0] for case in cases]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "headers", "status", "kind", "mentions"), REFUSED, ids=_ids(REFUSED)
+)
+async def test_bad_submissions_are_refused_clearly(
+    api: RunningApp,
+    pool: asyncpg.Pool,
+    name: str,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    kind: str,
+    mentions: str,
+) -> None:
+    async with api.http.post(api.url("/v1/jobs"), data=body, headers=headers) as resp:
+        assert resp.status == status, await resp.text()
+        assert resp.content_type == "application/problem+json"
+        problem = await resp.json()
+    assert problem["status"] == status and problem["type"].endswith("/" + kind)
+    shown = json.dumps(problem)
+    assert mentions in shown, problem
+    assert "Traceback" not in shown
+    if status == 422 and mentions:
+        assert any(error["field"] == mentions for error in problem["errors"]), problem
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    async with api.http.get(api.url("/healthz")) as resp:
+        assert resp.status == 200
+
+
+async def test_oversized_parts_have_their_own_errors(start_app: Any, pool: asyncpg.Pool) -> None:
+    app: RunningApp = await start_app(
+        render_slots=0,
+        max_body_bytes=200_000,
+        max_template_bytes=10_000,
+        max_data_bytes=10_000,
+    )
+    cases = [
+        ({"template": "x" * 300_000}, 413, None),
+        ({"template": "x" * 20_000}, 422, "template"),
+        ({"template": "x", "data": {"rows": ["y" * 100] * 200}}, 422, "data"),
+        ({"template": "x", "metadata": {"k": "v" * 20_000}}, 422, "metadata"),
+    ]
+    for body, status, field in cases:
+        async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+            assert resp.status == status
+            problem = await resp.json()
+        if field is not None:
+            [error] = problem["errors"]
+            assert error["field"] == field and "at most" in error["message"]
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+@pytest.mark.parametrize(("path", "headers", "status", "mentions"), GET_REFUSED)
+async def test_bad_queries_are_refused_clearly(
+    api: RunningApp, path: str, headers: dict[str, str], status: int, mentions: str
+) -> None:
+    async with api.http.get(api.url(path), headers=headers) as resp:
+        assert resp.status == status, await resp.text()
+        assert resp.content_type == "application/problem+json"
+        assert mentions in await resp.text()
+
+
+async def test_broken_and_hostile_templates_fail_their_job_once(api: RunningApp) -> None:
+    jobs = {}
+    for template in FAILING_JOBS:
+        async with api.http.post(api.url("/v1/jobs"), json={"template": template}) as resp:
+            assert resp.status == 202, (template, await resp.text())
+            jobs[template] = (await resp.json())["id"]
+    for template, expected in FAILING_JOBS.items():
+        got = await collect(api.http, api.url(f"/v1/jobs/{jobs[template]}/events"))
+        assert [m.event for m in got] == ["job.queued", "job.running", "job.failed"], template
+        failed = got[-1].json["job"]
+        assert expected in failed["error"], (template, failed["error"])
+        assert failed["attempts"] == 1, "a template error is permanent: no retry"
+    # The server is healthy and still renders ordinary documents.
+    async with api.http.get(api.url("/healthz")) as resp:
+        assert resp.status == 200
+    async with api.http.post(api.url("/v1/jobs"), json=SEED) as resp:
+        job = await resp.json()
+    got = await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"))
+    assert got[-1].event == "job.done"
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/not-a-uuid", "/v1/jobs/%2e%2e%2f%2e%2e/pdf"])
+async def test_malformed_ids_are_404(api: RunningApp, path: str) -> None:
+    async with api.http.get(api.url(path)) as resp:
+        assert resp.status == 404
+        assert (await resp.json())["type"].endswith("/not-found")

@@ -1,0 +1,143 @@
+"""The whole app on S3 storage (moto's server over real HTTP): downloads, redirects, readiness."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import moto.settings
+import pytest
+
+from tests.conftest import RunningApp
+from tests.integration import test_s3_storage as s3
+from tests.integration.test_s3_storage import (
+    ACCESS_KEY_ID,
+    SECRET_ACCESS_KEY,
+    download,
+    object_keys,
+    presigned_signature,
+)
+from tests.pdfs import FakeRenderer, minimal_pdf
+from tests.sse import collect
+
+# moto's S3 server and a fresh bucket per test, shared with test_s3_storage.
+admin = s3.admin
+bucket = s3.bucket
+moto_endpoint = s3.moto_endpoint
+
+SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
+
+
+def s3_env(endpoint: str, bucket_name: str, **extra: str) -> dict[str, str]:
+    return {
+        "PRESSROOM_STORAGE": "s3",
+        "S3_ENDPOINT": endpoint,
+        "S3_BUCKET": bucket_name,
+        "S3_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "S3_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "S3_PREFIX": "pdfs",
+        **extra,
+    }
+
+
+async def submit_and_finish(api: RunningApp) -> dict[str, Any]:
+    async with api.http.post(api.url("/v1/jobs"), json=SEED) as resp:
+        assert resp.status == 202, await resp.text()
+        job: dict[str, Any] = await resp.json()
+    messages = await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"))
+    assert messages[-1].event == "job.done"
+    async with api.http.get(api.url(f"/v1/jobs/{job['id']}")) as resp:
+        done: dict[str, Any] = await resp.json()
+    return done
+
+
+async def test_done_job_links_a_presigned_url_with_the_stored_bytes(
+    start_app: Callable[..., Any], moto_endpoint: str, bucket: str, admin: Any
+) -> None:
+    api: RunningApp = await start_app(
+        renderer=FakeRenderer(),
+        render_slots=1,
+        env=s3_env(moto_endpoint, bucket, PRESSROOM_URL_TTL_S="900"),
+    )
+
+    job = await submit_and_finish(api)
+
+    key = f"pdfs/default/{job['id']}/1.pdf"
+    assert await object_keys(admin, bucket) == [key]
+    stored = await admin.get_object(Bucket=bucket, Key=key)
+    assert stored["ContentType"] == "application/pdf"
+    async with stored["Body"] as body:
+        assert await body.read() == minimal_pdf()
+    url = job["url"]
+    parts = urlsplit(url)
+    assert f"{parts.scheme}://{parts.netloc}" == moto_endpoint
+    assert parts.path == f"/{bucket}/{key}"
+    params = dict(parse_qsl(parts.query))
+    assert params["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert params["X-Amz-Expires"] == "900"
+    assert params["X-Amz-Credential"].startswith(f"{ACCESS_KEY_ID}/")
+    assert params["X-Amz-Signature"] == presigned_signature(url, SECRET_ACCESS_KEY)
+    status, headers, data = await download(url)
+    assert status == 200 and headers["Content-Type"] == "application/pdf"
+    assert data == minimal_pdf()
+    assert job["bytes"] == len(data)
+
+
+async def test_pdf_route_redirects_to_a_fresh_presigned_url(
+    start_app: Callable[..., Any], moto_endpoint: str, bucket: str
+) -> None:
+    api: RunningApp = await start_app(
+        renderer=FakeRenderer(), render_slots=1, env=s3_env(moto_endpoint, bucket)
+    )
+    job = await submit_and_finish(api)
+
+    async with api.http.get(api.url(job["links"]["pdf"]), allow_redirects=False) as resp:
+        assert resp.status == 302
+        location = resp.headers["Location"]
+
+    assert location.startswith(f"{moto_endpoint}/{bucket}/pdfs/default/{job['id']}/1.pdf?")
+    assert "X-Amz-Signature=" in location
+    status, _headers, data = await download(location)
+    assert status == 200 and data == minimal_pdf()
+
+
+async def test_missing_bucket_fails_readyz_and_says_so_at_start(
+    start_app: Callable[..., Any], moto_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="server.app"):
+        api: RunningApp = await start_app(
+            render_slots=0, env=s3_env(moto_endpoint, "pressroom-missing-bucket")
+        )
+
+    assert any(
+        "storage is not ready" in r.getMessage()
+        and "'pressroom-missing-bucket'" in r.getMessage()
+        and "does not exist" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    async with api.http.get(api.url("/readyz")) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["ready"] is False
+    assert "does not exist" in body["checks"]["storage"]
+    assert body["checks"]["database"] == "ok"
+
+
+async def test_refused_credentials_fail_readyz_without_leaking_them(
+    start_app: Callable[..., Any],
+    moto_endpoint: str,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The moto server runs in this process: this turns on its credential checks.
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    api: RunningApp = await start_app(render_slots=0, env=s3_env(moto_endpoint, bucket))
+
+    async with api.http.get(api.url("/readyz")) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+
+    assert "refused the credentials" in body["checks"]["storage"]
+    assert SECRET_ACCESS_KEY not in str(body) and ACCESS_KEY_ID not in str(body)

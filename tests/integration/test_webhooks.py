@@ -1,0 +1,490 @@
+"""Webhooks end to end: the real app, a real receiver on 127.0.0.1, the outbox in PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import datetime as dt
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+import standardwebhooks
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from yarl import URL
+
+from server import jobs, webhooks
+from server.errors import PermanentError
+from server.keys import POOL, SETTINGS, WEBHOOKS
+from server.netpolicy import NetworkPolicy
+from server.webhooks import (
+    Attempt,
+    BlockedAddress,
+    WebhookVerificationError,
+    guarded_connector,
+    sign,
+    verify,
+)
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer, minimal_pdf
+from tests.sse import collect
+
+SECRET = "whsec_" + base64.b64encode(b"pressroom webhook test secret 32").decode()
+#: Quick retries so a test sees several attempts; one more attempt than entries.
+SCHEDULE = "0.05,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1"
+WAIT_S = 15.0
+
+
+@dataclasses.dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+class Receiver:
+    """A webhook endpoint that answers each request with the next scripted step.
+
+    A step is a status code, (status, headers), or "hang" (no answer until `release`)."""
+
+    def __init__(self) -> None:
+        self.script: list[Any] = []
+        self.received: list[Received] = []
+        self.arrived: asyncio.Queue[Received] = asyncio.Queue()
+        self.release = asyncio.Event()
+        self._server: TestServer | None = None
+
+    async def start(self, port: int | None = None) -> None:
+        app = web.Application()
+        app.router.add_post("/hook", self._handle)
+        self._server = TestServer(app, host="127.0.0.1", port=port)
+        await self._server.start_server()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.port}/hook"
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._server is not None:
+            await self._server.close()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        received = Received(dict(request.headers), await request.read(), time.monotonic())
+        self.received.append(received)
+        self.arrived.put_nowait(received)
+        step = self.script.pop(0) if self.script else 200
+        if step == "hang":
+            await self.release.wait()
+            return web.Response(status=200)
+        status, headers = step if isinstance(step, tuple) else (step, {})
+        return web.Response(status=status, text=f"answer {status}", headers=headers)
+
+    async def next(self) -> Received:
+        return await asyncio.wait_for(self.arrived.get(), WAIT_S)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    receiver = Receiver()
+    await receiver.start()
+    yield receiver
+    await receiver.stop()
+
+
+class Hooked:
+    """An app with its sender's attempts observable in order."""
+
+    def __init__(self, app: RunningApp) -> None:
+        self.app = app
+        self.attempts: asyncio.Queue[Attempt] = asyncio.Queue()
+        if WEBHOOKS in app.app:
+            app.app[WEBHOOKS].listeners.append(self.attempts.put_nowait)
+
+    async def next_attempt(self) -> Attempt:
+        return await asyncio.wait_for(self.attempts.get(), WAIT_S)
+
+    async def until_final(self) -> list[Attempt]:
+        """Every attempt up to and including the one that settles the delivery."""
+        seen = [await self.next_attempt()]
+        while seen[-1].outcome == "pending":
+            seen.append(await self.next_attempt())
+        return seen
+
+    async def submit(self, url: str, **fields: Any) -> dict[str, Any]:
+        body = {"template": "<p>Hi {{name}}</p>", "data": {"name": "Ana"}, "webhook_url": url}
+        async with self.app.http.post(self.app.url("/v1/jobs"), json={**body, **fields}) as resp:
+            assert resp.status == 202, await resp.text()
+            job: dict[str, Any] = await resp.json()
+            return job
+
+    async def wait_final(self, job_id: str) -> dict[str, Any]:
+        messages = await collect(self.app.http, self.app.url(f"/v1/jobs/{job_id}/events"))
+        job: dict[str, Any] = messages[-1].json["job"]
+        return job
+
+    async def get(self, job_id: str) -> dict[str, Any]:
+        async with self.app.http.get(self.app.url(f"/v1/jobs/{job_id}")) as resp:
+            assert resp.status == 200
+            job: dict[str, Any] = await resp.json()
+            return job
+
+    async def attempt_rows(self, delivery_id: str) -> list[dict[str, Any]]:
+        rows = await self.app.app[POOL].fetch(
+            "SELECT attempt, status_code, duration_ms, error FROM webhook_attempts"
+            " WHERE delivery_id = $1 ORDER BY attempt",
+            delivery_id,
+        )
+        return [dict(row) for row in rows]
+
+
+StartHooked = Callable[..., Any]
+
+
+async def due_shortly(hooked: Hooked) -> None:
+    """Hold the outbox a moment, so the next app's sender starts on it once it is observed."""
+    await hooked.app.app[POOL].execute(
+        "UPDATE webhook_deliveries SET next_attempt_at = now() + interval '0.5 second'"
+    )
+
+
+@pytest.fixture
+def start_hooked(start_app: Callable[..., Any]) -> StartHooked:
+    async def start(
+        renderer: FakeRenderer | None = None, render_slots: int = 1, **env: str
+    ) -> Hooked:
+        settings_env = {
+            "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",
+            "PRESSROOM_WEBHOOK_SECRET": SECRET,
+            "PRESSROOM_WEBHOOK_SCHEDULE_S": SCHEDULE,
+            **env,
+        }
+        app = await start_app(
+            renderer=renderer if render_slots else None,
+            render_slots=render_slots,
+            env=settings_env,
+        )
+        return Hooked(app)
+
+    return start
+
+
+async def test_job_done_is_delivered_signed_and_verifiable(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    job = await hooked.submit(receiver.url)
+
+    received = await receiver.next()
+    [attempt] = await hooked.until_final()
+
+    assert attempt.outcome == "delivered" and attempt.status_code == 200
+    headers = received.headers
+    assert headers["Content-Type"] == "application/json"
+    assert headers["webhook-signature"].startswith("v1,")
+    assert abs(int(headers["webhook-timestamp"]) - time.time()) < 30
+    payload = verify(SECRET, headers, received.body)
+    assert payload == standardwebhooks.Webhook(SECRET).verify(received.body, headers)
+    assert payload["type"] == "job.done"
+    assert dt.datetime.fromisoformat(payload["timestamp"].replace("Z", "+00:00"))
+    sent = payload["data"]["job"]
+    assert sent["id"] == job["id"] and sent["status"] == "done" and sent["pages"] == 1
+    assert sent["links"]["self"] == f"/v1/jobs/{job['id']}"
+    # Local storage: the signed link is made absolute with PRESSROOM_PUBLIC_URL (or host:port).
+    public = hooked.app.app[SETTINGS].public_base_url
+    assert sent["url"].startswith(f"{public}/v1/jobs/{job['id']}/pdf?")
+    link = URL(sent["url"])
+    async with hooked.app.http.get(hooked.app.url(link.raw_path_qs)) as resp:
+        assert resp.status == 200
+        assert await resp.read() == minimal_pdf()
+
+    shown = await hooked.get(job["id"])
+    [summary] = shown["webhooks"]
+    assert summary["id"] == headers["webhook-id"]
+    assert summary["type"] == "job.done" and summary["status"] == "delivered"
+    assert summary["attempts"] == 1 and summary["last_status_code"] == 200
+    assert summary["last_error"] is None and summary["next_attempt_at"] is None
+
+
+async def test_tampered_body_or_replayed_old_delivery_fails_verification(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    await hooked.submit(receiver.url)
+    received = await receiver.next()
+    headers, body = received.headers, received.body
+
+    tampered = body.replace(b'"status":"done"', b'"status":"failed"')
+    assert tampered != body
+    with pytest.raises(WebhookVerificationError):
+        verify(SECRET, headers, tampered)
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(SECRET).verify(tampered, headers)
+
+    # A captured delivery replayed an hour later, even with a signature that matches its time.
+    old = int(time.time()) - 3600
+    replayed = {
+        **headers,
+        "webhook-timestamp": str(old),
+        "webhook-signature": sign(SECRET, headers["webhook-id"], old, body),
+    }
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        verify(SECRET, replayed, body)
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError, match="too old"):
+        standardwebhooks.Webhook(SECRET).verify(body, replayed)
+
+
+async def test_receiver_down_then_up_gets_it_with_the_same_id(start_hooked: StartHooked) -> None:
+    # Bound but not listening: connections to the port are refused until the receiver starts.
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    port = blocker.getsockname()[1]
+    # Retries for several seconds, however slowly the receiver comes up on a busy machine.
+    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_SCHEDULE_S="0.05" + ",0.2" * 30)
+    job = await hooked.submit(f"http://127.0.0.1:{port}/hook")
+
+    first, second = await hooked.next_attempt(), await hooked.next_attempt()
+    assert first.outcome == second.outcome == "pending"
+    assert first.status_code is None and "connect" in (first.error or "").lower()
+    shown = await hooked.get(job["id"])
+    assert shown["webhooks"][0]["status"] == "pending"
+    assert shown["webhooks"][0]["next_attempt_at"] is not None
+    blocker.close()
+    receiver = Receiver()
+    await receiver.start(port)
+    try:
+        received = await receiver.next()
+        settled = (await hooked.until_final())[-1]
+    finally:
+        await receiver.stop()
+
+    assert settled.outcome == "delivered"
+    assert settled.delivery_id == first.delivery_id
+    assert received.headers["webhook-id"] == str(first.delivery_id)
+    assert verify(SECRET, received.headers, received.body)["data"]["job"]["id"] == job["id"]
+    rows = await hooked.attempt_rows(received.headers["webhook-id"])
+    assert len(rows) == settled.attempt >= 3
+    assert [row["status_code"] for row in rows] == [None] * (len(rows) - 1) + [200]
+    assert all(row["error"] for row in rows[:-1])
+
+
+async def test_500_three_times_then_200_records_four_attempts(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    receiver.script = [500, 500, 500]
+    hooked = await start_hooked(FakeRenderer())
+    job = await hooked.submit(receiver.url)
+
+    attempts = await hooked.until_final()
+
+    assert [a.outcome for a in attempts] == ["pending"] * 3 + ["delivered"]
+    assert len(receiver.received) == 4
+    ids = {r.headers["webhook-id"] for r in receiver.received}
+    assert ids == {str(attempts[0].delivery_id)}
+    for request in receiver.received:
+        verify(SECRET, request.headers, request.body)
+    rows = await hooked.attempt_rows(ids.pop())
+    assert [(r["attempt"], r["status_code"]) for r in rows] == [
+        (1, 500),
+        (2, 500),
+        (3, 500),
+        (4, 200),
+    ]
+    assert rows[0]["error"] == "HTTP 500: answer 500" and rows[3]["error"] is None
+    assert all(r["duration_ms"] >= 0 for r in rows)
+    [summary] = (await hooked.get(job["id"]))["webhooks"]
+    assert summary["status"] == "delivered" and summary["attempts"] == 4
+    assert summary["last_status_code"] == 200 and summary["last_error"] is None
+
+
+async def test_429_retry_after_is_honoured(start_hooked: StartHooked, receiver: Receiver) -> None:
+    receiver.script = [(429, {"Retry-After": "1"})]
+    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_SCHEDULE_S="0.05,5")
+    await hooked.submit(receiver.url)
+
+    attempts = await hooked.until_final()
+
+    assert [(a.outcome, a.status_code) for a in attempts] == [("pending", 429), ("delivered", 200)]
+    assert attempts[0].retry_in_s == 1
+    first, second = receiver.received
+    assert second.at - first.at >= 0.9  # not the schedule's 0.05 s
+
+
+async def test_hanging_receiver_times_out_and_is_retried(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    receiver.script = ["hang"]
+    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_TIMEOUT_S="0.5")
+    job = await hooked.submit(receiver.url)
+
+    attempts = await hooked.until_final()
+
+    assert [a.outcome for a in attempts] == ["pending", "delivered"]
+    assert attempts[0].error == "timed out after 0.5 s" and attempts[0].status_code is None
+    assert 500 <= attempts[0].duration_ms < 5000
+    first, second = receiver.received
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    [summary] = (await hooked.get(job["id"]))["webhooks"]
+    assert summary["status"] == "delivered" and summary["attempts"] == 2
+
+
+async def test_410_disables_further_deliveries_for_the_job(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    receiver.script = [410]
+    renderer = FakeRenderer()
+    renderer.fail_with = PermanentError("the page cannot be printed")
+    hooked = await start_hooked(renderer)
+    job = await hooked.submit(receiver.url)
+    [attempt] = await hooked.until_final()
+    assert attempt.outcome == "disabled" and attempt.status_code == 410
+
+    renderer.fail_with = None
+    async with hooked.app.http.post(hooked.app.url(f"/v1/jobs/{job['id']}/retry")) as resp:
+        assert resp.status == 202
+    assert (await hooked.wait_final(job["id"]))["status"] == "done"
+
+    shown = await hooked.get(job["id"])
+    assert [(w["type"], w["status"]) for w in shown["webhooks"]] == [("job.failed", "disabled")]
+    assert "410" in shown["webhooks"][0]["last_error"]
+    assert len(receiver.received) == 1
+
+
+async def test_400_is_final_without_retries(start_hooked: StartHooked, receiver: Receiver) -> None:
+    receiver.script = [400]
+    hooked = await start_hooked(FakeRenderer())
+    job = await hooked.submit(receiver.url)
+
+    [attempt] = await hooked.until_final()
+
+    assert attempt.outcome == "failed" and attempt.status_code == 400
+    [summary] = (await hooked.get(job["id"]))["webhooks"]
+    assert summary["status"] == "failed" and summary["attempts"] == 1
+    assert summary["last_status_code"] == 400 and summary["next_attempt_at"] is None
+    assert summary["last_error"] == "HTTP 400: answer 400"
+    assert len(receiver.received) == 1
+
+
+async def test_address_blocked_at_delivery_time_fails_with_the_reason(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    # Accepted while 127.0.0.1 was allowed; by delivery time the policy (like DNS) has changed.
+    submitter = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    job = await submitter.submit(receiver.url)
+    assert (await submitter.wait_final(job["id"]))["status"] == "done"
+    await due_shortly(submitter)
+    sender = await start_hooked(render_slots=0, PRESSROOM_ALLOW_HOSTS="")
+
+    [attempt] = await sender.until_final()
+
+    assert attempt.outcome == "failed" and attempt.status_code is None
+    assert attempt.error is not None and "127.0.0.1 is a loopback address" in attempt.error
+    [summary] = (await sender.get(job["id"]))["webhooks"]
+    assert summary["status"] == "failed" and "loopback" in summary["last_error"]
+    assert receiver.received == []
+
+
+async def test_state_change_survives_a_sender_that_never_ran(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    # The process that finished the job dies before any POST: its outbox row is all that is left.
+    crashed = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    job = await crashed.submit(receiver.url)
+    assert (await crashed.wait_final(job["id"]))["status"] == "done"
+    [pending] = (await crashed.get(job["id"]))["webhooks"]
+    assert pending["status"] == "pending" and pending["attempts"] == 0
+    await due_shortly(crashed)
+
+    other = await start_hooked(render_slots=0)
+    received = await receiver.next()
+
+    assert received.headers["webhook-id"] == pending["id"]
+    assert verify(SECRET, received.headers, received.body)["data"]["job"]["status"] == "done"
+    [attempt] = await other.until_final()
+    assert attempt.outcome == "delivered"
+
+
+async def test_delivery_leased_by_a_dead_sender_is_sent_once_the_lease_ends(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    crashed = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    job = await crashed.submit(receiver.url)
+    await crashed.wait_final(job["id"])
+    # A sender claimed the row (attempt 1) and died mid-POST; its lease still runs for 1 s.
+    leased_at = time.monotonic()
+    await crashed.app.app[POOL].execute(
+        "UPDATE webhook_deliveries SET attempts = 1, locked_by = 'dead-sender',"
+        " locked_until = now() + interval '1 second'"
+    )
+
+    other = await start_hooked(render_slots=0)
+    received = await receiver.next()
+
+    assert received.at - leased_at >= 0.9
+    [attempt] = await other.until_final()
+    assert attempt.outcome == "delivered" and attempt.attempt == 2
+    [summary] = (await other.get(job["id"]))["webhooks"]
+    assert summary["id"] == received.headers["webhook-id"] and summary["attempts"] == 2
+
+
+async def test_cancelled_job_is_announced(start_hooked: StartHooked, receiver: Receiver) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
+    job = await hooked.submit(receiver.url, run_at=later)
+    async with hooked.app.http.post(hooked.app.url(f"/v1/jobs/{job['id']}/cancel")) as resp:
+        assert resp.status == 200
+
+    received = await receiver.next()
+
+    payload = verify(SECRET, received.headers, received.body)
+    assert payload["type"] == "job.cancelled"
+    assert payload["data"]["job"]["status"] == "cancelled" and "url" not in payload["data"]["job"]
+
+
+async def test_job_failed_by_the_rescuer_is_announced(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    renderer = FakeRenderer()
+    renderer.gate = asyncio.Event()
+    hooked = await start_hooked(renderer)
+    job = await hooked.submit(receiver.url, max_attempts=1)
+    await asyncio.wait_for(renderer.started.wait(), WAIT_S)
+    # The worker stops renewing its lease (as if its machine died) on its last attempt.
+    await hooked.app.app[POOL].execute(
+        "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job["id"]
+    )
+    await jobs.rescue_expired(hooked.app.app[POOL])
+
+    received = await receiver.next()
+    renderer.gate.set()
+
+    payload = verify(SECRET, received.headers, received.body)
+    assert payload["type"] == "job.failed"
+    assert "worker lost" in payload["data"]["job"]["error"]
+
+
+async def test_connections_never_reach_an_address_the_policy_blocks(receiver: Receiver) -> None:
+    # What DNS says at connect time is checked again, so a name that passed the check and then
+    # changed to a private address (DNS rebinding) is still refused. "localhost" stands in here.
+    url = receiver.url.replace("127.0.0.1", "localhost")
+    async with aiohttp.ClientSession(connector=guarded_connector(NetworkPolicy())) as http:
+        with pytest.raises(aiohttp.ClientConnectorError) as raised:
+            await http.post(url, data=b"{}")
+    assert isinstance(raised.value.os_error, BlockedAddress)
+    # ...which the sender records as a final failure, not a network error to retry.
+    assert webhooks._blocked_cause(raised.value) is raised.value.os_error
+    assert "localhost resolves to" in str(raised.value.os_error)
+    assert "loopback" in str(raised.value.os_error)
+    assert receiver.received == []
+
+    allowed = NetworkPolicy(["127.0.0.1", "::1"])
+    async with aiohttp.ClientSession(connector=guarded_connector(allowed)) as http:
+        async with http.post(url, data=b"{}") as resp:
+            assert resp.status == 200
+    assert len(receiver.received) == 1

@@ -1,0 +1,165 @@
+"""The template sandbox: ordinary templates render; escapes, endless loops and huge expansions
+fail with a clear, permanent error and leave the process healthy."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from server import templates
+from server.errors import PermanentError
+
+ESCAPES = [
+    "{{ ''.__class__.__mro__ }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__ }}",
+    "{{ self._TemplateReference__context }}",
+    "{{ lipsum.__globals__['os'] }}",
+    "{{ namespace.__init__.__globals__ }}",
+    "{{ joiner.__init__.__globals__.__builtins__ }}",
+    "{{ range.__globals__ }}",
+    "{{ ''.format.__self__.__class__ }}",
+    "{{ (1).__class__.__base__.__subclasses__() }}",
+    "{% set x = [] %}{{ x.append(1) }}",
+    "{% set d = {} %}{{ d.update(a=1) }}",
+]
+
+EXPANSIONS = {
+    "{% for i in range(10**12) %}{{ i }}{% endfor %}": "range() is limited to 100000 numbers",
+    "{{ 'x' * 10**10 }}": "repetition (*) would build more than",
+    "{{ [0] * 10**9 }}": "repetition (*) would build more than",
+    "{{ 10 ** 100000 }}": "numbers are limited to 8192 bits",
+    "{% set ns = namespace(n=3) %}{% for i in range(64) %}{% set ns.n = ns.n * ns.n %}"
+    "{% endfor %}": "numbers are limited",
+    "{% set ns = namespace(s='0123456789') %}{% for i in range(64) %}"
+    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}": "concatenation (~) would build",
+    "{% set ns = namespace(s='0123456789') %}{% for i in range(64) %}"
+    "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}": "concatenation (+) would build",
+    "{% set a = ['xxxxxxxxxx'] * 10 %}{% set b = [a,a,a,a,a,a,a,a,a,a] %}"
+    "{% set c = [b,b,b,b,b,b,b,b,b,b] %}{% set d = [c,c,c,c,c,c,c,c,c,c] %}"
+    "{% set e = [d,d,d,d,d,d,d,d,d,d] %}{% set f = [e,e,e,e,e,e,e,e,e,e] %}"
+    "{{ [f,f,f,f,f,f,f,f,f,f] }}": "builds a value of more than",
+    "{{ 'x'|center(10**9) }}": "center() would build",
+    "{{ 'x'.ljust(10**9) }}": "ljust() would build",
+    "{{ '{:>999999999}'.format(1) }}": "format widths are limited",
+    "{{ '%999999999d' % 1 }}": "format widths are limited",
+    "{{ '%*d' % (999999999, 1) }}": "(*) are not allowed",
+    "{{ '%999999999s'|format('x') }}": "format widths are limited",
+    "{% set s = 'x' * 100000 %}{{ s|replace('x', s) }}": "replace() would build",
+    "{% set s = 'x' * 100000 %}{{ s.replace('x', s) }}": "replace() would build",
+    "{% set s = 'x' * 1000000 %}{{ range(1000)|join(s) }}": "join() would build",
+    "{% set s = 'x' * 1000000 %}{{ s.join(range(1000)|map('string')) }}": "join() would build",
+    "{{ lipsum(10**7) }}": "lipsum() is limited",
+    "{{ [1]|batch(10**9, 'x')|list }}": "batch() sizes are limited",
+    "{% set s = 'x' * 5000000 %}{% set block %}{% for i in range(100) %}{{ s }}{% endfor %}"
+    "{% endset %}": "prints more than",
+    "{% for i in range(100000) %}{% for j in range(1000) %}0123456789{% endfor %}"
+    "{% endfor %}": "output exceeds",
+    "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}": "recursion is too deep",
+}
+
+ENDLESS = [
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% if i == j %}{% endif %}"
+    "{% endfor %}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("source", ESCAPES)
+def test_python_internals_are_refused(source: str) -> None:
+    with pytest.raises(PermanentError) as failure:
+        templates.render(source, {})
+    message = str(failure.value)
+    assert "sandbox" in message or "unsafe" in message, message
+    assert not failure.value.retryable
+
+
+@pytest.mark.parametrize(("source", "expected"), list(EXPANSIONS.items()))
+def test_huge_expansions_fail_before_they_are_built(source: str, expected: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(PermanentError) as failure:
+        templates.render(source, {}, timeout_s=20)
+    assert expected in str(failure.value)
+    assert time.monotonic() - started < 10, "refused early, not after the deadline"
+
+
+@pytest.mark.parametrize("source", ENDLESS)
+def test_endless_templates_stop_at_the_deadline(source: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(PermanentError) as failure:
+        templates.render(source, {}, timeout_s=0.5)
+    assert "template rendering took longer than 0.5 s" in str(failure.value)
+    assert time.monotonic() - started < 3
+
+
+def test_ordinary_templates_still_render() -> None:
+    source = (
+        "<h1>Hi {{ name }}</h1>"
+        "{% for item in items %}<li>{{ loop.index }}/{{ loop.length }} {{ item.sku|upper }}"
+        " {{ '%.2f'|format(item.price) }} {{ '{:>6}'.format(item.qty) }}</li>{% endfor %}"
+        "{% macro money(v) %}${{ '%.2f' % v }}{% endmacro %}"
+        "{{ money(items|sum(attribute='price')) }}"
+        "{% for k, v in meta|dictsort %}{{ k }}={{ v }};{% endfor %}"
+        "{{ note }}{{ 'a' ~ 'b' ~ 1 }}{{ [1, 2, 3]|join('-') }}{{ 2 ** 10 }}{{ 'ab' * 3 }}"
+        "{% set ns = namespace(total=0) %}{% for i in range(5) %}{% set ns.total = ns.total + i %}"
+        "{% endfor %}{{ ns.total }}{{ lipsum(1, html=False)|wordcount > 0 }}"
+        "{% for n in tree recursive %}[{{ n.name }}{{ loop(n.children) }}]{% endfor %}"
+    )
+    data = {
+        "name": "Ana",
+        "items": [{"sku": "a1", "price": 2.5, "qty": 2}, {"sku": "b2", "price": 1.25, "qty": 1}],
+        "meta": {"b": 2, "a": 1},
+        "note": "<script>x</script>",
+        "tree": [{"name": "root", "children": [{"name": "leaf", "children": []}]}],
+    }
+    html = templates.render(source, data)
+    assert html.startswith("<h1>Hi Ana</h1><li>1/2 A1 2.50      2</li>")
+    assert "$3.75" in html and "a=1;b=2;" in html
+    assert "&lt;script&gt;x&lt;/script&gt;" in html, "autoescape stays on"
+    assert "ab11-2-31024ababab10True" in html
+    assert html.endswith("[root[leaf]]")
+
+
+def test_syntax_problems_are_reported_at_submission() -> None:
+    assert templates.check("{{ name }}") is None
+    assert "syntax error on line 1" in (templates.check("{% for %}") or "")
+    assert "nested too deeply" in (
+        templates.check("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}") or ""
+    )
+    assert "cannot be compiled" in (templates.check("{{ " + "9" * 5000 + " }}") or "")
+
+
+async def test_rendering_in_a_thread_keeps_the_event_loop_serving() -> None:
+    endless = ENDLESS[0]
+    render = asyncio.create_task(templates.render_async(endless, {}, timeout_s=2))
+    loop = asyncio.get_running_loop()
+    lags = []
+    while not render.done():
+        before = loop.time()
+        await asyncio.sleep(0.01)
+        lags.append(loop.time() - before - 0.01)
+    with pytest.raises(PermanentError, match="took longer than 2 s"):
+        await render
+    assert len(lags) > 20 and max(lags) < 0.5
+
+
+def test_a_stopped_render_ends_its_thread() -> None:
+    budget = templates._Budget(60)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            templates._render_in(budget, ENDLESS[0], {})
+        except PermanentError as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    budget.cancelled = True  # what render_async does when the job is cancelled
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert "stopped" in str(failures[0])
