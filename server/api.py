@@ -310,7 +310,9 @@ async def get_job(request: web.Request) -> web.Response:
     wait_s, since = _long_poll_params(request)
     if_none_match = request.headers.get("If-None-Match")
     # Subscribe before reading, so a change committed in between still wakes the poll.
-    with request.app[HUB].subscription(tenant=tenant, job_id=job_id) as changes:
+    with request.app[HUB].subscription(
+        tenant=tenant, job_id=job_id, transport="longpoll"
+    ) as changes:
         stored = await jobs.get(request.app[POOL], job_id, tenant)
         if stored is None:
             raise not_found()

@@ -20,6 +20,7 @@ from server.keys import (
     DSN,
     HUB,
     LISTENER,
+    METRICS,
     POLICY,
     POOL,
     RENDERER,
@@ -29,6 +30,7 @@ from server.keys import (
     WORKERS,
 )
 from server.listener import Listener
+from server.metrics import Metrics
 from server.netpolicy import NetworkPolicy
 from server.problems import middleware as problem_middleware
 from server.render import ChromiumRenderer, Renderer
@@ -75,6 +77,7 @@ def create_app(
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
+    metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
     app[api.STREAMS_KEY] = set()
@@ -173,7 +176,7 @@ def create_app(
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
         )
-        workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config)
+        workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
         async with (
@@ -189,6 +192,7 @@ def create_app(
             return
         async with WebhookSender.open(app[POOL], app[STORAGE], app[POLICY], settings) as sender:
             app[WEBHOOKS] = sender
+            sender.listeners.append(lambda attempt: metrics.webhook_attempts.labels(attempt.outcome).inc())
             async with background("webhooks", sender.run()):
                 yield
                 await sender.stop()

@@ -7,7 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from server.keys import LISTENER, POOL, RENDERER, STORAGE
+from server import metrics
+from server.keys import LISTENER, METRICS, POOL, RENDERER, STORAGE
 
 READY_TIMEOUT_S = 2.0
 
@@ -49,3 +50,11 @@ async def readyz(request: web.Request) -> web.Response:
     )
     ready = all(value == "ok" for value in results.values())
     return web.json_response({"ready": ready, "checks": results}, status=200 if ready else 503)
+
+
+@routes.get("/metrics")
+async def prometheus(request: web.Request) -> web.Response:
+    """Prometheus text format; database-derived values are read at scrape time."""
+    registry = request.app[METRICS]
+    await metrics.refresh(request.app, registry)
+    return web.Response(body=registry.render(), headers={"Content-Type": metrics.CONTENT_TYPE})

@@ -37,10 +37,13 @@ class SubscriberDropped(Exception):
 class Subscription:
     """One stream's view of the hub: a bounded buffer of matching events."""
 
-    __slots__ = ("_hub", "_items", "_ready", "dropped", "job_id", "limit", "tenant")
+    __slots__ = ("_hub", "_items", "_ready", "dropped", "job_id", "limit", "tenant", "transport")
 
-    def __init__(self, hub: Hub, tenant: str | None, job_id: uuid.UUID | None, limit: int) -> None:
+    def __init__(
+        self, hub: Hub, tenant: str | None, job_id: uuid.UUID | None, limit: int, transport: str
+    ) -> None:
         self._hub = hub
+        self.transport = transport
         self.tenant = tenant
         self.job_id = job_id
         self.limit = limit
@@ -111,9 +114,11 @@ class Hub:
         """Call back for every event (in-process consumers such as the workers' cancel path)."""
         self._listeners.append(callback)
 
-    def subscribe(self, *, tenant: str | None, job_id: uuid.UUID | None = None) -> Subscription:
+    def subscribe(
+        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
+    ) -> Subscription:
         """Start buffering matching events; tenant None means every tenant."""
-        sub = Subscription(self, tenant, job_id, self._queue_limit)
+        sub = Subscription(self, tenant, job_id, self._queue_limit, transport)
         if job_id is not None:
             self._by_job[job_id].add(sub)
         else:
@@ -134,11 +139,18 @@ class Hub:
             if not group:
                 index.pop(key, None)
 
+    def subscribers_by_transport(self) -> dict[str, int]:
+        """How many subscriptions each transport (sse, socketio, longpoll) holds now."""
+        counts: collections.Counter[str] = collections.Counter()
+        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+            counts.update(sub.transport for sub in group)
+        return {name: counts.get(name, 0) for name in ("sse", "socketio", "longpoll")}
+
     @contextlib.contextmanager
     def subscription(
-        self, *, tenant: str | None, job_id: uuid.UUID | None = None
+        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
     ) -> Iterator[Subscription]:
-        sub = self.subscribe(tenant=tenant, job_id=job_id)
+        sub = self.subscribe(tenant=tenant, job_id=job_id, transport=transport)
         try:
             yield sub
         finally:

@@ -10,6 +10,7 @@ from aiohttp import web
 from server.auth import Authenticator
 from server.hub import Hub
 from server.listener import Listener
+from server.metrics import Metrics
 from server.netpolicy import NetworkPolicy
 from server.render import ChromiumRenderer, Renderer
 from server.settings import Settings
@@ -18,6 +19,7 @@ from server.webhooks import WebhookSender
 from server.worker import Workers
 
 SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
 AUTH = web.AppKey("auth", Authenticator)
 DSN = web.AppKey("dsn", str)
 POOL = web.AppKey("pool", asyncpg.Pool)

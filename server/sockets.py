@@ -486,7 +486,9 @@ class PushServer:
         if previous is not None:
             self._end(client, previous)
         # Subscribe before the replay reads the log, so nothing falls between the two.
-        sub = self.app[HUB].subscribe(tenant=client.grant.tenant, job_id=job_id)
+        sub = self.app[HUB].subscribe(
+            tenant=client.grant.tenant, job_id=job_id, transport="socketio"
+        )
         room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
         stream = _Stream(key, room, sub)
         client.streams[key] = stream

@@ -17,6 +17,7 @@ from server import jobs, options, templates
 from server.errors import PermanentError, RenderError
 from server.events import JobEvent
 from server.jobs import ClaimedJob, JobState
+from server.metrics import Metrics
 from server.render import Renderer
 from server.storage import Storage
 
@@ -59,7 +60,9 @@ class Workers:
         config: WorkerConfig,
         *,
         worker_id: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._pool = pool
         self._renderer = renderer
         self._storage = storage
@@ -104,12 +107,13 @@ class Workers:
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
-                    claimed = await jobs.claim(
-                        self._pool,
-                        limit=free,
-                        worker_id=self.worker_id,
-                        lease_s=self._config.lease_s,
-                    )
+                    with self._metrics.claim_seconds.time():
+                        claimed = await jobs.claim(
+                            self._pool,
+                            limit=free,
+                            worker_id=self.worker_id,
+                            lease_s=self._config.lease_s,
+                        )
                 except (*DB_ERRORS, asyncpg.PostgresError) as exc:
                     log.warning("claim failed: %s", exc)
                 for job in claimed:
@@ -145,9 +149,10 @@ class Workers:
             html = await templates.render_async(
                 job.template, job.data, timeout_s=self._config.render_timeout_s
             )
-            result = await self._renderer.render(
-                html, render_options, timeout_s=self._config.render_timeout_s
-            )
+            with self._metrics.render_seconds.time():
+                result = await self._renderer.render(
+                    html, render_options, timeout_s=self._config.render_timeout_s
+                )
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages
@@ -158,6 +163,7 @@ class Workers:
         except asyncio.CancelledError:
             if job.id in self._aborted:
                 log.info("render aborted", extra={"job_id": str(job.id), "tenant": job.tenant})
+                self._metrics.jobs_finished.labels("aborted").inc()
                 return  # the job is no longer ours (cancelled or rescued): nothing to record
             raise
         except RenderError as exc:
@@ -209,6 +215,7 @@ class Workers:
                 continue
             if ok:
                 log.info("job done", extra={"job_id": str(job.id), "tenant": job.tenant})
+                self._metrics.jobs_finished.labels("done").inc()
             return ok
 
     async def _fail(
@@ -237,8 +244,10 @@ class Workers:
         extra = {"job_id": str(job.id), "tenant": job.tenant}
         if state is JobState.QUEUED:
             log.info("job retrying in %.1f s: %s", retry_in_s, error, extra=extra)
+            self._metrics.jobs_finished.labels("retrying").inc()
         elif state is JobState.FAILED:
             log.info("job failed: %s", error, extra=extra)
+            self._metrics.jobs_finished.labels("failed").inc()
 
     async def heartbeat(self) -> None:
         """Renew the leases of running jobs; abort those this worker no longer holds."""

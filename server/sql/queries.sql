@@ -516,3 +516,10 @@ SELECT i.key, job_public(j) AS job
 FROM batch_items i JOIN jobs j ON j.id = i.job_id
 WHERE i.batch_id = $1
 ORDER BY i.position;
+
+-- metrics_jobs --
+SELECT status, count(*) AS n FROM jobs GROUP BY status;
+
+-- metrics_queue --
+SELECT count(*) AS due, extract(epoch FROM now() - min(run_after)) AS oldest_due_age_s
+FROM jobs WHERE status = 'queued' AND run_after <= now();

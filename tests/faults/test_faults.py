@@ -151,6 +151,8 @@ async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[.
     assert after[-1].event == "job.done"
     zombies = [p for p in psutil.Process().children(recursive=True) if p.status() == psutil.STATUS_ZOMBIE]
     assert zombies == []
+    async with app.http.get(app.url("/metrics")) as resp:
+        assert "pressroom_chromium_restarts_total 1.0" in await resp.text()
 
 
 @pytest.mark.browser

@@ -30,6 +30,7 @@ from server.webhooks import (
     sign,
     verify,
 )
+from server.keys import METRICS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.sse import collect
@@ -301,6 +302,9 @@ async def test_500_three_times_then_200_records_four_attempts(
     [summary] = (await hooked.get(job["id"]))["webhooks"]
     assert summary["status"] == "delivered" and summary["attempts"] == 4
     assert summary["last_status_code"] == 200 and summary["last_error"] is None
+    metrics = hooked.app.app[METRICS].registry
+    assert metrics.get_sample_value("pressroom_webhook_attempts_total", {"outcome": "pending"}) == 3
+    assert metrics.get_sample_value("pressroom_webhook_attempts_total", {"outcome": "delivered"}) == 1
 
 
 async def test_429_retry_after_is_honoured(start_hooked: StartHooked, receiver: Receiver) -> None:

@@ -42,3 +42,17 @@ def test_backoff_grows_exponentially_with_jitter_and_a_ceiling() -> None:
 
 def test_page_count_of_a_pdf() -> None:
     assert count_pages(minimal_pdf()) == 1
+
+
+def test_json_log_lines_carry_job_id_and_tenant() -> None:
+    import json
+    import logging
+
+    from server.cli import JsonFormatter
+
+    record = logging.LogRecord("server.worker", logging.INFO, __file__, 1, "job %s", ("done",), None)
+    record.job_id = "5b0c"
+    record.tenant = "acme"
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "job done" and line["level"] == "info"
+    assert line["job_id"] == "5b0c" and line["tenant"] == "acme"
