@@ -33,8 +33,8 @@ READINGS: list[tuple[str, str, float, str]] = [
         "accept",
         "create (server/jobs.py)",
         10,
-        "The insert itself (one statement, one commit, one NOTIFY per request until group "
-        "commit is wired in).",
+        "Inserting the job (jobs.create): the statement, its commit and its NOTIFY; how many "
+        "requests share one commit decides this share.",
     ),
     (
         "accept",
@@ -61,6 +61,13 @@ READINGS: list[tuple[str, str, float, str]] = [
         10,
         "Storing the PDF: write, fsync of the file, rename, fsync of the folder, per job, in "
         "the default thread pool (min(32, cores + 4) threads), which template rendering shares.",
+    ),
+    (
+        "queue",
+        "Hub._read_new (server/hub.py)",
+        5,
+        "The hub reads back every event row it is notified of and decodes its JSON payload, "
+        "whether or not anyone subscribed.",
     ),
     (
         "queue",

@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 import asyncpg
@@ -79,11 +79,21 @@ class Admitted:
 
 
 async def submit(
-    pool: asyncpg.Pool, new: NewJob, *, max_in_flight: int, key_ttl_s: int
+    pool: asyncpg.Pool,
+    new: NewJob,
+    *,
+    max_in_flight: int,
+    key_ttl_s: int,
+    insert: Callable[[NewJob], Awaitable[dict[str, Any]]] | None = None,
 ) -> Admitted:
-    """Insert the job unless the tenant is at its cap or its Idempotency-Key was seen."""
+    """Insert the job unless the tenant is at its cap or its Idempotency-Key was seen.
+
+    `insert` (e.g. jobs.GroupCommit.create) inserts a job without a key; with a key the job
+    is inserted in the transaction that holds the key's lock."""
     if new.idempotency_key is None:
         await _check_in_flight(pool, new.tenant, max_in_flight)
+        if insert is not None:
+            return Admitted(await insert(new), replayed=False)
         [job] = await jobs.create(pool, [new])
         return Admitted(job, replayed=False)
     try:

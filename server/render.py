@@ -18,6 +18,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from typing import Protocol
+from urllib.parse import urljoin
 
 import psutil
 
@@ -26,7 +27,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from server import pdfmeta
 from server.errors import PermanentError, TransientError
-from server.netpolicy import NetworkPolicy
+from server.netpolicy import NetworkPolicy, Verdict
 from server.options import RenderOptions
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "googl
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 CLOSE_TIMEOUT_S = 5.0
 MEMORY_CHECK_EVERY_JOBS = 25
+MAX_REDIRECTS = 5
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -245,22 +248,52 @@ class ChromiumRenderer:
             await self._close_browser()
             await self._launch()
 
+    async def _verdict(self, url: str) -> Verdict:
+        verdict = self._policy.check_url_static(url)
+        return verdict if verdict is not None else await self._policy.check_url(url)
+
     async def _police(self, route: Route) -> None:
+        """Every subresource request: refused when the policy blocks it, and its redirects are
+        followed here, hop by hop, because Chromium would follow them without asking again."""
         request = route.request
-        verdict = self._policy.check_url_static(request.url)
-        if verdict is None:
-            verdict = await self._policy.check_url(request.url)
         slot = None
         with contextlib.suppress(PlaywrightError):
             slot = self._by_page.get(request.frame.page)
         if slot is not None:
             slot.requested = True
-        if verdict.allowed:
+
+        async def refuse(reason: str, url: str) -> None:
+            if slot is not None:
+                slot.warnings.append(f"{reason} ({url[:200]})")
+            with contextlib.suppress(PlaywrightError):
+                await route.abort("blockedbyclient")
+
+        url = request.url
+        verdict = await self._verdict(url)
+        if not verdict.allowed:
+            await refuse(verdict.reason, url)
+            return
+        if not url.startswith(("http:", "https:")):
             await route.continue_()
             return
-        if slot is not None:
-            slot.warnings.append(f"{verdict.reason} ({request.url[:200]})")
-        await route.abort("blockedbyclient")
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                response = await route.fetch(url=url, max_redirects=0)
+                location = response.headers.get("location")
+                if response.status not in REDIRECT_STATUSES or not location:
+                    await route.fulfill(response=response)
+                    return
+                url = urljoin(url, location)
+                verdict = await self._verdict(url)
+                if not verdict.allowed:
+                    await refuse(f"redirect {verdict.reason}", url)
+                    return
+            await refuse(f"blocked: more than {MAX_REDIRECTS} redirects", url)
+        except PlaywrightError as exc:
+            # The page may be gone (a timeout closed it) or the host unreachable.
+            with contextlib.suppress(PlaywrightError):
+                await route.abort("failed")
+            log.debug("subresource failed: %s", _first_line(exc))
 
     async def _new_slot(self, *, javascript: bool) -> _Slot:
         assert self._browser is not None

@@ -560,9 +560,8 @@ class PushServer:
             self._end(client, stream)
 
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
-        wire = event.wire()
-        wire["job"] = await api.present_job(self.app, client.base_url, event.job, event.tenant)
-        await self._emit(client, "job", wire)
+        wire = await api.event_wire(self.app, client.base_url, event)
+        await self._emit(client, "batch" if "batch" in wire else "job", wire)
         await self._drain(client, sub)
 
     async def _emit(self, client: _Client, name: str, data: dict[str, Any]) -> None:

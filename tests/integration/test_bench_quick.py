@@ -20,7 +20,13 @@ SECTIONS = [
     "## Push (Socket.IO, SSE)",
     "## Profile",
 ]
-PLOTS = ["accept-latency.png", "queue-slots.png", "submit-start.png", "render-slots.png", "soak.png"]
+PLOTS = [
+    "accept-latency.png",
+    "queue-slots.png",
+    "submit-start.png",
+    "render-slots.png",
+    "soak.png",
+]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -48,6 +54,8 @@ def test_quick_bench_writes_the_whole_report(server_dsn: str, tmp_path: Path) ->
     for figure in ("P1 accept", "P4 queue", "P4 submit→start", "P3 render", "P6 soak"):
         assert figure in report, f"no {figure} row in the summary"
     assert "PgQueuer" in report and "Procrastinate" in report
+    if (ROOT / "bench" / "push.py").exists():
+        assert "Push latency" in report and "Push fan-out" in report
     for plot in PLOTS:
         assert (tmp_path / plot).read_bytes().startswith(PNG_MAGIC), plot
         assert f"]({plot})" in report
