@@ -85,16 +85,23 @@ async def submit(
     max_in_flight: int,
     key_ttl_s: int,
     insert: Callable[[NewJob], Awaitable[dict[str, Any]]] | None = None,
+    in_flight: InFlight | None = None,
 ) -> Admitted:
     """Insert the job unless the tenant is at its cap or its Idempotency-Key was seen.
 
     `insert` (e.g. jobs.GroupCommit.create) inserts a job without a key; with a key the job
     is inserted in the transaction that holds the key's lock."""
     if new.idempotency_key is None:
-        await _check_in_flight(pool, new.tenant, max_in_flight)
+        if in_flight is not None:
+            await in_flight.check(pool, new.tenant, max_in_flight)
+        else:
+            await _check_in_flight(pool, new.tenant, max_in_flight)
         if insert is not None:
-            return Admitted(await insert(new), replayed=False)
-        [job] = await jobs.create(pool, [new])
+            job = await insert(new)
+        else:
+            [job] = await jobs.create(pool, [new])
+        if in_flight is not None:
+            in_flight.admitted(new.tenant)
         return Admitted(job, replayed=False)
     try:
         async with pool.acquire() as conn, conn.transaction():
@@ -137,19 +144,55 @@ def _busy() -> Problem:
     )
 
 
+class InFlight:
+    """A tenant's queued + running count, read at most every `ttl_s` and counted up locally in
+    between, so the cap costs no query per submission. Other processes' admissions show up at
+    the next read: the cap can be passed by what they admit within `ttl_s`, never by more."""
+
+    def __init__(self, ttl_s: float = 0.5) -> None:
+        self._ttl_s = ttl_s
+        self._counts: dict[str, tuple[int, float]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def check(self, pool: asyncpg.Pool, tenant: str, max_in_flight: int) -> None:
+        count, read_at = self._counts.get(tenant, (0, float("-inf")))
+        if time.monotonic() - read_at > self._ttl_s or count >= max_in_flight:
+            # Stale, or about to refuse: jobs may have finished since, so look again first.
+            count = await self._read(pool, tenant, read_at)
+        if count >= max_in_flight:
+            raise _too_many(count, max_in_flight)
+
+    async def _read(self, pool: asyncpg.Pool, tenant: str, seen_at: float) -> int:
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        async with lock:  # one read per tenant at a time; those waiting use its answer
+            count, read_at = self._counts.get(tenant, (0, float("-inf")))
+            if read_at == seen_at:
+                count = await pool.fetchval(query("tenant_in_flight"), tenant)
+                self._counts[tenant] = (count, time.monotonic())
+            return count
+
+    def admitted(self, tenant: str) -> None:
+        count, read_at = self._counts.get(tenant, (0, float("-inf")))
+        self._counts[tenant] = (count + 1, read_at)
+
+
+def _too_many(count: int, max_in_flight: int) -> Problem:
+    return Problem(
+        429,
+        "Too many jobs in flight",
+        f"This tenant has {count} jobs queued or running; the limit is {max_in_flight}.",
+        kind="too-many-jobs",
+        headers={"Retry-After": str(IN_FLIGHT_RETRY_S)},
+    )
+
+
 async def _check_in_flight(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, max_in_flight: int
 ) -> None:
     # Counted, not reserved: concurrent submissions may pass the cap by a few, never by many.
     count: int = await conn.fetchval(query("tenant_in_flight"), tenant)
     if count >= max_in_flight:
-        raise Problem(
-            429,
-            "Too many jobs in flight",
-            f"This tenant has {count} jobs queued or running; the limit is {max_in_flight}.",
-            kind="too-many-jobs",
-            headers={"Retry-After": str(IN_FLIGHT_RETRY_S)},
-        )
+        raise _too_many(count, max_in_flight)
 
 
 async def prune_loop(pool: asyncpg.Pool, *, key_ttl_s: int) -> None:

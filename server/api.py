@@ -19,7 +19,7 @@ from server import admission, auth, events, jobs, library, options, templates, w
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
-from server.keys import HUB, POLICY, POOL, SETTINGS, STORAGE
+from server.keys import GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
 from server.problems import DB_ERRORS, Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -162,9 +162,7 @@ def validate_job(
     if webhook_url is not None:
         if not isinstance(webhook_url, str):
             errors.append(("webhook_url", "must be a string"))
-        elif (
-            why := request.app[POLICY].validate_webhook_url(webhook_url)
-        ) is not None:
+        elif (why := request.app[POLICY].validate_webhook_url(webhook_url)) is not None:
             errors.append(("webhook_url", why))
 
     priority = body.get("priority", 0)
@@ -244,9 +242,8 @@ async def submit(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     raw = await read_json(request)
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
-    template = raw.get("template") if isinstance(raw, dict) else None
-    if isinstance(template, str) and len(template) <= settings.max_template_bytes:
-        await templates.check_async(template)  # compiled off the loop; validate_job reuses it
+    if isinstance(raw, dict):
+        await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
     new = validate_job(raw, request, await library.lookup(request, raw))
     if key is not None:
         fingerprint = admission.request_hash(raw)
@@ -256,6 +253,8 @@ async def submit(request: web.Request) -> web.Response:
         new,
         max_in_flight=settings.tenant_max_inflight,
         key_ttl_s=settings.idempotency_ttl_s,
+        insert=request.app[GROUP_COMMIT].create,
+        in_flight=request.app[IN_FLIGHT],
     )
     job = admitted.job
     if not admitted.replayed:

@@ -12,13 +12,17 @@ from typing import Any
 from aiohttp import web
 
 from server import admission, api, batches, db, events, health, library, openapi, retention, sockets
+from server.admission import InFlight
 from server.auth import Authenticator
 from server.hub import Hub
+from server.jobs import GroupCommit
 from server.keys import (
     AUTH,
     CHROMIUM,
     DSN,
+    GROUP_COMMIT,
     HUB,
+    IN_FLIGHT,
     LISTENER,
     METRICS,
     POLICY,
@@ -99,6 +103,8 @@ def create_app(
             dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
         app[POOL] = pool
+        app[GROUP_COMMIT] = GroupCommit(pool)
+        app[IN_FLIGHT] = InFlight()
         yield
         await pool.close()
         if embedded is not None:
@@ -192,7 +198,9 @@ def create_app(
             return
         async with WebhookSender.open(app[POOL], app[STORAGE], app[POLICY], settings) as sender:
             app[WEBHOOKS] = sender
-            sender.listeners.append(lambda attempt: metrics.webhook_attempts.labels(attempt.outcome).inc())
+            sender.listeners.append(
+                lambda attempt: metrics.webhook_attempts.labels(attempt.outcome).inc()
+            )
             async with background("webhooks", sender.run()):
                 yield
                 await sender.stop()

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, library
+from server import admission, api, library, templates
 from server.jobs import NewJob
 from server.keys import POLICY, POOL, SETTINGS
 from server.problems import Problem, invalid, not_found
@@ -82,6 +82,10 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         if isinstance(item, dict) and (ref := library.parse_template_id(item.get("template_id")))
     ]
     stored = await library.find(request.app[POOL], api.tenant_of(request), refs)
+    await templates.warm(
+        (item.get("template") for item in items if isinstance(item, dict)),
+        max_bytes=request.app[SETTINGS].max_template_bytes,
+    )
     keys: list[str] = []
     new: list[NewJob] = []
     first_of: dict[str, int] = {}

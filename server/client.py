@@ -273,7 +273,7 @@ class AsyncClient:
                 if data:
                     message: Json = json.loads("\n".join(data))
                     message.setdefault("type", event)
-                    if ident and ident.isdigit():
+                    if ident and ident.isascii() and ident.isdigit():
                         message.setdefault("event_id", int(ident))
                     yield message
                 event, ident, data = "message", None, []

@@ -7,8 +7,10 @@ import asyncio
 import asyncpg
 from aiohttp import web
 
+from server.admission import InFlight
 from server.auth import Authenticator
 from server.hub import Hub
+from server.jobs import GroupCommit
 from server.listener import Listener
 from server.metrics import Metrics
 from server.netpolicy import NetworkPolicy
@@ -23,6 +25,8 @@ METRICS = web.AppKey("metrics", Metrics)
 AUTH = web.AppKey("auth", Authenticator)
 DSN = web.AppKey("dsn", str)
 POOL = web.AppKey("pool", asyncpg.Pool)
+GROUP_COMMIT = web.AppKey("group_commit", GroupCommit)
+IN_FLIGHT = web.AppKey("in_flight", InFlight)
 POLICY = web.AppKey("policy", NetworkPolicy)
 HUB = web.AppKey("hub", Hub)
 LISTENER = web.AppKey("listener", Listener)

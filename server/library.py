@@ -172,6 +172,7 @@ async def create_template(request: web.Request) -> web.Response:
                 "must be 1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol",
             )
         )
+    await templates.warm([body.get("html")], max_bytes=settings.max_template_bytes)
     _check_html(body.get("html"), settings.max_template_bytes, errors)
     stored_options = _parse_options(body.get("options"), errors)
     sample_data = body.get("sample_data", {})
@@ -195,7 +196,10 @@ async def list_templates(request: web.Request) -> web.Response:
     limit = 50
     raw_limit = request.query.get("limit")
     if raw_limit is not None:
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
+        if (
+            not (raw_limit.isascii() and raw_limit.isdigit())
+            or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT
+        ):
             raise invalid(
                 [("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}")],
                 "The query parameters are not valid.",
@@ -270,7 +274,9 @@ async def preview_inline(request: web.Request) -> web.Response:
     """Render template html sent in the body to PDF, now (for editors, before storing it)."""
     body = await _optional_body(request)
     errors = [(key, "is not a known field") for key in body if key not in INLINE_PREVIEW_FIELDS]
-    _check_html(body.get("html"), request.app[SETTINGS].max_template_bytes, errors)
+    max_bytes = request.app[SETTINGS].max_template_bytes
+    await templates.warm([body.get("html")], max_bytes=max_bytes)
+    _check_html(body.get("html"), max_bytes, errors)
     data = body.get("data", {})
     _check_object(data, "data", request.app[SETTINGS].max_data_bytes, errors)
     render_options = _options_for_preview(body.get("options"), errors)

@@ -16,7 +16,23 @@ from server.jobs import JobState
 from server.sql import query
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+DURATION_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
 
 
 class Metrics:
@@ -67,35 +83,47 @@ class _Snapshot(Collector):
         for state in JobState:
             states.add_metric([state.value], snap.get("states", {}).get(state.value, 0))
         yield states
-        yield GaugeMetricFamily("pressroom_queue_depth", "Queued jobs that are due now.", value=snap.get("due", 0))
+        yield GaugeMetricFamily(
+            "pressroom_queue_depth", "Queued jobs that are due now.", value=snap.get("due", 0)
+        )
         yield GaugeMetricFamily(
             "pressroom_queue_oldest_due_age_seconds",
             "How long the oldest due job has waited.",
             value=snap.get("oldest_due_age_s", 0.0),
         )
         subscribers = GaugeMetricFamily(
-            "pressroom_subscribers", "Connected event subscribers by transport.", labels=["transport"]
+            "pressroom_subscribers",
+            "Connected event subscribers by transport.",
+            labels=["transport"],
         )
         for transport, count in sorted(snap.get("subscribers", {}).items()):
             subscribers.add_metric([transport], count)
         yield subscribers
         yield CounterMetricFamily(
-            "pressroom_events_published", "Events fanned out by this process.", value=snap.get("published", 0)
+            "pressroom_events_published",
+            "Events fanned out by this process.",
+            value=snap.get("published", 0),
         )
         yield CounterMetricFamily(
-            "pressroom_chromium_launches", "Chromium launches (the first and every relaunch).",
+            "pressroom_chromium_launches",
+            "Chromium launches (the first and every relaunch).",
             value=snap.get("launches", 0),
         )
         yield CounterMetricFamily(
-            "pressroom_chromium_restarts", "Chromium relaunches after a crash, hang or recycle.",
+            "pressroom_chromium_restarts",
+            "Chromium relaunches after a crash, hang or recycle.",
             value=max(snap.get("launches", 0) - 1, 0),
         )
-        yield GaugeMetricFamily("pressroom_db_pool_size", "Connections in the pool.", value=snap.get("pool_size", 0))
+        yield GaugeMetricFamily(
+            "pressroom_db_pool_size", "Connections in the pool.", value=snap.get("pool_size", 0)
+        )
         yield GaugeMetricFamily(
             "pressroom_db_pool_in_use", "Pool connections in use.", value=snap.get("pool_in_use", 0)
         )
         yield GaugeMetricFamily(
-            "pressroom_scrape_timestamp_seconds", "When these values were read.", value=snap.get("at", 0.0)
+            "pressroom_scrape_timestamp_seconds",
+            "When these values were read.",
+            value=snap.get("at", 0.0),
         )
 
 

@@ -13,15 +13,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from typing import Protocol
 from urllib.parse import urljoin
 
 import psutil
-
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 

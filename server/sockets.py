@@ -280,7 +280,7 @@ def _parse_target(data: Any, *, with_since: bool) -> tuple[uuid.UUID | None, int
     if ("job_id" in data) == (data.get("all") is True):
         errors.append(("", 'give either "job_id" or "all": true'))
     since = data.get("since")
-    if isinstance(since, str) and since.isdigit():
+    if isinstance(since, str) and since.isascii() and since.isdigit() and len(since) <= 19:
         since = int(since)
     if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
         errors.append(("since", "must be an event id"))

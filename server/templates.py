@@ -555,6 +555,14 @@ async def check_async(source: str) -> str | None:
     return await asyncio.to_thread(check, source)
 
 
+async def warm(sources: Iterable[Any], *, max_bytes: int) -> None:
+    """Compile submitted templates off the event loop, so the `check` that validation then
+    runs on the loop is answered from the cache. Anything not a string within the size limit
+    is left to validation to refuse."""
+    for source in {s for s in sources if isinstance(s, str) and len(s) <= max_bytes}:
+        await check_async(source)
+
+
 async def render_async(
     source: str, data: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> str:

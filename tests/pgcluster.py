@@ -49,11 +49,23 @@ class Cluster:
         subprocess.run(args, check=True, user=self._user, capture_output=True, timeout=60)
 
     def init(self) -> None:
-        self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self._run(
+            _bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
+        )
 
     def start(self) -> None:
         options = f"-p {self.port} -h 127.0.0.1 -k {self.folder} -c fsync=off"
-        self._run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start")
+        self._run(
+            _bin("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "log"),
+            "-w",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")

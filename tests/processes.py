@@ -24,7 +24,7 @@ class PressroomProcess:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 (owned by the child for its lifetime)
+        log = open(self.log_path, "ab")
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "server", self.command, env=self.env, stdout=log, stderr=log
         )

@@ -73,7 +73,9 @@ async def assert_histories_complete(pool: asyncpg.Pool) -> None:
 
 @pytest.mark.browser
 @pytest.mark.timeout(420)
-async def test_killing_worker_processes_loses_nothing(dsn: str, pool: asyncpg.Pool, tmp_path: Path) -> None:
+async def test_killing_worker_processes_loses_nothing(
+    dsn: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
     total = 300
     env = {
         "DATABASE_URL": dsn,
@@ -92,7 +94,14 @@ async def test_killing_worker_processes_loses_nothing(dsn: str, pool: asyncpg.Po
     await jobs.create(
         pool,
         [
-            NewJob(tenant="default", template=invoice, data={"n": n}, options={}, metadata={}, max_attempts=10)
+            NewJob(
+                tenant="default",
+                template=invoice,
+                data={"n": n},
+                options={},
+                metadata={},
+                max_attempts=10,
+            )
             for n in range(total)
         ],
     )
@@ -112,7 +121,9 @@ async def test_killing_worker_processes_loses_nothing(dsn: str, pool: asyncpg.Po
         for worker in workers:
             await worker.stop()
     assert kills >= 4
-    rescued = await pool.fetchval("SELECT count(*) FROM jobs WHERE errors::text LIKE '%worker lost%'")
+    rescued = await pool.fetchval(
+        "SELECT count(*) FROM jobs WHERE errors::text LIKE '%worker lost%'"
+    )
     assert rescued > 0, "some kills hit a job mid-render"
     statuses = await pool.fetch("SELECT status, count(*) FROM jobs GROUP BY status")
     assert {r["status"]: r["count"] for r in statuses} == {"done": total}
@@ -130,7 +141,11 @@ async def test_killing_worker_processes_loses_nothing(dsn: str, pool: asyncpg.Po
 @pytest.mark.browser
 async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[..., Any]) -> None:
     app: RunningApp = await start_app(render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.1"})
-    body = {"template": SLOW_PAGE, "data": {"n": 1, "ms": 3000}, "options": {"wait_for_selector": "#ready"}}
+    body = {
+        "template": SLOW_PAGE,
+        "data": {"n": 1, "ms": 3000},
+        "options": {"wait_for_selector": "#ready"},
+    }
     async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
         created = await resp.json()
     seen: list[str] = []
@@ -149,7 +164,9 @@ async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[.
         again = await resp.json()
     after = await collect(app.http, app.url(again["links"]["events"]), timeout_s=60)
     assert after[-1].event == "job.done"
-    zombies = [p for p in psutil.Process().children(recursive=True) if p.status() == psutil.STATUS_ZOMBIE]
+    zombies = [
+        p for p in psutil.Process().children(recursive=True) if p.status() == psutil.STATUS_ZOMBIE
+    ]
     assert zombies == []
     async with app.http.get(app.url("/metrics")) as resp:
         assert "pressroom_chromium_restarts_total 1.0" in await resp.text()
@@ -160,9 +177,11 @@ async def test_cancelling_a_200_page_render_takes_under_a_second(
     start_app: Callable[..., Any], tmp_path: Path
 ) -> None:
     app: RunningApp = await start_app(render_slots=1)
-    pages = "{% for i in range(200) %}<section style='page-break-after: always'>" + (
-        "<p>page {{ i }} " + "lorem ipsum dolor sit amet " * 40 + "</p>"
-    ) * 6 + "</section>{% endfor %}"
+    pages = (
+        "{% for i in range(200) %}<section style='page-break-after: always'>"
+        + ("<p>page {{ i }} " + "lorem ipsum dolor sit amet " * 40 + "</p>") * 6
+        + "</section>{% endfor %}"
+    )
     async with app.http.post(app.url("/v1/jobs"), json={"template": pages}) as resp:
         created = await resp.json()
     seen: list[str] = []
@@ -189,7 +208,9 @@ async def test_cancelling_a_200_page_render_takes_under_a_second(
 
 
 @pytest.mark.browser
-async def test_sigterm_finishes_or_requeues_renders_in_flight(dsn: str, pool: asyncpg.Pool, tmp_path: Path) -> None:
+async def test_sigterm_finishes_or_requeues_renders_in_flight(
+    dsn: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
     env = {
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
@@ -211,7 +232,9 @@ async def test_sigterm_finishes_or_requeues_renders_in_flight(dsn: str, pool: as
     assert all(r["attempts"] == 0 for r in released if r["attempts"] is not None), "not charged"
     assert "released" in server.log()
     # Another process picks them up.
-    worker = PressroomProcess("worker", {**env, "PRESSROOM_SHUTDOWN_GRACE_S": "20"}, tmp_path / "w.log")
+    worker = PressroomProcess(
+        "worker", {**env, "PRESSROOM_SHUTDOWN_GRACE_S": "20"}, tmp_path / "w.log"
+    )
     await worker.start()
     try:
         await wait_until(dsn, "SELECT count(*) FROM jobs WHERE status = 'done'", 3, timeout_s=90)
@@ -222,15 +245,22 @@ async def test_sigterm_finishes_or_requeues_renders_in_flight(dsn: str, pool: as
 async def test_retries_are_spaced_by_exponential_backoff(start_app: Callable[..., Any]) -> None:
     renderer = FakeRenderer()
     renderer.fail_with = TransientError("storage unavailable")
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.2"})
-    async with app.http.post(app.url("/v1/jobs"), json={"template": "<p>x</p>", "max_attempts": 4}) as resp:
+    app: RunningApp = await start_app(
+        renderer=renderer, render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.2"}
+    )
+    async with app.http.post(
+        app.url("/v1/jobs"), json={"template": "<p>x</p>", "max_attempts": 4}
+    ) as resp:
         created = await resp.json()
-    got = await collect(app.http, app.url(created["links"]["events"]), until="job.failed", timeout_s=30)
+    got = await collect(
+        app.http, app.url(created["links"]["events"]), until="job.failed", timeout_s=30
+    )
     retrying = [m.json["job"] for m in got if m.event == "job.retrying"]
     assert [j["attempts"] for j in retrying] == [1, 2, 3]
     for attempt, snapshot in enumerate(retrying, start=1):
         delay = (
-            dt.datetime.fromisoformat(snapshot["run_after"]) - dt.datetime.fromisoformat(snapshot["updated_at"])
+            dt.datetime.fromisoformat(snapshot["run_after"])
+            - dt.datetime.fromisoformat(snapshot["updated_at"])
         ).total_seconds()
         ceiling = 0.2 * 2 ** (attempt - 1)
         assert ceiling / 2 - 0.01 <= delay <= ceiling + 0.01, (attempt, delay)
@@ -268,7 +298,9 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
                 while True:
                     last = str(received[-1]) if received else "0"
                     try:
-                        async with http.get(f"{base}/v1/events", headers={"Last-Event-ID": last}) as resp:
+                        async with http.get(
+                            f"{base}/v1/events", headers={"Last-Event-ID": last}
+                        ) as resp:
                             async for message in messages(resp):
                                 if message.id:
                                     received.append(int(message.id))
@@ -280,7 +312,9 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
 
             async def submit(n: int) -> None:
                 try:
-                    async with http.post(f"{base}/v1/jobs", json={"template": "<p>{{ n }}</p>", "data": {"n": n}}) as resp:
+                    async with http.post(
+                        f"{base}/v1/jobs", json={"template": "<p>{{ n }}</p>", "data": {"n": n}}
+                    ) as resp:
                         if resp.status == 202:
                             accepted.append((await resp.json())["id"])
                         else:
@@ -307,9 +341,16 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
             assert refused, "requests during the outage were answered 503"
             conn = await asyncpg.connect(cluster.dsn)
             try:
-                await wait_until(cluster.dsn, "SELECT count(*) FROM jobs WHERE status <> 'done'", 0, timeout_s=120)
+                await wait_until(
+                    cluster.dsn,
+                    "SELECT count(*) FROM jobs WHERE status <> 'done'",
+                    0,
+                    timeout_s=120,
+                )
                 assert await conn.fetchval("SELECT count(*) FROM jobs") == len(accepted)
-                logged = [r["id"] for r in await conn.fetch("SELECT id FROM job_events ORDER BY xid, id")]
+                logged = [
+                    r["id"] for r in await conn.fetch("SELECT id FROM job_events ORDER BY xid, id")
+                ]
 
                 async def caught_up() -> None:
                     while len(received) < len(logged):
@@ -324,7 +365,9 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
         await server.stop()
         await asyncio.to_thread(cluster.destroy)
     assert len(accepted) >= 60
-    print(f"\npostgres-restart: accepted={len(accepted)} refused_503={len(refused)} events={len(received)} lost=0")
+    print(
+        f"\npostgres-restart: accepted={len(accepted)} refused_503={len(refused)} events={len(received)} lost=0"
+    )
 
 
 async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
@@ -344,7 +387,11 @@ async def test_a_hung_chromium_is_replaced(start_app: Callable[..., Any]) -> Non
     app: RunningApp = await start_app(
         render_slots=1, env={"PRESSROOM_RENDER_TIMEOUT_S": "3", "PRESSROOM_RETRY_BASE_S": "0.1"}
     )
-    body = {"template": SLOW_PAGE, "data": {"n": 1, "ms": 1500}, "options": {"wait_for_selector": "#ready"}}
+    body = {
+        "template": SLOW_PAGE,
+        "data": {"n": 1, "ms": 1500},
+        "options": {"wait_for_selector": "#ready"},
+    }
     async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
         created = await resp.json()
     seen: list[dict[str, Any]] = []

@@ -12,8 +12,8 @@ import pytest
 from yarl import URL
 
 from server import auth
-from server.keys import SETTINGS
 from server.errors import PermanentError, TransientError
+from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
@@ -73,7 +73,9 @@ async def test_download_link_tampered_or_expired_is_refused(api: RunningApp) -> 
         assert resp.status == 403
     settings = api.app[SETTINGS]
     expired_at = int(time.time()) - 1
-    expired = url.update_query(expires=expired_at, sig=auth.sign_download(settings.secret, job["id"], expired_at))
+    expired = url.update_query(
+        expires=expired_at, sig=auth.sign_download(settings.secret, job["id"], expired_at)
+    )
     async with api.http.get(expired) as resp:
         assert resp.status == 403
         assert "expired" in (await resp.json())["detail"]
@@ -89,12 +91,22 @@ async def test_download_link_tampered_or_expired_is_refused(api: RunningApp) -> 
         (b'{"template": 5}', "application/json", 422, "template"),
         (b'{"template": "x", "data": []}', "application/json", 422, "data"),
         (b'{"template": "x", "priority": "high"}', "application/json", 422, "priority"),
-        (b'{"template": "x", "options": {"format": "B9"}}', "application/json", 422, "options.format"),
+        (
+            b'{"template": "x", "options": {"format": "B9"}}',
+            "application/json",
+            422,
+            "options.format",
+        ),
         (b'{"template": "x", "options": {"scale": 7}}', "application/json", 422, "options.scale"),
         (b'{"template": "x", "colour": "red"}', "application/json", 422, "colour"),
         (b'{"template": "{% if %}"}', "application/json", 422, "template"),
         (b'{"template": "x", "run_at": "tomorrow"}', "application/json", 422, "run_at"),
-        (b'{"template": "x", "webhook_url": "http://127.0.0.1/hook"}', "application/json", 422, "webhook_url"),
+        (
+            b'{"template": "x", "webhook_url": "http://127.0.0.1/hook"}',
+            "application/json",
+            422,
+            "webhook_url",
+        ),
         (b'{"template": "x"}', "text/plain", 415, None),
         (b"[" * 100000 + b"]" * 100000, "application/json", 400, None),
     ],
@@ -102,11 +114,15 @@ async def test_download_link_tampered_or_expired_is_refused(api: RunningApp) -> 
 async def test_bad_submissions_get_problem_json_and_create_nothing(
     api: RunningApp, body: bytes, content_type: str, status: int, field: str | None
 ) -> None:
-    async with api.http.post(api.url("/v1/jobs"), data=body, headers={"Content-Type": content_type}) as resp:
+    async with api.http.post(
+        api.url("/v1/jobs"), data=body, headers={"Content-Type": content_type}
+    ) as resp:
         assert resp.status == status, await resp.text()
         assert resp.content_type == "application/problem+json"
         problem = await resp.json()
-    assert problem["status"] == status and problem["title"] and problem["type"].startswith("https://")
+    assert (
+        problem["status"] == status and problem["title"] and problem["type"].startswith("https://")
+    )
     if field is not None:
         assert field in [error["field"] for error in problem["errors"]]
     async with api.http.get(api.url("/v1/jobs")) as resp:
@@ -115,12 +131,16 @@ async def test_bad_submissions_get_problem_json_and_create_nothing(
 
 async def test_oversize_body_is_413(api: RunningApp) -> None:
     body = io.BytesIO(b'{"template": "' + b"x" * (3 * 1024 * 1024) + b'"}')
-    async with api.http.post(api.url("/v1/jobs"), data=body, headers={"Content-Type": "application/json"}) as resp:
+    async with api.http.post(
+        api.url("/v1/jobs"), data=body, headers={"Content-Type": "application/json"}
+    ) as resp:
         assert resp.status == 413
         assert resp.content_type == "application/problem+json"
 
 
-@pytest.mark.parametrize("path", [f"/v1/jobs/{uuid.uuid4()}", "/v1/jobs/not-a-uuid", f"/v1/jobs/{uuid.uuid4()}/events"])
+@pytest.mark.parametrize(
+    "path", [f"/v1/jobs/{uuid.uuid4()}", "/v1/jobs/not-a-uuid", f"/v1/jobs/{uuid.uuid4()}/events"]
+)
 async def test_unknown_jobs_are_404(api: RunningApp, path: str) -> None:
     async with api.http.get(api.url(path)) as resp:
         assert resp.status == 404
@@ -134,17 +154,23 @@ async def test_template_error_fails_at_once_without_retry(api: RunningApp) -> No
     assert "customer" in failed["error"] and "undefined" in failed["error"]
 
 
-async def test_transient_failure_is_retried_with_backoff(api: RunningApp, fake_renderer: FakeRenderer) -> None:
+async def test_transient_failure_is_retried_with_backoff(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
     fake_renderer.fail_with = TransientError("browser crashed")
     job = await submit(api, {**SEED, "max_attempts": 2})
-    messages = await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"), until="job.retrying")
+    messages = await collect(
+        api.http, api.url(f"/v1/jobs/{job['id']}/events"), until="job.retrying"
+    )
     retrying = messages[-1].json["job"]
     assert retrying["status"] == "queued" and retrying["attempts"] == 1
     assert retrying["errors"][0]["error"] == "browser crashed"
     assert retrying["run_after"] > retrying["updated_at"]
 
 
-async def test_permanent_failure_then_manual_retry(api: RunningApp, fake_renderer: FakeRenderer) -> None:
+async def test_permanent_failure_then_manual_retry(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
     fake_renderer.fail_with = PermanentError("the page cannot be printed")
     job = await submit(api)
     await wait_status(api, job["id"], "failed")
@@ -160,7 +186,9 @@ async def test_permanent_failure_then_manual_retry(api: RunningApp, fake_rendere
         assert resp.status == 409
 
 
-async def test_cancel_queued_job_and_refuse_cancelling_finished(api: RunningApp, fake_renderer: FakeRenderer) -> None:
+async def test_cancel_queued_job_and_refuse_cancelling_finished(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
     fake_renderer.gate = asyncio.Event()
     first = await submit(api)  # holds the only slot
     await asyncio.wait_for(fake_renderer.started.wait(), 10)
@@ -177,14 +205,20 @@ async def test_cancel_queued_job_and_refuse_cancelling_finished(api: RunningApp,
     assert len(fake_renderer.rendered) == 1
 
 
-async def test_list_is_newest_first_with_cursor_and_filters(api: RunningApp, fake_renderer: FakeRenderer) -> None:
+async def test_list_is_newest_first_with_cursor_and_filters(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
     fake_renderer.gate = asyncio.Event()  # keep them queued
     created = [(await submit(api))["id"] for _ in range(5)]
     async with api.http.get(api.url("/v1/jobs?limit=2")) as resp:
         page1 = await resp.json()
-    async with api.http.get(api.url("/v1/jobs"), params={"limit": 2, "cursor": page1["next_cursor"]}) as resp:
+    async with api.http.get(
+        api.url("/v1/jobs"), params={"limit": 2, "cursor": page1["next_cursor"]}
+    ) as resp:
         page2 = await resp.json()
-    async with api.http.get(api.url("/v1/jobs"), params={"limit": 2, "cursor": page2["next_cursor"]}) as resp:
+    async with api.http.get(
+        api.url("/v1/jobs"), params={"limit": 2, "cursor": page2["next_cursor"]}
+    ) as resp:
         page3 = await resp.json()
     listed = [j["id"] for j in page1["items"] + page2["items"] + page3["items"]]
     assert listed == list(reversed(created))

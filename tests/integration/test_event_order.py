@@ -17,10 +17,14 @@ from tests.sse import Message, collect, messages
 
 
 def new_job() -> NewJob:
-    return NewJob(tenant="default", template="<p>x</p>", data={}, options={}, metadata={}, max_attempts=3)
+    return NewJob(
+        tenant="default", template="<p>x</p>", data={}, options={}, metadata={}, max_attempts=3
+    )
 
 
-async def test_reader_waits_for_an_open_transaction_with_a_smaller_event_id(pool: asyncpg.Pool) -> None:
+async def test_reader_waits_for_an_open_transaction_with_a_smaller_event_id(
+    pool: asyncpg.Pool,
+) -> None:
     start = await events.head(pool)
     slow = await pool.acquire()
     try:
@@ -107,6 +111,8 @@ async def test_sse_resume_with_last_event_id_across_out_of_order_commits(
 async def test_pruned_cursor_gets_a_reset_event(api: RunningApp, pool: asyncpg.Pool) -> None:
     [job] = await jobs.create(pool, [new_job()])
     await pool.execute("DELETE FROM job_events")
-    got = await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"), headers={"Last-Event-ID": "1"}, count=1)
+    got = await collect(
+        api.http, api.url(f"/v1/jobs/{job['id']}/events"), headers={"Last-Event-ID": "1"}, count=1
+    )
     assert got[0].event == "reset"
     assert got[0].json["job"]["id"] == job["id"]

@@ -11,7 +11,14 @@ from server.listener import CHANNEL
 
 
 def new_job(n: int) -> NewJob:
-    return NewJob(tenant="default", template="<p>{{ n }}</p>", data={"n": n}, options={}, metadata={}, max_attempts=3)
+    return NewJob(
+        tenant="default",
+        template="<p>{{ n }}</p>",
+        data={"n": n},
+        options={},
+        metadata={},
+        max_attempts=3,
+    )
 
 
 async def test_concurrent_submissions_are_grouped(pool: asyncpg.Pool, dsn: str) -> None:
@@ -50,5 +57,7 @@ async def test_a_bad_row_does_not_fail_its_neighbours(pool: asyncpg.Pool) -> Non
         *(group.create(job) for job in [*good[:2], bad, *good[2:]]), return_exceptions=True
     )
     assert isinstance(results[2], asyncpg.CheckViolationError)
-    assert all(isinstance(r, dict) and r["status"] == "queued" for i, r in enumerate(results) if i != 2)
+    assert all(
+        isinstance(r, dict) and r["status"] == "queued" for i, r in enumerate(results) if i != 2
+    )
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 5

@@ -39,7 +39,9 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     async with app.http.post(app.url("/v1/jobs"), json={"template": "<p>b</p>"}) as resp:
         second = await resp.json()
     await asyncio.wait_for(renderer.started.wait(), 10)
-    stream = asyncio.create_task(collect(app.http, app.url(second["links"]["events"]), timeout_s=20))
+    stream = asyncio.create_task(
+        collect(app.http, app.url(second["links"]["events"]), timeout_s=20)
+    )
     during = await scrape(app)
     assert during[("pressroom_jobs", (("state", "running"),))] == 1
     assert during[("pressroom_jobs", (("state", "queued"),))] == 1
@@ -51,7 +53,9 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     await stream
     await collect(app.http, app.url(first["links"]["events"]))
     renderer.fail_with = TransientError("flaky")
-    async with app.http.post(app.url("/v1/jobs"), json={"template": "<p>c</p>", "max_attempts": 1}) as resp:
+    async with app.http.post(
+        app.url("/v1/jobs"), json={"template": "<p>c</p>", "max_attempts": 1}
+    ) as resp:
         third = await resp.json()
     await collect(app.http, app.url(third["links"]["events"]), until="job.failed")
     after = await scrape(app)
@@ -64,7 +68,9 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     assert after[("pressroom_db_pool_size", ())] >= 1
 
 
-async def test_subscribers_are_counted_by_transport(api: RunningApp, fake_renderer: FakeRenderer) -> None:
+async def test_subscribers_are_counted_by_transport(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
     fake_renderer.gate = asyncio.Event()
     async with api.http.post(api.url("/v1/jobs"), json={"template": "<p>x</p>"}) as resp:
         job = await resp.json()

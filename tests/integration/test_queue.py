@@ -50,14 +50,20 @@ async def test_a_finish_from_an_attempt_that_lost_the_job_is_refused(pool: async
     [created] = await jobs.create(pool, [new_job()])
     [claimed] = await jobs.claim(pool, limit=1, worker_id="w1", lease_s=30)
     assert await jobs.cancel(pool, claimed.id, "default") is not None
-    done = await jobs.finish_done(pool, claimed, worker_id="w1", size_bytes=10, pages=1, warnings=[])
+    done = await jobs.finish_done(
+        pool, claimed, worker_id="w1", size_bytes=10, pages=1, warnings=[]
+    )
     assert done is False
     status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", uuid.UUID(created["id"]))
     assert status == "cancelled"
 
 
-async def test_expired_leases_are_rescued_or_failed_when_out_of_attempts(pool: asyncpg.Pool) -> None:
-    [retry_me, last_try] = await jobs.create(pool, [new_job(max_attempts=2), new_job(max_attempts=1)])
+async def test_expired_leases_are_rescued_or_failed_when_out_of_attempts(
+    pool: asyncpg.Pool,
+) -> None:
+    [retry_me, last_try] = await jobs.create(
+        pool, [new_job(max_attempts=2), new_job(max_attempts=1)]
+    )
     await jobs.claim(pool, limit=2, worker_id="dead", lease_s=30)
     await pool.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")
     assert await jobs.rescue_expired(pool) == 2
@@ -67,7 +73,9 @@ async def test_expired_leases_are_rescued_or_failed_when_out_of_attempts(pool: a
     assert rows[retry_me["id"]]["status"] == "queued"
     assert rows[last_try["id"]]["status"] == "failed"
     assert "lease expired" in rows[last_try["id"]]["error"]
-    types = await pool.fetch("SELECT type FROM job_events WHERE type IN ('job.retrying', 'job.failed')")
+    types = await pool.fetch(
+        "SELECT type FROM job_events WHERE type IN ('job.retrying', 'job.failed')"
+    )
     assert sorted(t["type"] for t in types) == ["job.failed", "job.retrying"]
 
 
@@ -87,7 +95,9 @@ async def test_the_database_refuses_invalid_states(pool: asyncpg.Pool, statement
 
 
 async def test_migrations_and_queries_agree(pool: asyncpg.Pool) -> None:
-    applied = [r["version"] for r in await pool.fetch("SELECT version FROM schema_migrations ORDER BY 1")]
+    applied = [
+        r["version"] for r in await pool.fetch("SELECT version FROM schema_migrations ORDER BY 1")
+    ]
     assert applied == [version for version, _ in sql.migrations()]
     # Every named query is valid SQL against the migrated schema.
     async with pool.acquire() as conn:

@@ -20,7 +20,7 @@ from yarl import URL
 
 from server import jobs, webhooks
 from server.errors import PermanentError
-from server.keys import POOL, SETTINGS, WEBHOOKS
+from server.keys import METRICS, POOL, SETTINGS, WEBHOOKS
 from server.netpolicy import NetworkPolicy
 from server.webhooks import (
     Attempt,
@@ -30,7 +30,6 @@ from server.webhooks import (
     sign,
     verify,
 )
-from server.keys import METRICS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.sse import collect
@@ -304,7 +303,9 @@ async def test_500_three_times_then_200_records_four_attempts(
     assert summary["last_status_code"] == 200 and summary["last_error"] is None
     metrics = hooked.app.app[METRICS].registry
     assert metrics.get_sample_value("pressroom_webhook_attempts_total", {"outcome": "pending"}) == 3
-    assert metrics.get_sample_value("pressroom_webhook_attempts_total", {"outcome": "delivered"}) == 1
+    assert (
+        metrics.get_sample_value("pressroom_webhook_attempts_total", {"outcome": "delivered"}) == 1
+    )
 
 
 async def test_429_retry_after_is_honoured(start_hooked: StartHooked, receiver: Receiver) -> None:

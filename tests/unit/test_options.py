@@ -34,9 +34,17 @@ def test_options_map_to_chromium_arguments() -> None:
 
 def test_every_invalid_option_is_reported_with_its_field() -> None:
     with pytest.raises(OptionsError) as caught:
-        options.parse({"format": "B9", "scale": 3, "margin": {"middle": "1cm"}, "width": "10cm", "zoom": 2})
+        options.parse(
+            {"format": "B9", "scale": 3, "margin": {"middle": "1cm"}, "width": "10cm", "zoom": 2}
+        )
     fields = [field for field, _ in caught.value.errors]
-    assert fields == ["options.zoom", "options.format", "options.margin", "options.scale", "options.width"]
+    assert fields == [
+        "options.zoom",
+        "options.format",
+        "options.margin",
+        "options.scale",
+        "options.width",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -48,6 +56,8 @@ def test_every_invalid_option_is_reported_with_its_field() -> None:
         ("<script>1</script>", {"javascript": False}, False),
     ],
 )
-def test_scripts_decide_the_isolation_path(html: str, opts: dict[str, object], expected: bool) -> None:
+def test_scripts_decide_the_isolation_path(
+    html: str, opts: dict[str, object], expected: bool
+) -> None:
     assert options.parse(opts).needs_javascript(html) is expected
     assert isinstance(RenderOptions(), RenderOptions)

@@ -29,7 +29,9 @@ def test_download_signatures_expire_and_bind_the_job() -> None:
     assert not auth.check_download("other", "job-1", str(expires), signature)
     assert not auth.check_download("secret", "job-1", str(expires + 1), signature)
     past = int(time.time()) - 1
-    assert not auth.check_download("secret", "job-1", str(past), auth.sign_download("secret", "job-1", past))
+    assert not auth.check_download(
+        "secret", "job-1", str(past), auth.sign_download("secret", "job-1", past)
+    )
     assert not auth.check_download("secret", "job-1", "soon", signature)
 
 
@@ -50,7 +52,9 @@ def test_json_log_lines_carry_job_id_and_tenant() -> None:
 
     from server.cli import JsonFormatter
 
-    record = logging.LogRecord("server.worker", logging.INFO, __file__, 1, "job %s", ("done",), None)
+    record = logging.LogRecord(
+        "server.worker", logging.INFO, __file__, 1, "job %s", ("done",), None
+    )
     record.job_id = "5b0c"
     record.tenant = "acme"
     line = json.loads(JsonFormatter().format(record))
