@@ -78,6 +78,12 @@ async def run_server(settings: Settings) -> None:
     except BaseException:
         await runner.cleanup()  # what did start (the embedded database) stops again
         raise
+    if settings.webhook_secret_generated:
+        log.warning(
+            "generated a webhook signing secret (kept in %s); give it to your receivers: %s",
+            settings.data_dir / "webhook_secret",
+            settings.webhook_secret,
+        )
     try:
         if settings.run_web:
             site = web.TCPSite(runner, settings.host, settings.port)

@@ -61,12 +61,21 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
+async def release_connection(conn: asyncpg.Connection) -> None:
+    """What a connection needs on its way back to the pool. Pressroom keeps no session state
+    on pooled connections (advisory locks are transaction-scoped, LISTEN has its own
+    connection), so asyncpg's full reset, a round trip on every release, is not needed."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         init=init_connection,
+        reset=release_connection,
         server_settings=SERVER_SETTINGS,
         # A restarted server leaves dead connections behind; drop idle ones quickly.
         max_inactive_connection_lifetime=60.0,

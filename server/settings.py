@@ -142,6 +142,8 @@ class Settings:
     s3_path_style: bool = True
     secret: str = ""
     webhook_secret: str = ""
+    #: True on the start that generated the webhook secret (dev mode): it is printed once.
+    webhook_secret_generated: bool = False
     allow_hosts: tuple[str, ...] = ()
     render_timeout_s: float = 30.0
     max_attempts: int = 3
@@ -254,12 +256,14 @@ class Settings:
         secret = _parse(e, "PRESSROOM_SECRET", "", str) or _read_or_create_secret(
             data_dir / "secret", lambda: secrets.token_urlsafe(32)
         )
-        webhook_secret = _parse(
-            e, "PRESSROOM_WEBHOOK_SECRET", "", _webhook_secret
-        ) or _read_or_create_secret(
-            data_dir / "webhook_secret",
-            lambda: "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode(),
-        )
+        webhook_secret = _parse(e, "PRESSROOM_WEBHOOK_SECRET", "", _webhook_secret)
+        if not webhook_secret:
+            secret_file = data_dir / "webhook_secret"
+            values.setdefault("webhook_secret_generated", not secret_file.exists())
+            webhook_secret = _read_or_create_secret(
+                secret_file,
+                lambda: "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode(),
+            )
         values.setdefault("secret", secret)
         values.setdefault("webhook_secret", webhook_secret)
         settings = cls(**values)

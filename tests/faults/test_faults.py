@@ -4,6 +4,7 @@ cancellation mid-render, SIGTERM with renders in flight, and spaced retries."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import random
 import signal
@@ -45,6 +46,24 @@ def slow_job(n: int, ms: int) -> NewJob:
         metadata={},
         max_attempts=10,
     )
+
+
+async def no_zombies(timeout_s: float = 10.0) -> None:
+    """Every dead child of this process is reaped (by the browser's driver) within timeout_s."""
+
+    def zombies() -> list[str]:
+        found = []
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    found.append(f"{process.pid} {process.name()} parent={process.ppid()}")
+        return found
+
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            while zombies():
+                await asyncio.sleep(0.1)  # reaping is the driver's, and asynchronous
+    assert zombies() == []
 
 
 def free_port() -> int:
@@ -164,10 +183,7 @@ async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[.
         again = await resp.json()
     after = await collect(app.http, app.url(again["links"]["events"]), timeout_s=60)
     assert after[-1].event == "job.done"
-    zombies = [
-        p for p in psutil.Process().children(recursive=True) if p.status() == psutil.STATUS_ZOMBIE
-    ]
-    assert zombies == []
+    await no_zombies()
     async with app.http.get(app.url("/metrics")) as resp:
         assert "pressroom_chromium_restarts_total 1.0" in await resp.text()
 

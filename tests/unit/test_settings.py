@@ -43,3 +43,14 @@ def test_a_bad_value_stops_the_start_with_one_clear_message(
 def test_s3_needs_its_bucket_and_credentials(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="S3_BUCKET"):
         Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_STORAGE": "s3"})
+
+
+def test_a_generated_webhook_secret_is_flagged_once_so_it_can_be_printed(tmp_path: Path) -> None:
+    first = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+    again = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+    given = Settings.from_env(
+        {"PRESSROOM_DATA_DIR": str(tmp_path / "b"), "PRESSROOM_WEBHOOK_SECRET": "whsec_c2VjcmV0"}
+    )
+    assert first.webhook_secret_generated and not again.webhook_secret_generated
+    assert first.webhook_secret == again.webhook_secret
+    assert not given.webhook_secret_generated and given.webhook_secret == "whsec_c2VjcmV0"
