@@ -641,17 +641,17 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         return resp
                 while resp.is_connected():
                     try:
-                        event = await sub.get(settings.sse_ping_s)
+                        live = await sub.get(settings.sse_ping_s)
                     except SubscriberDropped as exc:
                         await resp.send(
                             json.dumps({"type": "closed", "reason": str(exc)}), event="closed"
                         )
                         return resp
-                    if event is None or (position is not None and event.position <= position):
+                    if live is None or (position is not None and live.position <= position):
                         continue
-                    await _send(resp, request, event)
-                    position = event.position
-                    if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
+                    await _send(resp, request, live)
+                    position = live.position
+                    if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp
             except ConnectionError:
                 pass  # the client went away

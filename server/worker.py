@@ -68,6 +68,8 @@ class Workers:
         self._storage = storage
         self._config = config
         self.worker_id = worker_id or new_worker_id()
+        # Renders that finish together are recorded done in one statement.
+        self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         # Jobs past their render (storing the file, recording done): they hold no render slot,
@@ -197,14 +199,7 @@ class Workers:
     ) -> bool:
         while True:
             try:
-                ok = await jobs.finish_done(
-                    self._pool,
-                    job,
-                    worker_id=self.worker_id,
-                    size_bytes=size,
-                    pages=pages,
-                    warnings=warnings,
-                )
+                ok = await self._done.submit(jobs.Done(job, size, pages, warnings))
             except DB_ERRORS as exc:
                 # The database is away; the file is stored, so keep trying while the lease
                 # would still be ours. After that the rescuer re-runs the job.

@@ -24,11 +24,10 @@ class PressroomProcess:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server", self.command, env=self.env, stdout=log, stderr=log
-        )
-        log.close()
+        with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "server", self.command, env=self.env, stdout=log, stderr=log
+            )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

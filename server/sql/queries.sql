@@ -79,6 +79,42 @@ SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS
         FROM hook) IS NULL AS hooked
 FROM done d;
 
+-- finish_done_many --
+-- finish_done for several attempts of one worker at once: $1 ids, $3 attempts, $4 object keys,
+-- $5 sizes, $6 page counts, $7 warnings are parallel arrays. One statement, one NOTIFY.
+WITH input AS (
+    -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
+    SELECT * FROM unnest($1::uuid[], $3::int[], $4::text[], $5::bigint[], $6::int[], $7::text[])
+        AS t(id, attempt, object_key, bytes, pages, warnings)
+), done AS (
+    UPDATE jobs j
+    SET status = 'done', object_key = i.object_key, bytes = i.bytes, pages = i.pages,
+        warnings = i.warnings::jsonb,
+        progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
+        finished_at = now(), updated_at = now()
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.worker_id = $2::text
+      AND j.attempts = i.attempt
+    RETURNING j.*
+), ev AS (
+    INSERT INTO job_events (job_id, tenant, type, payload)
+    SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
+    RETURNING id
+), hook AS (
+    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
+    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+    SELECT d.id, d.tenant, d.webhook_url, 'job.done', job_public(d::jobs)
+    FROM done d
+    WHERE d.webhook_url IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries w
+        WHERE w.job_id = d.id AND w.url = d.webhook_url AND w.status = 'disabled')
+    RETURNING id
+)
+SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
+       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
+        FROM hook) IS NULL AS hooked
+FROM done d;
+
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is
 -- transient ($6), else failed for good. The error joins the job's history.

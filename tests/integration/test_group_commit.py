@@ -23,8 +23,14 @@ def new_job(n: int) -> NewJob:
 
 async def test_concurrent_submissions_are_grouped(pool: asyncpg.Pool, dsn: str) -> None:
     notifications: list[str] = []
+    arrived = asyncio.Event()
+
+    def on_notify(*args: object) -> None:
+        notifications.append(str(args[3]))
+        arrived.set()
+
     listener = await asyncpg.connect(dsn)
-    await listener.add_listener(CHANNEL, lambda *args: notifications.append(args[3]))
+    await listener.add_listener(CHANNEL, on_notify)
     group = GroupCommit(pool)
     try:
         lone = await group.create(new_job(0))
@@ -39,11 +45,10 @@ async def test_concurrent_submissions_are_grouped(pool: asyncpg.Pool, dsn: str) 
         events = await pool.fetchval("SELECT count(*) FROM job_events WHERE type = 'job.queued'")
         assert events == 101
 
-        async def notified() -> None:
+        async with asyncio.timeout(5):
             while len(notifications) < group.batches:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(notified(), 5)
+                arrived.clear()
+                await arrived.wait()
         assert len(notifications) == group.batches, "one NOTIFY per transaction"
     finally:
         await listener.close()

@@ -1,4 +1,4 @@
-"""The queue on a real PostgreSQL: one-statement claims, priorities, schedules, the state machine."""
+"""The queue on a real PostgreSQL: one-statement claims, priorities, schedules, states."""
 
 from __future__ import annotations
 
@@ -106,3 +106,21 @@ async def test_migrations_and_queries_agree(pool: asyncpg.Pool) -> None:
                 await conn.prepare(text)
             except asyncpg.PostgresError as exc:
                 pytest.fail(f"query {name} does not match the schema: {exc}")
+
+
+async def test_renders_finishing_together_are_recorded_in_one_statement(pool: asyncpg.Pool) -> None:
+    await jobs.create(pool, [new_job() for _ in range(20)])
+    claimed = await jobs.claim(pool, limit=20, worker_id="w1", lease_s=30)
+    for lost in claimed[:2]:
+        await jobs.cancel(pool, lost.id, "default")
+    recorder = jobs.DoneRecorder(pool, worker_id="w1")
+    results = await asyncio.gather(
+        *(recorder.submit(jobs.Done(job, 100, 1, [f"note {n}"])) for n, job in enumerate(claimed))
+    )
+    assert results == [False, False] + [True] * 18, "a lost attempt is refused, the rest done"
+    assert recorder.batches <= 3
+    rows = await pool.fetch("SELECT status, warnings, object_key FROM jobs WHERE status = 'done'")
+    assert len(rows) == 18 and all(r["warnings"][0].startswith("note") for r in rows)
+    assert all(r["object_key"].endswith("/1.pdf") for r in rows)
+    done_events = await pool.fetchval("SELECT count(*) FROM job_events WHERE type = 'job.done'")
+    assert done_events == 18

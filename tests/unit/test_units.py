@@ -18,7 +18,7 @@ def test_sql_blocks_are_named_once_and_all_present() -> None:
         assert name in blocks and blocks[name].strip()
     with pytest.raises(ValueError, match="twice"):
         sql.parse_blocks("-- a --\nSELECT 1;\n-- a --\nSELECT 2;")
-    assert [v for v, _ in sql.migrations()][0] == "0001_jobs_and_events"
+    assert next(v for v, _ in sql.migrations()) == "0001_jobs_and_events"
 
 
 def test_download_signatures_expire_and_bind_the_job() -> None:
