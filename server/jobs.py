@@ -138,17 +138,10 @@ async def finish_done(
 ) -> bool:
     """Mark the attempt done; False when the job is no longer this attempt's (cancelled,
     rescued)."""
-    row = await pool.fetchrow(
-        query("finish_done"),
-        job.id,
-        worker_id,
-        job.attempt,
-        job.object_key,
-        size_bytes,
-        pages,
-        warnings,
+    [done] = await finish_done_many(
+        pool, [Done(job, size_bytes, pages, warnings)], worker_id=worker_id
     )
-    return row is not None
+    return done
 
 
 async def finish_done_many(pool: asyncpg.Pool, done: list[Done], *, worker_id: str) -> list[bool]:

@@ -50,38 +50,10 @@ SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
--- finish_done --
--- Only the worker holding this attempt may finish it: a cancelled or rescued job stays as is.
-WITH done AS (
-    UPDATE jobs
-    SET status = 'done', object_key = $4::text, bytes = $5::bigint, pages = $6::int,
-        warnings = $7::jsonb,
-        progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
-        finished_at = now(), updated_at = now()
-    WHERE id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
-    RETURNING *
-), ev AS (
-    INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
-    RETURNING id
-), hook AS (
-    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
-    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-    SELECT d.id, d.tenant, d.webhook_url, 'job.done', job_public(d::jobs)
-    FROM done d
-    WHERE d.webhook_url IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM webhook_deliveries w
-        WHERE w.job_id = d.id AND w.url = d.webhook_url AND w.status = 'disabled')
-    RETURNING id
-)
-SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
-       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
-        FROM hook) IS NULL AS hooked
-FROM done d;
-
 -- finish_done_many --
--- finish_done for several attempts of one worker at once: $1 ids, $3 attempts, $4 object keys,
--- $5 sizes, $6 page counts, $7 warnings are parallel arrays. One statement, one NOTIFY.
+-- Attempts of one worker ($2) are done: $1 ids, $3 attempts, $4 object keys, $5 sizes, $6 page
+-- counts, $7 warnings are parallel arrays. One statement, one NOTIFY. Only the worker holding
+-- an attempt may finish it: a cancelled or rescued job stays as it is.
 WITH input AS (
     -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
     SELECT * FROM unnest($1::uuid[], $3::int[], $4::text[], $5::bigint[], $6::int[], $7::text[])

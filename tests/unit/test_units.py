@@ -14,7 +14,7 @@ from tests.pdfs import minimal_pdf
 
 def test_sql_blocks_are_named_once_and_all_present() -> None:
     blocks = sql.queries()
-    for name in ("insert_jobs", "claim_jobs", "finish_done", "finish_failed", "events_after"):
+    for name in ("insert_jobs", "claim_jobs", "finish_done_many", "finish_failed", "events_after"):
         assert name in blocks and blocks[name].strip()
     with pytest.raises(ValueError, match="twice"):
         sql.parse_blocks("-- a --\nSELECT 1;\n-- a --\nSELECT 2;")
