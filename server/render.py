@@ -93,14 +93,17 @@ def browser_processes() -> list[psutil.Process]:
     return found
 
 
-def browser_rss_mb() -> float:
-    """Resident memory of every Chromium process of this process, in MiB."""
+def browser_memory_mb() -> float:
+    """Memory of every Chromium process of this process, in MiB: the sum of proportional set
+    sizes, so pages the processes share are counted once (a sum of RSS counts them in each
+    process and makes a browser with a few contexts look twice its size)."""
     total = 0
     for process in browser_processes():
         try:
-            total += process.memory_info().rss
+            info = process.memory_full_info()
         except psutil.Error:
             continue
+        total += getattr(info, "pss", info.rss)
     return total / (1024 * 1024)
 
 
@@ -231,9 +234,9 @@ class ChromiumRenderer:
                 if self._jobs_on_browser >= self._recycle_after_jobs:
                     self._recycle_due = True
                 elif self._jobs_on_browser % MEMORY_CHECK_EVERY_JOBS == MEMORY_CHECK_EVERY_JOBS - 1:
-                    rss_mb = await asyncio.to_thread(browser_rss_mb)
-                    if rss_mb > self._max_rss_mb:
-                        log.info("browser uses %.0f MiB, above %s MiB", rss_mb, self._max_rss_mb)
+                    used_mb = await asyncio.to_thread(browser_memory_mb)
+                    if used_mb > self._max_rss_mb:
+                        log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
                         self._recycle_due = True
                 if not self._recycle_due:
                     return
