@@ -577,8 +577,12 @@ async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> di
 
 
 async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
-    wire = await event_wire(request.app, request.url, event)
-    await resp.send(json.dumps(wire), id=str(event.id), event=event.type)
+    origin = str(request.url.origin())
+    text = event.encoded.get(origin)
+    if text is None:
+        text = json.dumps(await event_wire(request.app, request.url, event))
+        event.encoded[origin] = text
+    await resp.send(text, id=str(event.id), event=event.type)
 
 
 async def _send_reset(

@@ -121,6 +121,7 @@ def create_app(
             app[STORAGE] = local
             await _report_storage(local)
             yield
+            await asyncio.to_thread(local.close)
 
     async def hub(app: web.Application) -> AsyncIterator[None]:
         hub = Hub(

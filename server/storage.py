@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -22,6 +23,8 @@ from server.errors import StorageError
 from server.settings import Settings, SettingsError
 
 PDF_MAGIC = b"%PDF-"
+IO_THREADS = 32
+T = TypeVar("T")
 
 
 class Storage(Protocol):
@@ -58,25 +61,38 @@ class LocalStorage:
 
     def __init__(self, root: Path, secret: str) -> None:
         self.root = root
+        self._resolved_root = root.resolve()
         self._secret = secret
+        # Writes wait on fsync, not on the CPU: a pool of their own lets many renders store at
+        # once without starving template rendering in the default pool.
+        self._io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=IO_THREADS, thread_name_prefix="storage"
+        )
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, func, *args)
+
+    def close(self) -> None:
+        self._io.shutdown(wait=True)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root.resolve() not in path.parents:
+        # A lexical check, no filesystem call: this runs on the event loop for every file.
+        parts = key.split("/")
+        if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
             raise StorageError(f"object key escapes the storage folder: {key!r}")
-        return path
+        return self._resolved_root.joinpath(*parts)
 
     async def put(self, key: str, data: bytes, *, filename: str) -> None:
         check_pdf(data)
         path = self._path(key)
         try:
-            await asyncio.to_thread(_atomic_write, path, data)
+            await self._run(_atomic_write, path, data)
         except OSError as exc:
             raise StorageError(f"could not write {key}: {exc}") from exc
 
     async def get(self, key: str) -> bytes:
         try:
-            return await asyncio.to_thread(self._path(key).read_bytes)
+            return await self._run(self._path(key).read_bytes)
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -84,7 +100,7 @@ class LocalStorage:
 
     async def delete(self, key: str) -> None:
         try:
-            await asyncio.to_thread(self._path(key).unlink, True)
+            await self._run(self._path(key).unlink, True)
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
@@ -95,7 +111,7 @@ class LocalStorage:
 
     async def check(self) -> None:
         try:
-            await asyncio.to_thread(_probe_writable, self.root)
+            await self._run(_probe_writable, self.root)
         except OSError as exc:
             raise StorageError(f"storage folder {self.root} is not writable: {exc}") from exc
 

@@ -49,13 +49,26 @@ def slow_job(n: int, ms: int) -> NewJob:
     )
 
 
-async def no_zombies(timeout_s: float = 10.0) -> None:
-    """Every dead child of this process is reaped (by the browser's driver) within timeout_s."""
+def other_browsers() -> set[int]:
+    """Chromium processes that other tests' browsers (module fixtures) own right now."""
+    return {p.pid for p in browser_processes()}
+
+
+def ours(others: set[int]) -> list[psutil.Process]:
+    """Chromium processes started since `others` was taken: this test's app's browser."""
+    return [p for p in browser_processes() if p.pid not in others]
+
+
+async def no_zombies(others: set[int], timeout_s: float = 10.0) -> None:
+    """Every dead child is reaped (by the browser's driver) within timeout_s; children of
+    other tests' browsers are theirs to reap."""
 
     def zombies() -> list[str]:
         found = []
         for process in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
+                if process.ppid() in others:
+                    continue
                 if process.status() == psutil.STATUS_ZOMBIE:
                     found.append(f"{process.pid} {process.name()} parent={process.ppid()}")
         return found
@@ -161,6 +174,7 @@ async def test_killing_worker_processes_loses_nothing(
 
 @pytest.mark.browser
 async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[..., Any]) -> None:
+    others = other_browsers()
     app: RunningApp = await start_app(render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.1"})
     body = {
         "template": SLOW_PAGE,
@@ -174,7 +188,7 @@ async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[.
         async for message in messages(resp):
             seen.append(message.event)
             if message.event == "job.running" and seen.count("job.running") == 1:
-                for process in browser_processes():
+                for process in ours(others):
                     process.kill()
             if message.event in ("job.done", "job.failed"):
                 break
@@ -185,7 +199,7 @@ async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[.
         again = await resp.json()
     after = await collect(app.http, app.url(again["links"]["events"]), timeout_s=60)
     assert after[-1].event == "job.done"
-    await no_zombies()
+    await no_zombies(others)
     async with app.http.get(app.url("/metrics")) as resp:
         assert "pressroom_chromium_restarts_total 1.0" in await resp.text()
 
@@ -404,6 +418,7 @@ async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
 
 @pytest.mark.browser
 async def test_a_hung_chromium_is_replaced(start_app: Callable[..., Any]) -> None:
+    others = other_browsers()
     app: RunningApp = await start_app(
         render_slots=1, env={"PRESSROOM_RENDER_TIMEOUT_S": "3", "PRESSROOM_RETRY_BASE_S": "0.1"}
     )
@@ -420,7 +435,7 @@ async def test_a_hung_chromium_is_replaced(start_app: Callable[..., Any]) -> Non
         async for message in messages(resp):
             seen.append(message.json["job"])
             if message.event == "job.running" and not frozen:
-                frozen = browser_processes()
+                frozen = ours(others)
                 for process in frozen:
                     process.suspend()  # SIGSTOP: the browser hangs without dying
             if message.event in ("job.done", "job.failed"):
