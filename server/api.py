@@ -577,12 +577,15 @@ async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> di
 
 
 async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+    # The whole SSE frame is built once per event (and origin) and shared by every
+    # subscriber of this process: fan-out to thousands of streams is then one write each.
     origin = str(request.url.origin())
-    text = event.encoded.get(origin)
-    if text is None:
-        text = json.dumps(await event_wire(request.app, request.url, event))
-        event.encoded[origin] = text
-    await resp.send(text, id=str(event.id), event=event.type)
+    frame = event.encoded.get(origin)
+    if frame is None:
+        data = json.dumps(await event_wire(request.app, request.url, event))
+        frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
+        event.encoded[origin] = frame
+    await resp.write(frame.encode())
 
 
 async def _send_reset(

@@ -34,8 +34,8 @@ class JobEvent:
     type: str
     job: dict[str, Any]
     at: dt.datetime
-    #: The wire JSON as text, per origin it was presented for: every SSE subscriber of this
-    #: process shares one encoding instead of presenting and encoding the event again.
+    #: The SSE frame, per origin it was presented for: every subscriber of this process
+    #: shares one encoding instead of presenting and encoding the event again.
     encoded: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:
