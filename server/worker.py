@@ -89,6 +89,10 @@ class Workers:
             self._abort(event.job_id, "cancelled")
 
     def _abort(self, job_id: uuid.UUID, why: str) -> None:
+        if job_id in self._rendered:
+            # Past its render: the finish statement itself refuses a job that is no longer
+            # this attempt's (and the file is then deleted), so let it run to the end.
+            return
         task = self._running.get(job_id)
         if task is not None and not task.done():
             log.info("aborting render (%s)", why, extra={"job_id": str(job_id)})
@@ -273,12 +277,20 @@ class Workers:
                 "waiting up to %.0f s for %s renders", self._config.shutdown_grace_s, len(pending)
             )
             await asyncio.wait(pending, timeout=self._config.shutdown_grace_s)
-        unfinished = {job_id: task for job_id, task in self._running.items() if not task.done()}
+        # Renders still going are cut off; jobs past their render are only storing and
+        # recording, so they are let finish.
+        finishing = [t for j, t in self._running.items() if j in self._rendered and not t.done()]
+        unfinished = {
+            job_id: task
+            for job_id, task in self._running.items()
+            if not task.done() and job_id not in self._rendered
+        }
         for job_id, task in unfinished.items():
             self._aborted.add(job_id)
             task.cancel()
+        if unfinished or finishing:
+            await asyncio.wait([*unfinished.values(), *finishing], timeout=5)
         if unfinished:
-            await asyncio.wait(unfinished.values(), timeout=5)
             with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
                 released = await jobs.release(
                     self._pool, list(unfinished), worker_id=self.worker_id
