@@ -363,7 +363,7 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
                     await asyncio.sleep(0.05)  # a steady stream of clients
 
             loader = asyncio.create_task(load())
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # some load before the outage, as in production
             await asyncio.to_thread(cluster.stop, "immediate")
             async with http.get(f"{base}/readyz") as resp:
                 assert resp.status == 503
