@@ -51,6 +51,7 @@ _MEMO_MIN_ITEMS = 32
 _MEMO_MAX_ENTRIES = 10_000
 _PERCENT_SPEC = re.compile(r"%(\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
 _DIGITS = re.compile(r"\d+")
+_DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
 class LimitExceeded(Exception):
@@ -81,7 +82,14 @@ class _Budget:
 
     def weigh(self, value: Any) -> int:
         """The length of `value` as text, or LimitExceeded when above MAX_VALUE_CHARS."""
-        weight = self._weight(value, {})
+        # Most values a template prints are plain strings: weighed without the walk.
+        kind = type(value)
+        if kind is str:
+            weight = len(value)
+        elif kind is float or kind is bool or value is None:
+            return 8
+        else:
+            weight = self._weight(value, {})
         if weight > MAX_VALUE_CHARS:
             raise _too_big()
         return weight
@@ -91,18 +99,31 @@ class _Budget:
         return value
 
     def _weight(self, value: Any, seen: dict[int, int]) -> int:
-        if isinstance(value, (str, bytes)):
+        # JSON's own types first, by exact type (isinstance against an ABC is slow); their
+        # subclasses (Markup, say) take the general checks below.
+        kind = type(value)
+        children: Iterable[Any]
+        if kind is str:
             return len(value)
-        if value is None or isinstance(value, (bool, float)):
+        if kind is float or kind is bool or value is None:
             return 8
-        if isinstance(value, int):
+        if kind is int:
             return value.bit_length() // 3 + 1
-        if isinstance(value, Namespace):
+        if kind is list or kind is tuple:
+            children = value
+        elif kind is dict:
+            children = (part for pair in value.items() for part in pair)
+        elif isinstance(value, (str, bytes)):
+            return len(value)
+        elif isinstance(value, (bool, float)):
+            return 8
+        elif isinstance(value, int):
+            return value.bit_length() // 3 + 1
+        elif isinstance(value, Namespace):
             # Mutable through {% set ns.x = ... %}: weighed afresh every time.
             attrs = object.__getattribute__(value, "_Namespace__attrs")
             return 16 + self._weight(attrs, {})
-        children: Iterable[Any]
-        if isinstance(value, Mapping):
+        elif isinstance(value, Mapping):
             children = (part for pair in value.items() for part in pair)
         elif isinstance(value, (list, tuple, set, frozenset, KeysView, ValuesView)):
             children = value
@@ -160,13 +181,25 @@ def _format_widths(spec_numbers: Iterable[str]) -> int:
     return total
 
 
-def _check_percent(template: str, args: Any) -> None:
-    """`'%10s' % x`: refuse `*` widths and huge widths; estimate the result."""
+def _percent_widths(template: str) -> int:
+    """The widths a `%` format asks for; LimitExceeded for `*` widths and huge widths."""
     widths = 0
     for match in _PERCENT_SPEC.finditer(template):
         if "*" in (match.group(2) or "", match.group(3) or ""):
             raise LimitExceeded("format widths from arguments (*) are not allowed")
         widths += _format_widths(n for n in (match.group(2), match.group(3)) if n)
+    return widths
+
+
+# Short formats such as "%.2f" come back at every line of a table; long ones are not kept.
+_short_percent_widths = functools.lru_cache(maxsize=256)(_percent_widths)
+_SHORT_FORMAT_CHARS = 100
+
+
+def _check_percent(template: str, args: Any) -> None:
+    """`'%10s' % x`: refuse `*` widths and huge widths; estimate the result."""
+    short = len(template) <= _SHORT_FORMAT_CHARS
+    widths = _short_percent_widths(template) if short else _percent_widths(template)
     _limit(len(template) + widths + _budget().weigh(args), "string formatting")
 
 
@@ -458,6 +491,10 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         _budget().tick()
+        # `line.item` on JSON data: the key, as Jinja would find it after the attribute
+        # lookup failed, without raising and catching AttributeError on every row.
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES and attribute in obj:
+            return obj[attribute]
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
