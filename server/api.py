@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import uuid
 from typing import Any
 
@@ -15,7 +16,17 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 from yarl import URL
 
-from server import admission, auth, events, jobs, library, options, templates, webhooks
+from server import (
+    admission,
+    auth,
+    events,
+    jobs,
+    jsontext,
+    library,
+    options,
+    templates,
+    webhooks,
+)
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
@@ -62,8 +73,10 @@ async def read_json(request: web.Request) -> Any:
         raise Problem(415, "Unsupported media type", "Send the body as application/json.")
     raw = await request.read()
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-        _check_text(body)
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        # NUL and lone surrogates can only arrive as \u escapes: most bodies have none.
+        if _SUSPECT_ESCAPE.search(raw):
+            _check_text(body)
         return body
     except UnicodeDecodeError:
         raise Problem(
@@ -81,6 +94,17 @@ async def read_json(request: web.Request) -> Any:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+# \u0000 or \uD800-\uDFFF (an escaped backslash before "u" also matches: then the walk decides).
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
 def _check_text(body: Any) -> None:
@@ -110,8 +134,8 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":")).encode())
+def json_response(body: Any, **kwargs: Any) -> web.Response:
+    return web.json_response(body, dumps=jsontext.dumps, **kwargs)
 
 
 def validate_job(
@@ -143,13 +167,13 @@ def validate_job(
     data = body.get("data", {})
     if not isinstance(data, dict):
         errors.append(("data", "must be an object"))
-    elif _size(data) > settings.max_data_bytes:
+    elif jsontext.size(data) > settings.max_data_bytes:
         errors.append(("data", f"must be at most {settings.max_data_bytes} bytes as JSON"))
 
     metadata = body.get("metadata", {})
     if not isinstance(metadata, dict):
         errors.append(("metadata", "must be an object"))
-    elif _size(metadata) > MAX_METADATA_BYTES:
+    elif jsontext.size(metadata) > MAX_METADATA_BYTES:
         errors.append(("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
 
     render_options = options.RenderOptions()
@@ -269,7 +293,7 @@ async def submit(request: web.Request) -> web.Response:
     headers = {"Location": body["links"]["self"]}
     if admitted.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return web.json_response(body, status=200 if admitted.replayed else 202, headers=headers)
+    return json_response(body, status=200 if admitted.replayed else 202, headers=headers)
 
 
 @routes.post("/v1/tokens")
@@ -298,7 +322,7 @@ async def issue_token(request: web.Request) -> web.Response:
     token, expires_at = auth.make_token(
         settings.secret, tenant, job_id=job_id, ttl_s=settings.token_ttl_s
     )
-    return web.json_response(auth.token_response(token, expires_at))
+    return json_response(auth.token_response(token, expires_at))
 
 
 @routes.get("/v1/jobs/{job_id}")
@@ -323,7 +347,7 @@ async def get_job(request: web.Request) -> web.Response:
         return web.Response(status=304, headers=headers)
     body = await present(request, stored.job, tenant)
     body["webhooks"] = await webhooks.summary(request.app[POOL], job_id, tenant)
-    return web.json_response(body, headers=headers)
+    return json_response(body, headers=headers)
 
 
 def _long_poll_params(request: web.Request) -> tuple[float | None, int | None]:
@@ -433,7 +457,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     )
     items = [await present(request, item.job, tenant) for item in page.items]
     cursor = _encode_cursor(*page.next_cursor) if page.next_cursor else None
-    return web.json_response({"items": items, "next_cursor": cursor})
+    return json_response({"items": items, "next_cursor": cursor})
 
 
 def _encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
@@ -464,7 +488,7 @@ async def cancel(request: web.Request) -> web.Response:
             f"The job is {current.status}; only queued or running jobs can be cancelled.",
         )
     log.info("job cancelled", extra={"job_id": str(job_id), "tenant": tenant})
-    return web.json_response(await present(request, job, tenant))
+    return json_response(await present(request, job, tenant))
 
 
 @routes.post("/v1/jobs/{job_id}/retry")
@@ -480,7 +504,7 @@ async def retry(request: web.Request) -> web.Response:
             409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."
         )
     log.info("job re-queued by request", extra={"job_id": str(job_id), "tenant": tenant})
-    return web.json_response(await present(request, job, tenant), status=202)
+    return json_response(await present(request, job, tenant), status=202)
 
 
 @routes.get("/v1/jobs/{job_id}/pdf")
@@ -582,7 +606,7 @@ async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent
     origin = str(request.url.origin())
     frame = event.encoded.get(origin)
     if frame is None:
-        data = json.dumps(await event_wire(request.app, request.url, event))
+        data = jsontext.dumps(await event_wire(request.app, request.url, event))
         frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
         event.encoded[origin] = frame
     await resp.write(frame.encode())

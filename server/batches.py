@@ -145,7 +145,7 @@ async def create_batch(request: web.Request) -> web.Response:
                 extra={"batch_id": str(batch_id), "tenant": tenant, "new_jobs": created},
             )
     shown = await present_batch(request, batch_id, tenant)
-    return web.json_response(
+    return api.json_response(
         shown, status=200 if replayed else 202, headers={"Location": shown["links"]["self"]}
     )
 
@@ -243,4 +243,4 @@ async def get_batch(request: web.Request) -> web.Response:
         batch_id = uuid.UUID(request.match_info["batch_id"])
     except ValueError:
         raise not_found("batch") from None
-    return web.json_response(await present_batch(request, batch_id, api.tenant_of(request)))
+    return api.json_response(await present_batch(request, batch_id, api.tenant_of(request)))

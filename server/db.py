@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from server import sql
+from server import jsontext, sql
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     """Decode json/jsonb into Python values on every connection."""
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
-            type_name, schema="pg_catalog", encoder=json.dumps, decoder=json.loads
+            type_name, schema="pg_catalog", encoder=jsontext.dumps, decoder=json.loads
         )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import api, options, templates
+from server import api, jsontext, options, templates
 from server.errors import PermanentError, RenderError
 from server.keys import POOL, RENDERER, SETTINGS
 from server.problems import Problem, invalid, not_found
@@ -135,7 +134,7 @@ def setup(app: web.Application) -> None:
 def _check_object(value: Any, field: str, limit: int, errors: list[tuple[str, str]]) -> None:
     if not isinstance(value, dict):
         errors.append((field, "must be an object"))
-    elif len(json.dumps(value, separators=(",", ":")).encode()) > limit:
+    elif jsontext.size(value) > limit:
         errors.append((field, f"must be at most {limit} bytes as JSON"))
 
 
@@ -187,7 +186,7 @@ async def create_template(request: web.Request) -> web.Response:
         )
     stored = StoredTemplate.from_row(row)
     shown = stored.public()
-    return web.json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
+    return api.json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
 
 
 @routes.get("/v1/templates")
@@ -219,7 +218,7 @@ async def list_templates(request: web.Request) -> web.Response:
         for row in rows[:limit]
     ]
     next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
-    return web.json_response({"items": items, "next_cursor": next_cursor})
+    return api.json_response({"items": items, "next_cursor": next_cursor})
 
 
 async def _stored(request: web.Request, template_id: str) -> StoredTemplate:
@@ -243,7 +242,7 @@ async def get_template(request: web.Request) -> web.Response:
     shown["versions"] = [
         {"version": row["version"], "created_at": row["created_at"].isoformat()} for row in rows
     ]
-    return web.json_response(shown)
+    return api.json_response(shown)
 
 
 @routes.post("/v1/templates/{template_id}/preview")

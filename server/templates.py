@@ -534,10 +534,28 @@ def _compile(source: str) -> jinja2.Template:
     return _env.from_string(source)
 
 
-@functools.lru_cache(maxsize=64)
+# Answers of check(), oldest dropped first; a dict so that warm() can see what is known.
+_checked: dict[str, str | None] = {}
+_checked_lock = threading.Lock()
+_CHECKED_MAX = 64
+
+
 def check(source: str) -> str | None:
     """A syntax error message for the template, or None when it compiles (answers are cached:
     compiling a large template takes seconds)."""
+    try:
+        return _checked[source]
+    except KeyError:
+        pass
+    answer = _check_compiles(source)
+    with _checked_lock:
+        _checked[source] = answer
+        while len(_checked) > _CHECKED_MAX:
+            del _checked[next(iter(_checked))]
+    return answer
+
+
+def _check_compiles(source: str) -> str | None:
     try:
         _compile(source)
     except jinja2.TemplateSyntaxError as exc:
@@ -597,7 +615,8 @@ async def warm(sources: Iterable[Any], *, max_bytes: int) -> None:
     runs on the loop is answered from the cache. Anything not a string within the size limit
     is left to validation to refuse."""
     for source in {s for s in sources if isinstance(s, str) and len(s) <= max_bytes}:
-        await check_async(source)
+        if source not in _checked:  # a known template needs no trip to a thread
+            await check_async(source)
 
 
 async def render_async(

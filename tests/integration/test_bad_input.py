@@ -25,6 +25,9 @@ REFUSED: list[tuple[str, bytes, dict[str, str], int, str, str]] = [
     ("NaN", b'{"template": "x", "data": {"n": NaN}}', JSON, 400, "malformed-body", "NaN"),
     ("NUL", b'{"template": "a\\u0000b"}', JSON, 400, "malformed-body", "NUL"),
     ("lone surrogate", b'{"template": "\\ud800"}', JSON, 400, "malformed-body", "surrogate"),
+    ("lone low surrogate", b'{"data": {"k": "\\uDC00"}}', JSON, 400, "malformed-body", "surrogate"),
+    ("NUL in a key", b'{"data": {"a\\u0000": 1}}', JSON, 400, "malformed-body", "NUL"),
+    ("past float", b'{"data": {"n": 1e400}}', JSON, 400, "malformed-body", "1e400"),
     ("deep nesting", b"[" * 100_000 + b"]" * 100_000, JSON, 400, "malformed-body", "deeply"),
     (
         "huge number",
