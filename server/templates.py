@@ -108,7 +108,7 @@ class _Budget:
         if kind is float or kind is bool or value is None:
             return 8
         if kind is int:
-            return value.bit_length() // 3 + 1
+            return int(value.bit_length()) // 3 + 1
         if kind is list or kind is tuple:
             children = value
         elif kind is dict:
