@@ -182,6 +182,7 @@ def create_app(
             retry_max_s=settings.retry_max_s,
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
+            prefetch=settings.prefetch if settings.render_slots else 0,
         )
         workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)
         app[WORKERS] = workers

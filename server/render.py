@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import re
 import shutil
+import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 from urllib.parse import urljoin
@@ -43,7 +45,7 @@ CHROMIUM_ARGS = (
 SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 CLOSE_TIMEOUT_S = 5.0
-MEMORY_CHECK_EVERY_JOBS = 25
+MEMORY_CHECK_INTERVAL_S = 5.0
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
@@ -107,20 +109,6 @@ def browser_memory_mb() -> float:
     return total / (1024 * 1024)
 
 
-def browser_memory_above(limit_mb: float) -> float | None:
-    """browser_memory_mb() when it is above `limit_mb`, else None. The RSS sum is read first:
-    it is never below the PSS sum and costs a fraction of it (PSS makes the kernel walk every
-    mapping), so a browser well under the mark is never measured the expensive way."""
-    rss = 0
-    for process in browser_processes():
-        with contextlib.suppress(psutil.Error):
-            rss += process.memory_info().rss
-    if rss / (1024 * 1024) <= limit_mb:
-        return None
-    used_mb = browser_memory_mb()
-    return used_mb if used_mb > limit_mb else None
-
-
 @dataclasses.dataclass(slots=True)
 class _Slot:
     """A page in its own context, with what the current job noted while it printed."""
@@ -144,12 +132,16 @@ class ChromiumRenderer:
         executable: str | None = None,
         recycle_after_jobs: int = 1000,
         max_rss_mb: int = 1500,
+        memory_check_interval_s: float = MEMORY_CHECK_INTERVAL_S,
     ) -> None:
         self._policy = policy
         self._slots = max(slots, 1)
         self._executable = executable
         self._recycle_after_jobs = recycle_after_jobs
         self._max_rss_mb = max_rss_mb
+        self._memory_check_interval_s = memory_check_interval_s
+        self._memory_checked_at = -math.inf
+        self._memory_check: asyncio.Task[None] | None = None
         self._recycle_due = False
         self._suspect = False
         self._playwright: Playwright | None = None
@@ -172,6 +164,10 @@ class ChromiumRenderer:
         await self._launch()
 
     async def close(self) -> None:
+        if self._memory_check is not None:
+            self._memory_check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._memory_check
         await self._close_browser()
         if self._playwright is not None:
             await self._playwright.stop()
@@ -247,11 +243,8 @@ class ChromiumRenderer:
             if self._browser is not None and self._browser.is_connected():
                 if self._jobs_on_browser >= self._recycle_after_jobs:
                     self._recycle_due = True
-                elif self._jobs_on_browser % MEMORY_CHECK_EVERY_JOBS == MEMORY_CHECK_EVERY_JOBS - 1:
-                    used_mb = await asyncio.to_thread(browser_memory_above, self._max_rss_mb)
-                    if used_mb is not None:
-                        log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
-                        self._recycle_due = True
+                else:
+                    self._maybe_check_memory()
                 if not self._recycle_due:
                     return
                 # Recycle: wait until the renders on this browser are done, then start afresh,
@@ -263,6 +256,30 @@ class ChromiumRenderer:
                 log.warning("browser disconnected; relaunching")
             await self._close_browser()
             await self._launch()
+
+    def _maybe_check_memory(self) -> None:
+        """Measure the browser in the background when the last reading is old enough. Reading
+        PSS makes the kernel walk every mapping (about 100 ms for a browser of two dozen
+        processes), so it never holds up a render and runs at most once per interval."""
+        now = time.monotonic()
+        if self._memory_check is not None:
+            return
+        if now - self._memory_checked_at < self._memory_check_interval_s:
+            return
+        self._memory_checked_at = now
+        self._memory_check = asyncio.create_task(self._check_memory(self._generation))
+
+    async def _check_memory(self, generation: int) -> None:
+        try:
+            used_mb = await asyncio.to_thread(browser_memory_mb)
+        except Exception:
+            log.exception("could not measure the browser's memory")
+            return
+        finally:
+            self._memory_check = None
+        if used_mb > self._max_rss_mb and generation == self._generation:
+            log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
+            self._recycle_due = True  # the next render recycles it
 
     async def _verdict(self, url: str) -> Verdict:
         verdict = self._policy.check_url_static(url)

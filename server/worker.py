@@ -37,6 +37,9 @@ class WorkerConfig:
     retry_max_s: float
     shutdown_grace_s: float
     max_pages: int = 1000
+    #: Jobs claimed beyond the free render slots: each is prepared (options, template) while
+    #: Chromium prints the others, and starts the moment a slot frees.
+    prefetch: int = 1
 
 
 def new_worker_id() -> str:
@@ -75,6 +78,9 @@ class Workers:
         # Jobs past their render (storing the file, recording done): they hold no render slot,
         # so the next job renders while this one is written.
         self._rendered: set[uuid.UUID] = set()
+        # Jobs claimed ahead and prepared, waiting for a render slot.
+        self._waiting: set[uuid.UUID] = set()
+        self._slots = asyncio.Semaphore(config.slots)
         self._aborted: set[uuid.UUID] = set()
         self._stopping = False
         self.rendered = 0
@@ -109,7 +115,8 @@ class Workers:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
-            free = self._config.slots - (len(self._running) - len(self._rendered))
+            capacity = self._config.slots + self._config.prefetch
+            free = capacity - (len(self._running) - len(self._rendered))
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -145,6 +152,7 @@ class Workers:
     def _finished(self, job_id: uuid.UUID) -> None:
         self._running.pop(job_id, None)
         self._rendered.discard(job_id)
+        self._waiting.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
 
@@ -155,10 +163,13 @@ class Workers:
             html = await templates.render_async(
                 job.template, job.data, timeout_s=self._config.render_timeout_s
             )
-            with self._metrics.render_seconds.time():
-                result = await self._renderer.render(
-                    html, render_options, timeout_s=self._config.render_timeout_s
-                )
+            self._waiting.add(job.id)
+            async with self._slots:
+                self._waiting.discard(job.id)
+                with self._metrics.render_seconds.time():
+                    result = await self._renderer.render(
+                        html, render_options, timeout_s=self._config.render_timeout_s
+                    )
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages
@@ -271,6 +282,14 @@ class Workers:
         """Stop claiming; let renders finish within the grace period; release the rest."""
         self._stopping = True
         self._wake.set()
+        # Jobs claimed ahead that have not started to render go back to the queue at once.
+        early = {job_id: self._running[job_id] for job_id in self._waiting}
+        for job_id, task in early.items():
+            self._aborted.add(job_id)
+            task.cancel()
+        if early:
+            await asyncio.wait(early.values(), timeout=5)
+            await self._release(list(early))
         pending = [t for t in self._running.values() if not t.done()]
         if pending:
             log.info(
@@ -291,11 +310,12 @@ class Workers:
         if unfinished or finishing:
             await asyncio.wait([*unfinished.values(), *finishing], timeout=5)
         if unfinished:
-            with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
-                released = await jobs.release(
-                    self._pool, list(unfinished), worker_id=self.worker_id
-                )
-                log.info("released %s unfinished jobs back to the queue", released)
+            await self._release(list(unfinished))
+
+    async def _release(self, job_ids: list[uuid.UUID]) -> None:
+        with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
+            released = await jobs.release(self._pool, job_ids, worker_id=self.worker_id)
+            log.info("released %s unfinished jobs back to the queue", released)
 
 
 async def rescue_loop(pool: asyncpg.Pool, *, interval_s: float) -> None:

@@ -43,9 +43,11 @@ class FakeRenderer:
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
         self.rendered: list[str] = []
+        self.calls: list[str] = []  # every render begun, finished or not
         self.started = asyncio.Event()
 
     async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+        self.calls.append(html)
         self.started.set()
         if self.gate is not None:
             await self.gate.wait()

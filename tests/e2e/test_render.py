@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import unicodedata
 from collections.abc import Callable
 from io import BytesIO
@@ -134,3 +135,26 @@ async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
     finally:
         await renderer.close()
     assert {p.pid for p in browser_processes()} - others == set()
+
+
+async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_renders() -> None:
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+    from server.render import ChromiumRenderer
+
+    # Any browser uses more than 1 MiB: the reading taken in the background marks it, and
+    # the render after that starts a new one.
+    renderer = ChromiumRenderer(
+        policy=NetworkPolicy(), slots=1, max_rss_mb=1, memory_check_interval_s=0
+    )
+    await renderer.start()
+    try:
+        for n in range(20):
+            result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
+            assert result.pdf.startswith(b"%PDF-")
+            if renderer.launches > 1:
+                break
+            await asyncio.sleep(0.2)  # time for the background reading to land
+        assert renderer.launches > 1
+    finally:
+        await renderer.close()

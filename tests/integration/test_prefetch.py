@@ -1,0 +1,89 @@
+"""One job claimed ahead of a free render slot (PRESSROOM_PREFETCH, default 1): it is prepared
+while Chromium prints, starts the moment the slot frees, and is never rendered once cancelled
+or once the process begins to stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from server.keys import WORKERS
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer
+from tests.sse import collect
+
+
+async def submit(app: RunningApp, name: str) -> str:
+    body = {"template": "<p>{{ name }}</p>", "data": {"name": name}}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 202, await resp.text()
+        job_id: str = (await resp.json())["id"]
+        return job_id
+
+
+async def status(app: RunningApp, job_id: str) -> str:
+    async with app.http.get(app.url(f"/v1/jobs/{job_id}")) as resp:
+        value: str = (await resp.json())["status"]
+        return value
+
+
+async def wait_event(app: RunningApp, job_id: str, event: str) -> None:
+    messages = await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"), until=event)
+    assert messages[-1].event == event, [m.event for m in messages]
+
+
+async def held_app(start_app: Callable[..., Any], **overrides: Any) -> tuple[RunningApp, Any]:
+    renderer = FakeRenderer()
+    renderer.gate = asyncio.Event()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, **overrides)
+    return app, renderer
+
+
+async def test_one_job_is_claimed_ahead_and_rendered_next(start_app: Callable[..., Any]) -> None:
+    app, renderer = await held_app(start_app)
+    first, second, third = [await submit(app, name) for name in ("a", "b", "c")]
+    await asyncio.wait_for(renderer.started.wait(), 10)
+    await wait_event(app, second, "job.running")  # claimed while the only slot is busy
+    assert await status(app, third) == "queued"  # one ahead, no more
+    assert renderer.calls == ["<p>a</p>"]  # claimed ahead is not rendered yet
+    renderer.gate.set()
+    for job_id in (first, second, third):
+        await wait_event(app, job_id, "job.done")
+    assert renderer.rendered == ["<p>a</p>", "<p>b</p>", "<p>c</p>"]
+
+
+async def test_a_job_cancelled_while_it_waits_for_the_slot_is_never_rendered(
+    start_app: Callable[..., Any],
+) -> None:
+    app, renderer = await held_app(start_app)
+    first, second = await submit(app, "a"), await submit(app, "b")
+    await wait_event(app, second, "job.running")
+    async with app.http.post(app.url(f"/v1/jobs/{second}/cancel")) as resp:
+        assert resp.status == 200
+    workers = app.app[WORKERS]
+    async with asyncio.timeout(10):
+        # The abort travels as an event through the log; then the worker holds one job.
+        while workers.busy > 1:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    renderer.gate.set()
+    await wait_event(app, first, "job.done")
+    assert renderer.calls == ["<p>a</p>"]
+    assert await status(app, second) == "cancelled"
+
+
+async def test_stopping_returns_a_job_claimed_ahead_to_the_queue_at_once(
+    start_app: Callable[..., Any],
+) -> None:
+    app, renderer = await held_app(start_app, shutdown_grace_s=30)
+    first, second = await submit(app, "a"), await submit(app, "b")
+    await wait_event(app, second, "job.running")
+    stopping = asyncio.create_task(app.app[WORKERS].stop())
+    # Back in the queue while the render in the slot still has its grace period.
+    await wait_event(app, second, "job.retrying")
+    assert not stopping.done()
+    renderer.gate.set()
+    await stopping
+    assert await status(app, first) == "done"
+    assert await status(app, second) == "queued"
+    assert renderer.calls == ["<p>a</p>"]
