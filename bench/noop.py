@@ -59,8 +59,10 @@ class StartClock(NoopRenderer):
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__(settings)
         self.latencies_ms: list[float] = []
+        self.started: dict[float, float] = {}  # submitted → started, both perf_counter()
 
     async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
         started = time.perf_counter()
         self.latencies_ms.append((started - float(html)) * 1000)
+        self.started[float(html)] = started
         return await super().render(html, options, timeout_s=timeout_s)

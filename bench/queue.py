@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from bench.common import QUICK, command, database, latency_summary, machine, postgres, running_app
-from bench.noop import NoopRenderer, StartClock
+from bench.noop import PDF, NoopRenderer, StartClock
 from server import db, jobs
 from server.jobs import NewJob
 from server.keys import WORKERS
@@ -89,9 +93,13 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def submit_to_start(count: int, interval_s: float, slots: int) -> list[float]:
-    """Milliseconds from just before the INSERT to the renderer's call, one job at a time."""
+async def submit_to_start(
+    count: int, interval_s: float, slots: int
+) -> tuple[list[float], list[float]]:
+    """Milliseconds to the renderer's call, one job at a time: from just before the INSERT,
+    and from the moment its commit returned (what the worker itself takes)."""
     clock = StartClock()
+    committed: dict[float, float] = {}
     async with database(migrated=True) as dsn:
         overrides: dict[str, Any] = {"render_slots": slots, "renderer_factory": lambda _s: clock}
         async with running_app(dsn, run_web=False, **overrides) as (_base, _app):
@@ -111,11 +119,65 @@ async def submit_to_start(count: int, interval_s: float, slots: int) -> list[flo
                         max_attempts=3,
                     )
                     await jobs.create(conn, [new])
+                    committed[submitted] = time.perf_counter()
                     await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
                 await wait_until(lambda: _true(len(clock.latencies_ms) >= count), timeout_s=30)
             finally:
                 await conn.close()
-    return clock.latencies_ms
+    after_commit = [(clock.started[s] - c) * 1000 for s, c in committed.items()]
+    return clock.latencies_ms, after_commit
+
+
+async def commit_floor(count: int, interval_s: float) -> list[float]:
+    """Milliseconds of one durable commit (a one-row INSERT over raw asyncpg) at the same pace:
+    the submission and the claim are each one, so submit→start cannot beat two of these."""
+    async with database() as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("CREATE TABLE floor (id bigserial PRIMARY KEY, body jsonb)")
+            latencies: list[float] = []
+            next_at = time.perf_counter()
+            for n in range(count):
+                next_at += interval_s
+                started = time.perf_counter()
+                await conn.execute("INSERT INTO floor (body) VALUES ($1::jsonb)", f'{{"n": {n}}}')
+                latencies.append((time.perf_counter() - started) * 1000)
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        finally:
+            await conn.close()
+    return latencies
+
+
+def durable_files(count: int, threads: int) -> float:
+    """Files per second of the bare durable write every finished job needs (write, fsync,
+    rename into a folder of its own, fsync of the folder) from `threads` threads, in a
+    temporary folder on the same filesystem as the benchmark's data: the storage floor."""
+    root = Path(tempfile.mkdtemp(prefix="prb-files-"))
+    pdf = PDF
+
+    def one(n: int) -> None:
+        folder = root / str(n)
+        folder.mkdir()
+        tmp, final = folder / ".1.pdf.tmp", folder / "1.pdf"
+        with open(tmp, "wb") as handle:
+            handle.write(pdf)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            started = time.perf_counter()
+            list(pool.map(one, range(count)))
+            elapsed = time.perf_counter() - started
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return count / elapsed
 
 
 # --- PgQueuer -------------------------------------------------------------------------------
@@ -243,6 +305,7 @@ async def _settle(tasks: list[asyncio.Task[None]]) -> None:
 
 PGQUEUER_CONFIGS = [(1, 10), (5, 10), (2, 100), (5, 100)]  # (dequeuers, batch size)
 PROCRASTINATE_CONFIGS = [10, 50]  # worker concurrency
+FILE_THREADS = 32  # as many as LocalStorage writes with
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -284,9 +347,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result["procrastinate_best"] = max(pro.values())
             result["procrastinate_best_config"] = max(pro, key=lambda k: pro[k])
             result["ratio_procrastinate"] = result["pressroom_best"] / result["procrastinate_best"]
-        latencies = await submit_to_start(args.latency_jobs, args.interval_ms / 1000, 4)
+        result["file_floor"] = await asyncio.to_thread(durable_files, args.jobs, FILE_THREADS)
+        result["file_threads"] = FILE_THREADS
+        result["ratio_file_floor"] = result["pressroom_best"] / result["file_floor"]
+        print(
+            f"queue   durable file floor ({FILE_THREADS} threads): "
+            f"{result['file_floor']:7.0f} files/s",
+            flush=True,
+        )
+        interval_s = args.interval_ms / 1000
+        latencies, after_commit = await submit_to_start(args.latency_jobs, interval_s, 4)
+        floor = await commit_floor(args.latency_jobs, interval_s)
     result["latency"] = latency_summary(latencies)
     result["latencies_ms"] = latencies
+    result["latency_after_commit"] = latency_summary(after_commit)
+    result["commit_floor"] = latency_summary(floor)
     print_result(result)
     return result
 
@@ -302,12 +377,17 @@ def print_result(result: dict[str, Any]) -> None:
         line += f" ({result['procrastinate_best_config']}), ratio "
         line += f"{result['ratio_procrastinate']:.2f}"
     print(line, flush=True)
-    lat = result["latency"]
-    print(
-        f"queue   submit→start, one job every {result['args']['interval_ms']:g} ms: "
-        f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms",
-        flush=True,
-    )
+    for key, what in (
+        ("latency", "submit→start"),
+        ("latency_after_commit", "commit→start"),
+        ("commit_floor", "one raw commit"),
+    ):
+        lat = result[key]
+        print(
+            f"queue   {what}, one every {result['args']['interval_ms']:g} ms: "
+            f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms",
+            flush=True,
+        )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import resource
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import ClientSession
@@ -39,8 +42,31 @@ from server.render import CHROMIUM_ARGS, find_system_chromium
 NAME = "bench.render"
 
 
-async def raw_playwright(html: list[str], slots: int) -> float:
-    """PDFs per second from a bare loop: one browser, one reused page per slot."""
+class CpuClock:
+    """CPU seconds this process spent (every thread, user and system) inside a block."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def per(self, count: int) -> float:
+        """Milliseconds per item."""
+        return self.seconds * 1000 / count
+
+
+@contextlib.contextmanager
+def cpu_clock() -> Iterator[CpuClock]:
+    clock = CpuClock()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        yield clock
+    finally:
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        clock.seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+async def raw_playwright(html: list[str], slots: int) -> tuple[float, float]:
+    """PDFs per second from a bare loop: one browser, one reused page per slot; and the CPU
+    milliseconds per PDF of this process (Playwright's side of the pipe)."""
     async with async_playwright() as playwright:
         try:
             browser = await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
@@ -66,24 +92,27 @@ async def raw_playwright(html: list[str], slots: int) -> float:
         await asyncio.gather(*(loop(p) for p in pages))
         for doc in html:
             queue.put_nowait(doc)
-        started = time.perf_counter()
-        await asyncio.gather(*(loop(p) for p in pages))
-        elapsed = time.perf_counter() - started
+        with cpu_clock() as cpu:
+            started = time.perf_counter()
+            await asyncio.gather(*(loop(p) for p in pages))
+            elapsed = time.perf_counter() - started
         await browser.close()
-    return len(html) / elapsed
+    return len(html) / elapsed, cpu.per(len(html))
 
 
-async def pressroom(bodies: list[dict[str, Any]], slots: int) -> float:
-    """PDFs per second end to end: HTTP submit → done event, with `slots` render slots."""
+async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, float]:
+    """PDFs per second end to end: HTTP submit → done event, with `slots` render slots; and
+    the CPU milliseconds per PDF of this process (the server and the benchmark's client)."""
     async with database() as dsn, running_app(dsn, render_slots=slots) as (base, _app):
         async with ClientSession() as session:
             warm = await submit_many(session, base, bodies[: slots * 2], concurrency=slots)
             await wait_done(session, base, set(warm))
-            started = time.perf_counter()
-            ids = await submit_many(session, base, bodies, concurrency=32)
-            await wait_done(session, base, set(ids))
-            elapsed = time.perf_counter() - started
-    return len(bodies) / elapsed
+            with cpu_clock() as cpu:
+                started = time.perf_counter()
+                ids = await submit_many(session, base, bodies, concurrency=32)
+                await wait_done(session, base, set(ids))
+                elapsed = time.perf_counter() - started
+    return len(bodies) / elapsed, cpu.per(len(bodies))
 
 
 async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
@@ -94,8 +123,8 @@ async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[
     bodies: list[dict[str, Any]] = [{"template": INVOICE, "data": d} for d in data]
     html = [templates.render(INVOICE, d) for d in data]
     for slots in slot_counts:
-        floor = await raw_playwright(html, slots)
-        ours = await pressroom(bodies, slots)
+        floor, floor_cpu_ms = await raw_playwright(html, slots)
+        ours, ours_cpu_ms = await pressroom(bodies, slots)
         row = {
             "slots": slots,
             "docs": docs,
@@ -103,11 +132,14 @@ async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[
             "raw": floor,
             "pressroom": ours,
             "ratio": ours / floor,
+            "raw_cpu_ms": floor_cpu_ms,
+            "pressroom_cpu_ms": ours_cpu_ms,
         }
         rows.append(row)
         print(
             f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright {floor:6.1f} PDF/s, "
-            f"Pressroom {ours:6.1f} PDF/s, ratio {ours / floor:.2f}",
+            f"Pressroom {ours:6.1f} PDF/s, ratio {ours / floor:.2f}; CPU per PDF in this "
+            f"process {floor_cpu_ms:.1f} / {ours_cpu_ms:.1f} ms",
             flush=True,
         )
     return rows
