@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import time
 from collections.abc import Iterator
@@ -43,30 +44,49 @@ NAME = "bench.render"
 
 
 class CpuClock:
-    """CPU seconds this process spent (every thread, user and system) inside a block."""
+    """CPU seconds spent inside a block: by this process (every thread, user and system) and
+    by the whole machine (every process and the kernel, from /proc/stat; Linux only)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.machine_seconds: float | None = None
 
     def per(self, count: int) -> float:
-        """Milliseconds per item."""
+        """Milliseconds of this process per item."""
         return self.seconds * 1000 / count
+
+    def machine_per(self, count: int) -> float | None:
+        """Milliseconds of the whole machine per item."""
+        return None if self.machine_seconds is None else self.machine_seconds * 1000 / count
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds the machine has been busy since boot (all cores), or None off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
 def cpu_clock() -> Iterator[CpuClock]:
     clock = CpuClock()
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
     try:
         yield clock
     finally:
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        after, machine_after = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
         clock.seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if machine_before is not None and machine_after is not None:
+            clock.machine_seconds = machine_after - machine_before
 
 
-async def raw_playwright(html: list[str], slots: int) -> tuple[float, float]:
+async def raw_playwright(html: list[str], slots: int) -> tuple[float, CpuClock]:
     """PDFs per second from a bare loop: one browser, one reused page per slot; and the CPU
-    milliseconds per PDF of this process (Playwright's side of the pipe)."""
+    it took (this process: Playwright's side of the pipe)."""
     async with async_playwright() as playwright:
         try:
             browser = await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
@@ -97,12 +117,12 @@ async def raw_playwright(html: list[str], slots: int) -> tuple[float, float]:
             await asyncio.gather(*(loop(p) for p in pages))
             elapsed = time.perf_counter() - started
         await browser.close()
-    return len(html) / elapsed, cpu.per(len(html))
+    return len(html) / elapsed, cpu
 
 
-async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, float]:
+async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, CpuClock]:
     """PDFs per second end to end: HTTP submit → done event, with `slots` render slots; and
-    the CPU milliseconds per PDF of this process (the server and the benchmark's client)."""
+    the CPU it took (this process: the server and the benchmark's client)."""
     async with database() as dsn, running_app(dsn, render_slots=slots) as (base, _app):
         async with ClientSession() as session:
             warm = await submit_many(session, base, bodies[: slots * 2], concurrency=slots)
@@ -112,7 +132,7 @@ async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, fl
                 ids = await submit_many(session, base, bodies, concurrency=32)
                 await wait_done(session, base, set(ids))
                 elapsed = time.perf_counter() - started
-    return len(bodies) / elapsed, cpu.per(len(bodies))
+    return len(bodies) / elapsed, cpu
 
 
 async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
@@ -123,8 +143,9 @@ async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[
     bodies: list[dict[str, Any]] = [{"template": INVOICE, "data": d} for d in data]
     html = [templates.render(INVOICE, d) for d in data]
     for slots in slot_counts:
-        floor, floor_cpu_ms = await raw_playwright(html, slots)
-        ours, ours_cpu_ms = await pressroom(bodies, slots)
+        floor, floor_cpu = await raw_playwright(html, slots)
+        ours, ours_cpu = await pressroom(bodies, slots)
+        floor_cpu_ms, ours_cpu_ms = floor_cpu.per(len(html)), ours_cpu.per(len(bodies))
         row = {
             "slots": slots,
             "docs": docs,
@@ -134,12 +155,16 @@ async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[
             "ratio": ours / floor,
             "raw_cpu_ms": floor_cpu_ms,
             "pressroom_cpu_ms": ours_cpu_ms,
+            "raw_machine_cpu_ms": floor_cpu.machine_per(len(html)),
+            "pressroom_machine_cpu_ms": ours_cpu.machine_per(len(bodies)),
         }
         rows.append(row)
         print(
             f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright {floor:6.1f} PDF/s, "
             f"Pressroom {ours:6.1f} PDF/s, ratio {ours / floor:.2f}; CPU per PDF in this "
-            f"process {floor_cpu_ms:.1f} / {ours_cpu_ms:.1f} ms",
+            f"process {floor_cpu_ms:.1f} / {ours_cpu_ms:.1f} ms, of the machine "
+            f"{row['raw_machine_cpu_ms'] or float('nan'):.1f} / "
+            f"{row['pressroom_machine_cpu_ms'] or float('nan'):.1f} ms",
             flush=True,
         )
     return rows

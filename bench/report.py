@@ -397,6 +397,10 @@ def _commit_floor(queue: Result) -> str:
     )
 
 
+def _pair(raw: float | None, ours: float | None) -> str:
+    return "-" if raw is None or ours is None else f"{raw:.1f} / {ours:.1f}"
+
+
 def render_section(render: Result) -> str:
     rows = [
         [
@@ -407,6 +411,7 @@ def render_section(render: Result) -> str:
             f"{r['pressroom']:.1f}",
             f"{r['ratio']:.2f}",
             f"{r['raw_cpu_ms']:.1f} / {r['pressroom_cpu_ms']:.1f}" if "raw_cpu_ms" in r else "-",
+            _pair(r.get("raw_machine_cpu_ms"), r.get("pressroom_machine_cpu_ms")),
         ]
         for r in render["rows"]
     ]
@@ -428,18 +433,20 @@ def render_section(render: Result) -> str:
                     "Pressroom PDFs/s",
                     "ratio",
                     "CPU ms per PDF in the benchmark process, raw / Pressroom",
+                    "CPU ms per PDF of the whole machine, raw / Pressroom",
                 ],
                 rows,
             ),
             "",
-            "The last column is the CPU this process spent per PDF (every thread): for raw "
+            "The CPU columns: what the benchmark process spent per PDF (every thread; for raw "
             "Playwright its side of the pipe to Chromium, for Pressroom the server and the "
-            "benchmark's HTTP client. On two cores Chromium, PostgreSQL and this process share "
-            "the CPU, so every millisecond Pressroom spends on a job (HTTP, JSON, the template, "
-            "two durable commits, the fsync'd file, the events) is taken from Chromium when "
-            "more than one slot renders. One job is claimed ahead of a free slot "
-            "(`PRESSROOM_PREFETCH`), so that Chromium does not wait for the claim and the "
-            "template between documents.",
+            "benchmark's HTTP client), and what the whole machine spent per PDF (Chromium, "
+            "PostgreSQL, the kernel, everything; from /proc/stat). With more than one slot the "
+            "two cores are busy throughout, so the ratio follows the machine's CPU per PDF: "
+            "what Pressroom adds to each document (HTTP, JSON, the template, the statements "
+            "and their durable commits in PostgreSQL, the fsync'd file, the events) is taken "
+            "from Chromium. One job is claimed ahead of a free slot (`PRESSROOM_PREFETCH`), so "
+            "Chromium does not wait for a claim and a template between documents.",
             "",
             "![Render throughput against slots](render-slots.png)",
             "",
