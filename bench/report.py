@@ -390,10 +390,10 @@ def _commit_floor(queue: Result) -> str:
         "(one statement and its durable commit, with the `job.running` event) and the "
         "template. One durable commit alone, a one-row INSERT over raw asyncpg at the same "
         f"pace on the same server, took p50 {floor['p50_ms']:.2f} ms, p99 "
-        f"{floor['p99_ms']:.2f} ms. Submit→start holds two such commits (the submission and "
-        "the claim), so a p99 under 3 ms needs a disk that flushes faster than this one; "
-        "Pressroom does not make the claim's commit asynchronous, since its `job.running` "
-        "event must not be lost.\n"
+        f"{floor['p99_ms']:.2f} ms. Submit→start holds two durable commits (the submission "
+        "and the claim), so its floor here is about twice that; the rest is the statements' "
+        "own work (the job row and its indexes, the event row, NOTIFY) and Python. The "
+        "claim's commit stays synchronous: its `job.running` event must not be lost.\n"
     )
 
 
