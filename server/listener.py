@@ -2,7 +2,8 @@
 
 Never a pooled connection (a pool drops listeners on release). Kept alive with a periodic
 query; on loss it reconnects with backoff and then pokes everyone, since notifications sent
-while it was away are gone but the rows they pointed at are not.
+while it was away are gone but the rows they pointed at are not. `hold` keeps such a
+connection; the Socket.IO manager (server/sockets.py) holds its own with it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import asyncpg
 
@@ -24,6 +25,50 @@ WEBHOOK_CHANNEL = "pressroom_webhooks"
 KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
 RECONNECT_MAX_S = 5.0
+
+
+#: What asyncpg calls on a notification: connection, sender's pid, channel, payload.
+Callback = Callable[[object, int, str, str], None]
+
+
+async def hold(
+    dsn: str,
+    channels: Mapping[str, Callback],
+    *,
+    connected: asyncio.Event,
+    on_connect: Callable[[], None] = lambda: None,
+    name: str = "LISTEN connection",
+) -> None:
+    """Hold a dedicated connection listening on `channels` until cancelled: kept alive with a
+    periodic query, reconnected with jittered backoff when lost. `connected` is set while it
+    listens; `on_connect` runs after every connect, reconnects included."""
+    delay_s = 0.1
+    while True:
+        conn: asyncpg.Connection | None = None
+        try:
+            conn = await db.connect(dsn)
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+            for channel, callback in channels.items():
+                await conn.add_listener(channel, callback)
+            connected.set()
+            on_connect()
+            delay_s = 0.1
+            while not lost.is_set():
+                try:
+                    async with asyncio.timeout(KEEPALIVE_S):
+                        await lost.wait()
+                except TimeoutError:
+                    async with asyncio.timeout(KEEPALIVE_TIMEOUT_S):
+                        await conn.execute("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("%s lost (%s); reconnecting in %.1f s", name, exc, delay_s)
+        finally:
+            connected.clear()
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+        await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+        delay_s = min(delay_s * 2, RECONNECT_MAX_S)
 
 
 class Listener:
@@ -40,7 +85,7 @@ class Listener:
         self._on_work = on_work
         self._on_webhook = on_webhook
         self.connected = asyncio.Event()
-        self.reconnects = 0
+        self.connects = 0
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload.startswith("q:"):
@@ -50,38 +95,16 @@ class Listener:
     def _webhook_notified(self, _conn: object, _pid: int, _channel: str, _payload: str) -> None:
         self._on_webhook()
 
+    def _listening(self) -> None:
+        if self.connects:
+            log.info("LISTEN connection restored")
+        self.connects += 1
+        # Anything committed while we were not listening: read it now.
+        self._on_work()
+        self._on_event()
+        self._on_webhook()
+
     async def run(self) -> None:
         """Hold the LISTEN connection until cancelled, reconnecting whenever it is lost."""
-        delay_s = 0.1
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await db.connect(self._dsn)
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._notified)
-                await conn.add_listener(WEBHOOK_CHANNEL, self._webhook_notified)
-                self.connected.set()
-                if self.reconnects:
-                    log.info("LISTEN connection restored")
-                # Anything committed while we were not listening: read it now.
-                self._on_work()
-                self._on_event()
-                self._on_webhook()
-                delay_s = 0.1
-                while not lost.is_set():
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            await lost.wait()
-                    except TimeoutError:
-                        async with asyncio.timeout(KEEPALIVE_TIMEOUT_S):
-                            await conn.execute("SELECT 1")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, delay_s)
-            finally:
-                self.connected.clear()
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()
-            self.reconnects += 1
-            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
-            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+        channels = {CHANNEL: self._notified, WEBHOOK_CHANNEL: self._webhook_notified}
+        await hold(self._dsn, channels, connected=self.connected, on_connect=self._listening)

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import random
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -25,7 +24,7 @@ from engineio import packet as eio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
 from yarl import URL
 
-from server import api, auth, db, events, jobs
+from server import api, auth, events, jobs, listener
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
@@ -50,8 +49,6 @@ CLOSE_TIMEOUT_S = 2.0
 # never arrives: wait only for the frame to go out.
 SHUTDOWN_CLOSE_S = 0.5
 LISTEN_START_TIMEOUT_S = 30.0
-KEEPALIVE_S = 10.0
-RECONNECT_MAX_S = 5.0
 # A job never leaves these states, so its subscription ends with them.
 FINAL_EVENTS = frozenset({"job.done", "job.cancelled"})
 SHUTDOWN_REASON = "server shutting down; reconnect and resume by event id"
@@ -160,31 +157,8 @@ class PostgresManager(AsyncPubSubManager):  # type: ignore[misc]
             group.create_task(self._thread(), name="sio-pubsub")
 
     async def _hold_listen(self, dsn: str) -> None:
-        delay_s = 0.1
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await db.connect(dsn)
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(self.channel, self._notified)
-                self.listening.set()
-                delay_s = 0.1
-                while not lost.is_set():
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            await lost.wait()
-                    except TimeoutError:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            await conn.execute("SELECT 1")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-                log.warning("Socket.IO LISTEN connection lost (%s); reconnecting", exc)
-            finally:
-                self.listening.clear()
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()
-            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
-            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+        channels = {self.channel: self._notified}
+        await listener.hold(dsn, channels, connected=self.listening, name="Socket.IO LISTEN")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
