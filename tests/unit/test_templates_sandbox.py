@@ -163,3 +163,58 @@ def test_a_stopped_render_ends_its_thread() -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert "stopped" in str(failures[0])
+
+
+class ThreadSpy:
+    """Stands in for asyncio.to_thread in the templates module and counts the renders sent."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, func: object, /, *args: object) -> object:
+        self.calls += 1
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def thread_spy(monkeypatch: pytest.MonkeyPatch) -> ThreadSpy:
+    spy = ThreadSpy()
+    monkeypatch.setattr(templates.asyncio, "to_thread", spy)
+    return spy
+
+
+async def test_a_quick_render_of_small_data_stays_on_the_event_loop(thread_spy: ThreadSpy) -> None:
+    rows = [{"item": f"line {n}", "price": n * 1.5} for n in range(20)]
+    html = await templates.render_async(
+        "{% for r in rows %}<td>{{ r.item }}</td><td>{{ '%.2f'|format(r.price) }}</td>{% endfor %}",
+        {"rows": rows},
+    )
+    assert html.count("<td>") == 40 and "28.50" in html
+    assert thread_spy.calls == 0
+
+
+async def test_a_render_too_long_for_the_loop_starts_again_in_a_thread(
+    thread_spy: ThreadSpy,
+) -> None:
+    # Small data, but far more steps than fit in ON_LOOP_S: the whole render is done again,
+    # in a thread, with the job's own budget; the output is the complete document once.
+    html = await templates.render_async("{% for i in range(50000) %}{{ i }},{% endfor %}", {})
+    assert html == "".join(f"{i}," for i in range(50000))
+    assert thread_spy.calls == 1
+
+
+async def test_large_data_is_rendered_in_a_thread(thread_spy: ThreadSpy) -> None:
+    data = {"rows": list(range(templates.ON_LOOP_MAX_ITEMS + 1))}
+    html = await templates.render_async("{{ rows|length }}", data)
+    assert html == str(templates.ON_LOOP_MAX_ITEMS + 1)
+    assert thread_spy.calls == 1
+
+
+async def test_template_errors_on_the_loop_are_the_same_permanent_errors(
+    thread_spy: ThreadSpy,
+) -> None:
+    with pytest.raises(PermanentError, match="undefined"):
+        await templates.render_async("{{ missing }}", {})
+    with pytest.raises(PermanentError, match=r"sandbox|unsafe"):
+        await templates.render_async("{{ ''.__class__.__mro__ }}", {})
+    assert thread_spy.calls == 0
