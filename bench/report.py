@@ -445,8 +445,9 @@ def render_section(render: Result) -> str:
             "two cores are busy throughout, so the ratio follows the machine's CPU per PDF: "
             "what Pressroom adds to each document (HTTP, JSON, the template, the statements "
             "and their durable commits in PostgreSQL, the fsync'd file, the events) is taken "
-            "from Chromium. One job is claimed ahead of a free slot (`PRESSROOM_PREFETCH`), so "
-            "Chromium does not wait for a claim and a template between documents.",
+            "from Chromium. The figures are for the defaults; `PRESSROOM_PREFETCH=1` (one job "
+            "claimed ahead of a free slot) only helped with one slot, where Chromium otherwise "
+            "waits for a claim and a template between documents.",
             "",
             "![Render throughput against slots](render-slots.png)",
             "",

@@ -131,7 +131,7 @@ class Settings:
     db_pool_min: int = 2
     db_pool_max: int = 10
     render_slots: int = 2
-    prefetch: int = 1
+    prefetch: int = 0
     run_web: bool = True
     storage: str = "local"
     s3_endpoint: str | None = None
@@ -207,7 +207,7 @@ class Settings:
             db_pool_min=_parse(e, "PRESSROOM_DB_POOL_MIN", 2, _non_negative_int),
             db_pool_max=_parse(e, "PRESSROOM_DB_POOL_MAX", 10, _positive(int)),
             render_slots=_parse(e, "PRESSROOM_RENDER_SLOTS", 2, _non_negative_int),
-            prefetch=_parse(e, "PRESSROOM_PREFETCH", 1, _non_negative_int),
+            prefetch=_parse(e, "PRESSROOM_PREFETCH", 0, _non_negative_int),
             storage=_parse(e, "PRESSROOM_STORAGE", "local", _choice("local", "s3")),
             s3_endpoint=_parse(e, "S3_ENDPOINT", None, str),
             s3_region=_parse(e, "S3_REGION", "auto", str),

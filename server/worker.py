@@ -38,8 +38,9 @@ class WorkerConfig:
     shutdown_grace_s: float
     max_pages: int = 1000
     #: Jobs claimed beyond the free render slots: each is prepared (options, template) while
-    #: Chromium prints the others, and starts the moment a slot frees.
-    prefetch: int = 1
+    #: Chromium prints the others, and starts the moment a slot frees. Such a job waits for
+    #: this process even when another process has a slot free, hence 0 unless asked.
+    prefetch: int = 0
 
 
 def new_worker_id() -> str:

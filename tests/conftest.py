@@ -158,6 +158,6 @@ def fake_renderer() -> FakeRenderer:
 async def api(start_app: Callable[..., Any], fake_renderer: FakeRenderer) -> RunningApp:
     """The app with one render slot on the fake renderer, claiming nothing ahead: while the
     gate holds a render, the jobs after it stay queued (tests/integration/test_prefetch.py
-    covers the default, one job claimed ahead)."""
+    covers PRESSROOM_PREFETCH=1, one job claimed ahead)."""
     app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, prefetch=0)
     return app

@@ -1,6 +1,6 @@
-"""One job claimed ahead of a free render slot (PRESSROOM_PREFETCH, default 1): it is prepared
-while Chromium prints, starts the moment the slot frees, and is never rendered once cancelled
-or once the process begins to stop."""
+"""One job claimed ahead of a free render slot (PRESSROOM_PREFETCH=1): it is prepared while
+Chromium prints, starts the moment the slot frees, and is never rendered once cancelled or once
+the process begins to stop."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ async def wait_event(app: RunningApp, job_id: str, event: str) -> None:
 async def held_app(start_app: Callable[..., Any], **overrides: Any) -> tuple[RunningApp, Any]:
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, **overrides)
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, prefetch=1, **overrides)
     return app, renderer
 
 
