@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import glob
 import os
 import time
 import unicodedata
@@ -100,7 +101,7 @@ class LocalStorage:
 
     async def delete(self, key: str) -> None:
         try:
-            await self._run(self._path(key).unlink, True)
+            await self._run(_delete, self._path(key))
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
@@ -133,6 +134,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _delete(path: Path) -> None:
+    """The file, and the temp files of writes to it that a killed process left behind (a key
+    is only deleted once nobody writes it any more)."""
+    path.unlink(missing_ok=True)
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        leftover.unlink(missing_ok=True)
 
 
 def _probe_writable(root: Path) -> None:

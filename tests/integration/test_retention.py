@@ -75,6 +75,10 @@ async def test_old_finished_jobs_are_deleted_with_every_file(
     pool, storage = api.app[POOL], api.app[STORAGE]
     # A file an earlier, abandoned attempt left behind (a worker that died after storing it).
     await storage.put(f"default/{old_done['id']}/2.pdf", minimal_pdf(), filename="x.pdf")
+    if not storage_env:
+        # And the temp file of a write to it killed midway (server/storage.py names them so).
+        folder = api.app[STORAGE].root / "default" / old_done["id"]  # type: ignore[attr-defined]
+        (folder / ".3.pdf.4242.1.tmp").write_bytes(b"%PDF-half")
     old_ids = [old_done["id"], old_failed["id"], old_queued["id"]]
     await pool.execute(
         "UPDATE jobs SET created_at = now() - interval '40 days',"
