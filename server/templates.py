@@ -143,7 +143,9 @@ class _Budget:
         if key in seen:
             return seen[key]
         total = 2
-        for child in children:
+        for count, child in enumerate(children):
+            if count & 1023 == 1023:
+                self.tick()  # a long walk is steps too: it meets the deadline
             total += self._weight(child, seen) + 2
             if total > MAX_VALUE_CHARS:
                 raise _too_big()

@@ -218,3 +218,12 @@ async def test_template_errors_on_the_loop_are_the_same_permanent_errors(
     with pytest.raises(PermanentError, match=r"sandbox|unsafe"):
         await templates.render_async("{{ ''.__class__.__mro__ }}", {})
     assert thread_spy.calls == 0
+
+
+def test_weighing_a_long_list_meets_the_deadline_on_the_way() -> None:
+    # One step (weighing what a filter got) can walk a list of 100,000 items; it checks the
+    # deadline as it goes, so a render on the event loop hands over to a thread in time.
+    budget = templates._Budget(0.0, on_loop=True)
+    time.sleep(0.001)
+    with pytest.raises(templates._NotQuick):
+        budget.weigh(list(range(5000)))
