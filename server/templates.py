@@ -539,9 +539,23 @@ _env = _Sandbox()
 
 
 # Compiled templates are large; most clients send the same few templates again and again.
-@functools.lru_cache(maxsize=64)
+# A dict, oldest dropped first, so that render_async can see what is compiled already.
+_compiled: dict[str, jinja2.Template] = {}
+_compiled_lock = threading.Lock()
+_COMPILED_MAX = 64
+
+
 def _compile(source: str) -> jinja2.Template:
-    return _env.from_string(source)
+    try:
+        return _compiled[source]
+    except KeyError:
+        pass
+    template = _env.from_string(source)
+    with _compiled_lock:
+        _compiled[source] = template
+        while len(_compiled) > _COMPILED_MAX:
+            del _compiled[next(iter(_compiled))]
+    return template
 
 
 # Answers of check(), oldest dropped first; a dict so that warm() can see what is known.
@@ -629,11 +643,12 @@ async def warm(sources: Iterable[Any], *, max_bytes: int) -> None:
             await check_async(source)
 
 
-# A small template on small data is rendered on the event loop when it finishes within
-# ON_LOOP_S: most documents take well under a millisecond, and a trip to a thread costs about
-# as much again in CPU and in latency. Small data keeps every single step short (a step is
-# where the deadline is checked); anything longer starts again in a thread with the full
-# budget (rendering has no side effects, so starting again is safe).
+# A small template already compiled, on small data, is rendered on the event loop when it
+# finishes within ON_LOOP_S: most documents take well under a millisecond, and a trip to a
+# thread costs about as much again in CPU and in latency. Small data keeps every single step
+# short (a step is where the deadline is checked); anything longer starts again in a thread
+# with the full budget (rendering has no side effects, so starting again is safe). Compiling
+# is never done on the loop: a template's first render goes to a thread.
 ON_LOOP_S = 0.002
 ON_LOOP_MAX_SOURCE = 8 * 1024
 ON_LOOP_MAX_ITEMS = 2_000
@@ -668,7 +683,7 @@ async def render_async(
 ) -> str:
     """Template + data → HTML: on the event loop when it is quick (see ON_LOOP_S), otherwise
     in a worker thread, so the event loop keeps serving."""
-    if timeout_s > ON_LOOP_S and _small(source, data):
+    if timeout_s > ON_LOOP_S and source in _compiled and _small(source, data):
         try:
             return _render_in(_Budget(ON_LOOP_S, on_loop=True), source, data)
         except _NotQuick:

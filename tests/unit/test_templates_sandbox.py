@@ -183,14 +183,24 @@ def thread_spy(monkeypatch: pytest.MonkeyPatch) -> ThreadSpy:
     return spy
 
 
-async def test_a_quick_render_of_small_data_stays_on_the_event_loop(thread_spy: ThreadSpy) -> None:
+@pytest.fixture
+def roomy_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More than 2 ms on the loop: a busy test machine must not decide where a render runs."""
+    monkeypatch.setattr(templates, "ON_LOOP_S", 1.0)
+
+
+ROWS = "{% for r in rows %}<td>{{ r.item }}</td><td>{{ '%.2f'|format(r.price) }}</td>{% endfor %}"
+
+
+async def test_a_quick_render_of_small_data_stays_on_the_event_loop(
+    thread_spy: ThreadSpy, roomy_loop: None
+) -> None:
     rows = [{"item": f"line {n}", "price": n * 1.5} for n in range(20)]
-    html = await templates.render_async(
-        "{% for r in rows %}<td>{{ r.item }}</td><td>{{ '%.2f'|format(r.price) }}</td>{% endfor %}",
-        {"rows": rows},
-    )
-    assert html.count("<td>") == 40 and "28.50" in html
-    assert thread_spy.calls == 0
+    first = await templates.render_async(ROWS, {"rows": rows})
+    assert thread_spy.calls == 1  # compiling is never done on the loop
+    html = await templates.render_async(ROWS, {"rows": rows[:19]})
+    assert html.count("<td>") == 38 and "27.00" in html and first.count("<td>") == 40
+    assert thread_spy.calls == 1
 
 
 async def test_a_render_too_long_for_the_loop_starts_again_in_a_thread(
@@ -198,12 +208,15 @@ async def test_a_render_too_long_for_the_loop_starts_again_in_a_thread(
 ) -> None:
     # Small data, but far more steps than fit in ON_LOOP_S: the whole render is done again,
     # in a thread, with the job's own budget; the output is the complete document once.
-    html = await templates.render_async("{% for i in range(50000) %}{{ i }},{% endfor %}", {})
+    source = "{% for i in range(50000) %}{{ i }},{% endfor %}"
+    templates.check(source)  # compiled, so the loop is tried first
+    html = await templates.render_async(source, {})
     assert html == "".join(f"{i}," for i in range(50000))
     assert thread_spy.calls == 1
 
 
-async def test_large_data_is_rendered_in_a_thread(thread_spy: ThreadSpy) -> None:
+async def test_large_data_is_rendered_in_a_thread(thread_spy: ThreadSpy, roomy_loop: None) -> None:
+    templates.check("{{ rows|length }}")  # compiled: only the size of the data decides
     data = {"rows": list(range(templates.ON_LOOP_MAX_ITEMS + 1))}
     html = await templates.render_async("{{ rows|length }}", data)
     assert html == str(templates.ON_LOOP_MAX_ITEMS + 1)
@@ -211,8 +224,10 @@ async def test_large_data_is_rendered_in_a_thread(thread_spy: ThreadSpy) -> None
 
 
 async def test_template_errors_on_the_loop_are_the_same_permanent_errors(
-    thread_spy: ThreadSpy,
+    thread_spy: ThreadSpy, roomy_loop: None
 ) -> None:
+    for source in ("{{ missing }}", "{{ ''.__class__.__mro__ }}"):
+        templates.check(source)
     with pytest.raises(PermanentError, match="undefined"):
         await templates.render_async("{{ missing }}", {})
     with pytest.raises(PermanentError, match=r"sandbox|unsafe"):
