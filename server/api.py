@@ -12,6 +12,7 @@ import re
 import uuid
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 from yarl import URL
@@ -341,13 +342,27 @@ async def get_job(request: web.Request) -> web.Response:
             raise not_found()
         if wait_s:
             stored = await _wait_for_change(request, stored, changes, wait_s, since, if_none_match)
-    tag = etag(stored.job)
+    deliveries = await webhooks.summary(request.app[POOL], job_id, tenant)
+    tag = _job_etag(stored, deliveries)
     headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
     if if_none_match is not None and etag_matches(if_none_match, tag):
         return web.Response(status=304, headers=headers)
     body = await present(request, stored.job, tenant)
-    body["webhooks"] = await webhooks.summary(request.app[POOL], job_id, tenant)
+    body["webhooks"] = deliveries
     return json_response(body, headers=headers)
+
+
+def _job_etag(stored: StoredJob, deliveries: list[dict[str, Any]]) -> str:
+    """The validator of what GET /v1/jobs/{id} shows: the job and its webhook deliveries."""
+    return etag({**stored.job, "webhooks": deliveries})
+
+
+async def _differs(
+    pool: asyncpg.Pool, stored: StoredJob, job_id: uuid.UUID, tenant: str, if_none_match: str
+) -> bool:
+    """Whether what GET shows now differs from what the client's ETag stands for."""
+    deliveries = await webhooks.summary(pool, job_id, tenant)
+    return not etag_matches(if_none_match, _job_etag(stored, deliveries))
 
 
 def _long_poll_params(request: web.Request) -> tuple[float | None, int | None]:
@@ -384,7 +399,7 @@ async def _wait_for_change(
     pool, tenant, job_id = request.app[POOL], tenant_of(request), parse_job_id(request)
     after: Position | None = None
     if if_none_match is not None:
-        if not etag_matches(if_none_match, etag(stored.job)):
+        if await _differs(pool, stored, job_id, tenant, if_none_match):
             return stored
     elif since is not None:
         cursor = await events.locate(pool, since) if since else None
@@ -411,7 +426,9 @@ async def _wait_for_change(
         current = await jobs.get(pool, job_id, tenant)
         if current is None:
             raise not_found()
-        if if_none_match is not None and etag_matches(if_none_match, etag(current.job)):
+        if if_none_match is not None and not await _differs(
+            pool, current, job_id, tenant, if_none_match
+        ):
             continue  # an event this client has already seen the result of
         return current
     return stored

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
 
 from server import jobs
-from server.keys import HUB
+from server.keys import HUB, POOL
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
@@ -67,6 +68,27 @@ async def test_every_get_has_an_etag_and_if_none_match_answers_304(api: RunningA
     assert (status, again, body) == (304, etag, None)
     status, _, body, _ = await get(api, f"/v1/jobs/{job['id']}", 'W/"stale", W/"other"')
     assert status == 200 and body is not None and "url" in body
+
+
+async def test_a_webhook_delivery_changes_the_etag(api: RunningApp) -> None:
+    # GET shows the job's webhook deliveries too: a new attempt recorded by the sender (here
+    # written as the sender writes it) is a change the client's copy does not have.
+    job = await submit(api)
+    await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"), until="job.done")
+    _, etag, body, _ = await get(api, f"/v1/jobs/{job['id']}")
+    assert body is not None and body["webhooks"] == []
+    await api.app[POOL].execute(
+        "INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload, attempts,"
+        " last_status_code) VALUES ($1, 'default', 'https://example.com/hook', 'job.done',"
+        " '{}', 1, 503)",
+        uuid.UUID(job["id"]),
+    )
+    status, changed, body, _ = await get(api, f"/v1/jobs/{job['id']}", etag)
+    assert status == 200 and changed != etag
+    assert body is not None and body["webhooks"][0]["last_status_code"] == 503
+    status, _, _, taken = await get(api, f"/v1/jobs/{job['id']}?wait=5", etag)
+    assert status == 200 and taken < 2, "a long-poll on the old ETag answers at once"
+    assert (await get(api, f"/v1/jobs/{job['id']}", changed))[0] == 304
 
 
 async def test_wait_answers_when_the_job_changes(
