@@ -79,8 +79,8 @@ class Workers:
         # Jobs past their render (storing the file, recording done): they hold no render slot,
         # so the next job renders while this one is written.
         self._rendered: set[uuid.UUID] = set()
-        # Jobs claimed ahead and prepared, waiting for a render slot.
-        self._waiting: set[uuid.UUID] = set()
+        # Jobs holding a render slot now (Chromium prints them).
+        self._rendering: set[uuid.UUID] = set()
         self._slots = asyncio.Semaphore(config.slots)
         self._aborted: set[uuid.UUID] = set()
         self._stopping = False
@@ -153,7 +153,7 @@ class Workers:
     def _finished(self, job_id: uuid.UUID) -> None:
         self._running.pop(job_id, None)
         self._rendered.discard(job_id)
-        self._waiting.discard(job_id)
+        self._rendering.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
 
@@ -164,13 +164,13 @@ class Workers:
             html = await templates.render_async(
                 job.template, job.data, timeout_s=self._config.render_timeout_s
             )
-            self._waiting.add(job.id)
             async with self._slots:
-                self._waiting.discard(job.id)
+                self._rendering.add(job.id)
                 with self._metrics.render_seconds.time():
                     result = await self._renderer.render(
                         html, render_options, timeout_s=self._config.render_timeout_s
                     )
+                self._rendering.discard(job.id)
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages
@@ -283,8 +283,13 @@ class Workers:
         """Stop claiming; let renders finish within the grace period; release the rest."""
         self._stopping = True
         self._wake.set()
-        # Jobs claimed ahead that have not started to render go back to the queue at once.
-        early = {job_id: self._running[job_id] for job_id in self._waiting}
+        # Jobs not yet rendering (their template, or waiting for a slot when claimed ahead) go
+        # back to the queue at once: another process can take them now.
+        early = {
+            job_id: task
+            for job_id, task in self._running.items()
+            if job_id not in self._rendering and job_id not in self._rendered
+        }
         for job_id, task in early.items():
             self._aborted.add(job_id)
             task.cancel()

@@ -1,6 +1,7 @@
 """One job claimed ahead of a free render slot (PRESSROOM_PREFETCH=1): it is prepared while
 Chromium prints, starts the moment the slot frees, and is never rendered once cancelled or once
-the process begins to stop."""
+the process begins to stop. Stopping returns every job not yet in Chromium at once, claimed
+ahead or not."""
 
 from __future__ import annotations
 
@@ -87,3 +88,19 @@ async def test_stopping_returns_a_job_claimed_ahead_to_the_queue_at_once(
     assert await status(app, first) == "done"
     assert await status(app, second) == "queued"
     assert renderer.calls == ["<p>a</p>"]
+
+
+async def test_stopping_returns_a_job_still_rendering_its_template_at_once(
+    start_app: Callable[..., Any],
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, shutdown_grace_s=30)
+    slow = "{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}done"
+    async with app.http.post(app.url("/v1/jobs"), json={"template": slow}) as resp:
+        job_id = (await resp.json())["id"]
+    await wait_event(app, job_id, "job.running")  # its template takes seconds in a thread
+    started = asyncio.get_running_loop().time()
+    await app.app[WORKERS].stop()
+    assert asyncio.get_running_loop().time() - started < 5, "not held for the grace period"
+    assert await status(app, job_id) == "queued"
+    assert renderer.calls == []
