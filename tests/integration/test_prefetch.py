@@ -66,7 +66,7 @@ async def test_a_job_cancelled_while_it_waits_for_the_slot_is_never_rendered(
     async with asyncio.timeout(10):
         # The abort travels as an event through the log; then the worker holds one job.
         while workers.busy > 1:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the worker count has no event to wait on: poll it
     renderer.gate.set()
     await wait_event(app, first, "job.done")
     assert renderer.calls == ["<p>a</p>"]
