@@ -20,7 +20,7 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, ValuesView
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jinja2
 from jinja2 import nodes
@@ -538,45 +538,38 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 _env = _Sandbox()
 
 
+T = TypeVar("T")
+
+
+class _Recent(Generic[T]):
+    """Values by template source, the oldest dropped past `size`. Unlike functools.lru_cache,
+    it answers whether a source is known (render_async and warm() ask), and it keeps no error:
+    a source whose `make` raised is tried again."""
+
+    def __init__(self, make: Callable[[str], T], size: int = 64) -> None:
+        self._make = make
+        self._size = size
+        self._values: dict[str, T] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, source: str) -> bool:
+        return source in self._values
+
+    def __call__(self, source: str) -> T:
+        try:
+            return self._values[source]
+        except KeyError:
+            pass
+        value = self._make(source)
+        with self._lock:
+            self._values[source] = value
+            while len(self._values) > self._size:
+                del self._values[next(iter(self._values))]
+        return value
+
+
 # Compiled templates are large; most clients send the same few templates again and again.
-# A dict, oldest dropped first, so that render_async can see what is compiled already.
-_compiled: dict[str, jinja2.Template] = {}
-_compiled_lock = threading.Lock()
-_COMPILED_MAX = 64
-
-
-def _compile(source: str) -> jinja2.Template:
-    try:
-        return _compiled[source]
-    except KeyError:
-        pass
-    template = _env.from_string(source)
-    with _compiled_lock:
-        _compiled[source] = template
-        while len(_compiled) > _COMPILED_MAX:
-            del _compiled[next(iter(_compiled))]
-    return template
-
-
-# Answers of check(), oldest dropped first; a dict so that warm() can see what is known.
-_checked: dict[str, str | None] = {}
-_checked_lock = threading.Lock()
-_CHECKED_MAX = 64
-
-
-def check(source: str) -> str | None:
-    """A syntax error message for the template, or None when it compiles (answers are cached:
-    compiling a large template takes seconds)."""
-    try:
-        return _checked[source]
-    except KeyError:
-        pass
-    answer = _check_compiles(source)
-    with _checked_lock:
-        _checked[source] = answer
-        while len(_checked) > _CHECKED_MAX:
-            del _checked[next(iter(_checked))]
-    return answer
+_compile: _Recent[jinja2.Template] = _Recent(_env.from_string)
 
 
 def _check_compiles(source: str) -> str | None:
@@ -589,6 +582,11 @@ def _check_compiles(source: str) -> str | None:
     except (ValueError, OverflowError, MemoryError) as exc:
         return f"template cannot be compiled: {exc}"
     return None
+
+
+#: A syntax error message for the template, or None when it compiles (answers are cached:
+#: compiling a large template takes seconds).
+check: _Recent[str | None] = _Recent(_check_compiles)
 
 
 def _render_in(budget: _Budget, source: str, data: dict[str, Any]) -> str:
@@ -639,7 +637,7 @@ async def warm(sources: Iterable[Any], *, max_bytes: int) -> None:
     runs on the loop is answered from the cache. Anything not a string within the size limit
     is left to validation to refuse."""
     for source in {s for s in sources if isinstance(s, str) and len(s) <= max_bytes}:
-        if source not in _checked:  # a known template needs no trip to a thread
+        if source not in check:  # a known template needs no trip to a thread
             await check_async(source)
 
 
@@ -683,7 +681,7 @@ async def render_async(
 ) -> str:
     """Template + data → HTML: on the event loop when it is quick (see ON_LOOP_S), otherwise
     in a worker thread, so the event loop keeps serving."""
-    if timeout_s > ON_LOOP_S and source in _compiled and _small(source, data):
+    if timeout_s > ON_LOOP_S and source in _compile and _small(source, data):
         try:
             return _render_in(_Budget(ON_LOOP_S, on_loop=True), source, data)
         except _NotQuick:
