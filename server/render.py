@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol
 from urllib.parse import urljoin
 
@@ -335,8 +335,7 @@ class ChromiumRenderer:
             await context.route("**/*", self._police)
             page = await context.new_page()
         except BaseException:
-            with contextlib.suppress(PlaywrightError):
-                await context.close()
+            await self._cleanup(context.close())
             raise
         slot = _Slot(context=context, page=page, generation=self._generation)
         self._by_page[page] = slot
@@ -344,10 +343,20 @@ class ChromiumRenderer:
 
     async def _drop_slot(self, slot: _Slot) -> None:
         self._by_page.pop(slot.page, None)
-        # A hung renderer may not answer; the browser is then replaced on the next job.
-        with contextlib.suppress(PlaywrightError, TimeoutError):
+        await self._cleanup(slot.context.close())
+
+    async def _cleanup(self, call: Awaitable[None]) -> bool:
+        """Await a clean-up call into the browser for at most CLOSE_TIMEOUT_S; False when it
+        failed or did not answer, and the browser is then checked before the next job. A
+        render's time limit has fired by the time its clean-up runs: an unbounded call into a
+        hung browser would hold the job, its lease renewed, for ever."""
+        try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await slot.context.close()
+                await call
+        except (PlaywrightError, TimeoutError):
+            self._suspect = True
+            return False
+        return True
 
     @contextlib.asynccontextmanager
     async def _reused_slot(self) -> AsyncIterator[_Slot]:
@@ -359,9 +368,8 @@ class ChromiumRenderer:
             yield slot
             healthy = True
         finally:
-            if slot.requested:
-                with contextlib.suppress(PlaywrightError):
-                    await slot.context.clear_cookies()
+            if slot.requested and not await self._cleanup(slot.context.clear_cookies()):
+                healthy = False  # cookies that cannot be cleared must not reach the next job
             if healthy and slot.generation == self._generation and not slot.page.is_closed():
                 self._idle.append(slot)
             else:

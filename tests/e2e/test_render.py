@@ -158,3 +158,37 @@ async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_rend
         assert renderer.launches > 1
     finally:
         await renderer.close()
+
+
+async def test_a_browser_that_stops_answering_mid_setup_does_not_hold_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from playwright.async_api import BrowserContext
+
+    from server import render
+    from server.errors import TransientError
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+
+    async def hang(*_args: Any, **_kwargs: Any) -> None:
+        await asyncio.Event().wait()  # a frozen browser: the call never answers
+
+    renderer = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    await renderer.start()
+    try:
+        monkeypatch.setattr(render, "CLOSE_TIMEOUT_S", 0.5)
+        # The browser freezes after the context exists: opening its page and closing it hang.
+        monkeypatch.setattr(BrowserContext, "new_page", hang)
+        monkeypatch.setattr(BrowserContext, "close", hang)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TransientError, match="timed out"):
+            async with asyncio.timeout(10):  # without a bound on the clean-up: never
+                await renderer.render("<script></script><p>x</p>", RenderOptions(), timeout_s=1)
+        assert asyncio.get_running_loop().time() - started < 3
+        monkeypatch.undo()
+        # The next job checks the browser first; this one answers again and renders.
+        result = await renderer.render("<p>after</p>", RenderOptions(), timeout_s=20)
+        assert result.pdf.startswith(b"%PDF-")
+    finally:
+        monkeypatch.undo()
+        await renderer.close()
