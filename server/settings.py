@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import os
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -110,15 +112,26 @@ DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 3600
 
 
 def _read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
-    """A secret kept in the data folder so that restarts keep signed URLs and tokens valid."""
-    if path.exists():
+    """A secret kept in the data folder so that restarts keep signed URLs and tokens valid.
+
+    Processes that start together on a new data folder agree on one: each writes its own
+    temporary file and links it into place, which never replaces a file already there, so
+    the first wins and the others read the winner's value."""
+    with contextlib.suppress(FileNotFoundError):
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     value = make()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(value + "\n")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(value + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        value = path.read_text().strip()
+    finally:
+        tmp.unlink()
     return value
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,27 @@ def test_generated_secrets_survive_a_restart(tmp_path: Path) -> None:
     second = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
     assert first.secret == second.secret and len(first.secret) >= 32
     assert (tmp_path / "secret").stat().st_mode & 0o077 == 0
+
+
+def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None:
+    # Several processes (here threads, which race the same way) start on a new data folder
+    # at once: every one ends up with the secret that is in the file, none fails.
+    starting = threading.Barrier(8)
+
+    def start(_: int) -> tuple[str, str]:
+        starting.wait()
+        settings = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)})
+        return settings.secret, settings.webhook_secret
+
+    for _ in range(20):
+        for path in tmp_path.iterdir():
+            path.unlink()
+        with ThreadPoolExecutor(8) as pool:
+            seen = set(pool.map(start, range(8)))
+        [(secret, webhook_secret)] = seen
+        assert secret == (tmp_path / "secret").read_text().strip()
+        assert webhook_secret == (tmp_path / "webhook_secret").read_text().strip()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["secret", "webhook_secret"]
 
 
 @pytest.mark.parametrize(
