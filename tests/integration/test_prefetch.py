@@ -41,10 +41,19 @@ async def held_app(start_app: Callable[..., Any], **overrides: Any) -> tuple[Run
     return app, renderer
 
 
+async def submit_in_slot(app: RunningApp, renderer: FakeRenderer) -> str:
+    """The first job, held in the only render slot. Only then are others submitted: a job
+    whose template renders in a thread (a busy machine) could otherwise reach the slot after
+    one claimed later."""
+    job_id = await submit(app, "a")
+    await asyncio.wait_for(renderer.started.wait(), 10)
+    return job_id
+
+
 async def test_one_job_is_claimed_ahead_and_rendered_next(start_app: Callable[..., Any]) -> None:
     app, renderer = await held_app(start_app)
-    first, second, third = [await submit(app, name) for name in ("a", "b", "c")]
-    await asyncio.wait_for(renderer.started.wait(), 10)
+    first = await submit_in_slot(app, renderer)
+    second, third = await submit(app, "b"), await submit(app, "c")
     await wait_event(app, second, "job.running")  # claimed while the only slot is busy
     assert await status(app, third) == "queued"  # one ahead, no more
     assert renderer.calls == ["<p>a</p>"]  # claimed ahead is not rendered yet
@@ -58,7 +67,7 @@ async def test_a_job_cancelled_while_it_waits_for_the_slot_is_never_rendered(
     start_app: Callable[..., Any],
 ) -> None:
     app, renderer = await held_app(start_app)
-    first, second = await submit(app, "a"), await submit(app, "b")
+    first, second = await submit_in_slot(app, renderer), await submit(app, "b")
     await wait_event(app, second, "job.running")
     async with app.http.post(app.url(f"/v1/jobs/{second}/cancel")) as resp:
         assert resp.status == 200
@@ -77,7 +86,7 @@ async def test_stopping_returns_a_job_claimed_ahead_to_the_queue_at_once(
     start_app: Callable[..., Any],
 ) -> None:
     app, renderer = await held_app(start_app, shutdown_grace_s=30)
-    first, second = await submit(app, "a"), await submit(app, "b")
+    first, second = await submit_in_slot(app, renderer), await submit(app, "b")
     await wait_event(app, second, "job.running")
     stopping = asyncio.create_task(app.app[WORKERS].stop())
     # Back in the queue while the render in the slot still has its grace period.
