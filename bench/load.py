@@ -137,6 +137,9 @@ async def raw(args: argparse.Namespace) -> dict[str, Any]:
                     [None],
                     [None],
                     [None],
+                    [False],  # not handed to a worker: the web-only server queues every job
+                    None,
+                    0.0,
                 )
             return True
 

@@ -7,8 +7,10 @@ transaction; the clock runs from that commit until the database records all N fi
 Pressroom's jobs go the whole way (claim + job.running event, template, no-op render, PDF
 file stored, done + job.done event); the peers' jobs run an empty handler.
 
-Submit→start: one job every 50 ms into an idle Pressroom worker, timed from just before the
-INSERT to the moment the renderer is called (same process, same clock).
+Submit→start: one job every 50 ms into an idle Pressroom worker, timed to the moment the
+renderer is called (same process, same clock): from just before POST /v1/jobs to a process
+with web and workers (the job is handed to the idle worker in the submission's statement),
+and from just before an INSERT by another connection (NOTIFY, claim and its commit).
 
     python -m bench.queue [--jobs 10000] [--slots 4,16,64] [--latency-jobs 200] [--peers all]
 """
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +35,16 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import QUICK, command, database, latency_summary, machine, postgres, running_app
+from bench.common import (
+    QUICK,
+    ROOT,
+    command,
+    database,
+    latency_summary,
+    machine,
+    postgres,
+    running_app,
+)
 from bench.noop import PDF, NoopRenderer, StartClock
 from server import db, jobs
 from server.jobs import NewJob
@@ -126,6 +138,34 @@ async def submit_to_start(
                 await conn.close()
     after_commit = [(clock.started[s] - c) * 1000 for s, c in committed.items()]
     return clock.latencies_ms, after_commit
+
+
+async def submit_to_start_http(count: int, interval_s: float, slots: int) -> list[float]:
+    """Milliseconds from just before POST /v1/jobs to the renderer's call, one job at a time,
+    into a `pressroom serve` process (web and workers) whose worker is idle, so the job is
+    handed to it in the submission's own statement. The client is another process
+    (bench.submitter); both read the machine's one monotonic clock."""
+    clock = StartClock()
+    async with database(migrated=True) as dsn:
+        overrides: dict[str, Any] = {"render_slots": slots, "renderer_factory": lambda _s: clock}
+        async with running_app(dsn, **overrides) as (base, app):
+            await asyncio.sleep(SETTLE_S)
+            client = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bench.submitter",
+                base,
+                f"--count={count}",
+                f"--interval-ms={interval_s * 1000:g}",
+                cwd=ROOT,
+            )
+            if await client.wait() != 0:
+                raise RuntimeError(f"bench.submitter exited {client.returncode}")
+            await wait_until(lambda: _true(len(clock.latencies_ms) >= count), timeout_s=30)
+            handed_off = app[WORKERS].handed_off
+    if handed_off != count:
+        print(f"queue   note: {count - handed_off} of {count} jobs went through the queue")
+    return clock.latencies_ms
 
 
 async def commit_floor(count: int, interval_s: float) -> list[float]:
@@ -356,8 +396,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         interval_s = args.interval_ms / 1000
+        over_http = await submit_to_start_http(args.latency_jobs, interval_s, 4)
         latencies, after_commit = await submit_to_start(args.latency_jobs, interval_s, 4)
         floor = await commit_floor(args.latency_jobs, interval_s)
+    result["latency_http"] = latency_summary(over_http)
+    result["latencies_http_ms"] = over_http
     result["latency"] = latency_summary(latencies)
     result["latencies_ms"] = latencies
     result["latency_after_commit"] = latency_summary(after_commit)
@@ -378,7 +421,8 @@ def print_result(result: dict[str, Any]) -> None:
         line += f"{result['ratio_procrastinate']:.2f}"
     print(line, flush=True)
     for key, what in (
-        ("latency", "submit→start"),
+        ("latency_http", "POST /v1/jobs→start"),
+        ("latency", "insert→start"),
         ("latency_after_commit", "commit→start"),
         ("commit_floor", "one raw commit"),
     ):

@@ -187,11 +187,13 @@ def create_app(
         workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
+        app[GROUP_COMMIT].hand_off = workers
         async with (
             background("workers", workers.run()),
             background("heartbeat", workers.heartbeat()),
         ):
             yield
+            app[GROUP_COMMIT].hand_off = None
             await workers.stop()
 
     async def webhooks(app: web.Application) -> AsyncIterator[None]:

@@ -9,7 +9,7 @@ import enum
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 
@@ -87,25 +87,81 @@ class StoredJob:
     object_key: str | None
 
 
-async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> list[JsonDict]:
-    """Insert jobs and their job.queued events in one transaction, with one NOTIFY."""
-    rows = await conn.fetch(
-        query("insert_jobs"),
-        [j.id for j in new],
-        [j.tenant for j in new],
-        [j.template for j in new],
-        [j.data for j in new],
-        [j.options for j in new],
-        [j.metadata for j in new],
-        [j.webhook_url for j in new],
-        [j.priority for j in new],
-        [j.max_attempts for j in new],
-        [j.run_at for j in new],
-        [j.idempotency_key for j in new],
-        [j.request_hash for j in new],
-    )
+class HandOff(Protocol):
+    """An idle worker of this process, taking jobs the moment they are inserted."""
+
+    @property
+    def worker_id(self) -> str: ...
+
+    @property
+    def lease_s(self) -> float: ...
+
+    def reserve(self, wanted: int) -> int:
+        """Free slots granted to jobs about to be inserted (0 unless the worker is idle)."""
+        ...
+
+    def take(self, handed: list[ClaimedJob], reserved: int) -> None:
+        """The inserted jobs that went to the worker; the rest of `reserved` is given back."""
+        ...
+
+
+async def create(
+    conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob], *, hand_off: HandOff | None = None
+) -> list[JsonDict]:
+    """Insert jobs and their job.queued events in one transaction, with one NOTIFY.
+
+    With `hand_off` (only on a pool: the statement must commit on its own), jobs due now go
+    straight to that worker's free slots, running, in the same statement."""
+    handed = [False] * len(new)
+    taker, reserved = None, 0
+    if hand_off is not None:
+        due = sorted(
+            (i for i, job in enumerate(new) if job.run_at is None), key=lambda i: -new[i].priority
+        )
+        reserved = hand_off.reserve(len(due))
+        if reserved:
+            taker = hand_off
+        for i in due[:reserved]:
+            handed[i] = True
+    try:
+        rows = await conn.fetch(
+            query("insert_jobs"),
+            [j.id for j in new],
+            [j.tenant for j in new],
+            [j.template for j in new],
+            [j.data for j in new],
+            [j.options for j in new],
+            [j.metadata for j in new],
+            [j.webhook_url for j in new],
+            [j.priority for j in new],
+            [j.max_attempts for j in new],
+            [j.run_at for j in new],
+            [j.idempotency_key for j in new],
+            [j.request_hash for j in new],
+            handed,
+            taker.worker_id if taker is not None else None,
+            taker.lease_s if taker is not None else 0.0,
+        )
+    except BaseException:
+        if taker is not None:
+            taker.take([], reserved)
+        raise
+    if taker is not None:
+        taker.take([_claimed(row) for row in rows if row["handed"]], reserved)
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]
+
+
+def _claimed(row: asyncpg.Record) -> ClaimedJob:
+    return ClaimedJob(
+        id=row["id"],
+        tenant=row["tenant"],
+        template=row["template"],
+        data=row["data"],
+        options=row["options"],
+        attempt=row["attempts"],
+        max_attempts=row["max_attempts"],
+    )
 
 
 async def claim(
@@ -113,18 +169,7 @@ async def claim(
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs in one statement; the attempt is counted here."""
     rows = await pool.fetch(query("claim_jobs"), limit, worker_id, lease_s)
-    return [
-        ClaimedJob(
-            id=row["id"],
-            tenant=row["tenant"],
-            template=row["template"],
-            data=row["data"],
-            options=row["options"],
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-        )
-        for row in rows
-    ]
+    return [_claimed(row) for row in rows]
 
 
 async def finish_done(
@@ -323,10 +368,18 @@ class Batcher(Generic[T, R]):
 
 
 class GroupCommit(Batcher[NewJob, JsonDict]):
-    """Concurrent submissions inserted together: one statement, one transaction, one NOTIFY."""
+    """Concurrent submissions inserted together: one statement, one transaction, one NOTIFY.
+
+    Given this process's worker (`hand_off`), jobs due now go straight to its free slots
+    while it is idle (see `create`)."""
 
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
-        super().__init__(lambda new: create(pool, new), name="group-commit", max_batch=max_batch)
+        super().__init__(
+            lambda new: create(pool, new, hand_off=self.hand_off),
+            name="group-commit",
+            max_batch=max_batch,
+        )
+        self.hand_off: HandOff | None = None
 
     async def create(self, new: NewJob) -> JsonDict:
         """Insert one job (with its event and NOTIFY) and return its public JSON."""

@@ -52,6 +52,13 @@ class Metrics:
             buckets=DURATION_BUCKETS_S,
             registry=self.registry,
         )
+        self.jobs_started = Counter(
+            "pressroom_job_starts",
+            "Attempts started, by how the worker got the job: a claim from the queue, or a "
+            "hand-off of a job this process inserted while the worker was idle.",
+            ["via"],
+            registry=self.registry,
+        )
         self.jobs_finished = Counter(
             "pressroom_job_attempts",
             "Finished attempts by outcome (done, retrying, failed, aborted).",

@@ -83,8 +83,13 @@ class Workers:
         self._rendering: set[uuid.UUID] = set()
         self._slots = asyncio.Semaphore(config.slots)
         self._aborted: set[uuid.UUID] = set()
+        # Slots promised to jobs being inserted by this process right now (hand-off).
+        self._reserved = 0
+        # Waiting with nothing to do: the last claim found fewer due jobs than free slots.
+        self._idle = False
         self._stopping = False
         self.rendered = 0
+        self.handed_off = 0
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
@@ -110,14 +115,56 @@ class Workers:
     def busy(self) -> int:
         return len(self._running)
 
+    @property
+    def idle(self) -> bool:
+        """Waiting for work with a slot free: a job inserted by this process now is handed off."""
+        return (
+            self._idle
+            and not self._stopping
+            and not self._wake.is_set()
+            and self._free(self._config.slots) > 0
+        )
+
+    @property
+    def lease_s(self) -> float:
+        return self._config.lease_s
+
+    def reserve(self, wanted: int) -> int:
+        """Slots for jobs this process is inserting right now, which then skip the NOTIFY,
+        the claim and its commit (see jobs.create). Granted only while this worker is idle:
+        its last claim found no more due jobs and no wake-up has come since, so a job taken
+        this way passes none that waits in the queue."""
+        if not self.idle:
+            return 0
+        granted = min(wanted, self._free(self._config.slots))
+        self._reserved += granted
+        return granted
+
+    def take(self, handed: list[ClaimedJob], reserved: int) -> None:
+        """Run the jobs inserted into reserved slots; the slots left over are free again."""
+        self._reserved -= reserved
+        if self._stopping:
+            # Inserted as ours while stopping began: back to the queue for another process.
+            if handed:
+                asyncio.get_running_loop().create_task(self._release([j.id for j in handed]))
+            return
+        self.handed_off += len(handed)
+        self._metrics.jobs_started.labels("hand_off").inc(len(handed))
+        for job in handed:
+            self._start(job)
+
+    def _free(self, capacity: int) -> int:
+        """Slots of `capacity` not held by a job before its render ends or promised to one."""
+        return capacity - (len(self._running) - len(self._rendered)) - self._reserved
+
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
         while not self._stopping:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
-            capacity = self._config.slots + self._config.prefetch
-            free = capacity - (len(self._running) - len(self._rendered))
+            self._idle = False
+            free = self._free(self._config.slots + self._config.prefetch)
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -130,6 +177,9 @@ class Workers:
                         )
                 except (*DB_ERRORS, asyncpg.PostgresError) as exc:
                     log.warning("claim failed: %s", exc)
+                else:
+                    self._idle = len(claimed) < free
+                    self._metrics.jobs_started.labels("claim").inc(len(claimed))
                 for job in claimed:
                     self._start(job)
                 if claimed and len(claimed) == free:

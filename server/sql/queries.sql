@@ -4,25 +4,55 @@
 -- kind "q" when the change made work due for the workers, "e" otherwise.
 
 -- insert_jobs --
--- $1..$10 are parallel arrays, one element per job (many requests share one transaction).
+-- $1..$12 are parallel arrays, one element per job (many requests share one transaction).
+-- $13 marks the jobs an idle worker of this process takes at once (hand-off): they are
+-- inserted running, attempt 1, held by worker $14 with a lease of $15 seconds, with their
+-- job.queued and job.running events, so they skip the NOTIFY, the claim and its commit. The
+-- job JSON returned is the job.queued event's, whichever way the job went.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, idempotency_key, request_hash)
+                      max_attempts, run_after, idempotency_key, request_hash,
+                      status, attempts, worker_id, lease_expires_at, started_at)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash
+           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
+           CASE WHEN handed THEN 'running' ELSE 'queued' END,
+           CASE WHEN handed THEN 1 ELSE 0 END,
+           CASE WHEN handed THEN $14 END,
+           CASE WHEN handed THEN now() + make_interval(secs => $15) END,
+           CASE WHEN handed THEN now() END
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
-                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[])
+                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
+                $13::bool[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash)
+              max_attempts, run_after, idempotency_key, request_hash, handed)
     RETURNING *
 ), ev AS (
+    -- Every job.queued event first, then the job.running ones: a handed-off job's events
+    -- keep the order of its states. Its job.queued payload is the row as it was queued.
     INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT n.id, n.tenant, 'job.queued', job_public(n::jobs) FROM new n
-    RETURNING id
+    SELECT n.id, n.tenant, e.type,
+           CASE WHEN e.type = 'job.queued' AND n.status = 'running'
+                THEN job_public(n::jobs)
+                     || '{"status": "queued", "attempts": 0, "started_at": null}'::jsonb
+                ELSE job_public(n::jobs) END
+    FROM new n
+    JOIN (VALUES (1, 'job.queued'), (2, 'job.running')) AS e (step, type)
+        ON e.step = 1 OR n.status = 'running'
+    ORDER BY e.step
+    RETURNING id, job_id, type, payload
 )
-SELECT n.id, job_public(n::jobs) AS job,
-       (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL AS notified
-FROM new n;
+SELECT n.id, n.tenant, q.payload AS job, n.status = 'running' AS handed,
+       CASE WHEN n.status = 'running' THEN n.template END AS template,
+       CASE WHEN n.status = 'running' THEN n.data END AS data,
+       CASE WHEN n.status = 'running' THEN n.options END AS options,
+       n.attempts, n.max_attempts,
+       -- Work for the workers only when some job stayed queued; otherwise only push.
+       (SELECT pg_notify('pressroom',
+                         CASE WHEN bool_and(handed.status = 'running') THEN 'e:' ELSE 'q:' END
+                         || (SELECT max(id) FROM ev))
+        FROM new handed) IS NULL AS notified
+FROM new n
+JOIN ev q ON q.job_id = n.id AND q.type = 'job.queued';
 
 -- claim_jobs --
 -- One statement: pick due jobs without waiting on rows others hold, mark them running,

@@ -13,6 +13,8 @@ from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
 
+VIAS = ("claim", "hand_off")  # how a worker gets a job (pressroom_job_starts_total)
+
 
 async def scrape(app: RunningApp) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     async with app.http.get(app.url("/metrics")) as resp:
@@ -64,6 +66,8 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     assert after[("pressroom_job_attempts_total", (("outcome", "done"),))] == 2
     assert after[("pressroom_job_attempts_total", (("outcome", "failed"),))] == 1
     assert after[("pressroom_render_duration_seconds_count", ())] == 3, "every attempt is timed"
+    started = [after.get(("pressroom_job_starts_total", (("via", via),)), 0) for via in VIAS]
+    assert sum(started) == 3, "every attempt is counted once, claimed or handed off"
     assert after[("pressroom_events_published_total", ())] >= 8
     assert after[("pressroom_db_pool_size", ())] >= 1
 

@@ -1,0 +1,199 @@
+"""Hand-off: a job submitted to a process whose worker is idle goes straight to that worker,
+inserted running in the submission's own statement (no NOTIFY, claim or second commit), with
+the same events in the same order as a claimed job. A busy or stopping worker, or a job due
+later, leaves the job to the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from server import jobs
+from server.jobs import ClaimedJob, NewJob
+from server.keys import WORKERS
+from server.worker import Workers
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer
+from tests.sse import collect
+
+
+async def idle_workers(app: RunningApp) -> Workers:
+    workers: Workers = app.app[WORKERS]
+    async with asyncio.timeout(10):
+        while not workers.idle:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # the first claim after start has no event to wait on
+    return workers
+
+
+async def submit(app: RunningApp, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = body or {"template": "<p>{{ name }}</p>", "data": {"name": "Ana"}}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 202, await resp.text()
+        created: dict[str, Any] = await resp.json()
+        return created
+
+
+async def events(app: RunningApp, job_id: str, until: str = "job.done") -> list[Any]:
+    return await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"), until=until)
+
+
+async def test_an_idle_worker_takes_the_job_with_the_same_events(api: RunningApp) -> None:
+    workers = await idle_workers(api)
+    created = await submit(api)
+    assert created["status"] == "queued"  # 202 shows the job as it was accepted
+    assert workers.handed_off == 1
+    seen = await events(api, created["id"])
+    assert [m.event for m in seen] == ["job.queued", "job.running", "job.done"]
+    ids = [int(m.id) for m in seen]
+    assert ids == sorted(ids)
+    queued, running, done = (m.json["job"] for m in seen)
+    assert (queued["status"], queued["attempts"], queued["started_at"]) == ("queued", 0, None)
+    assert (running["status"], running["attempts"]) == ("running", 1)
+    assert running["started_at"] is not None
+    assert done["status"] == "done" and done["attempts"] == 1
+    # Apart from what the claim changes, the job.queued event shows the same job.
+    changed = {"status", "attempts", "started_at"}
+    assert {k: v for k, v in queued.items() if k not in changed} == {
+        k: v for k, v in running.items() if k not in changed
+    }
+
+
+async def test_a_busy_worker_leaves_the_job_to_the_queue(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    fake_renderer.gate = asyncio.Event()
+    workers = await idle_workers(api)
+    first = await submit(api)
+    await asyncio.wait_for(fake_renderer.started.wait(), 10)
+    second = await submit(api)  # the only slot is held: nothing to hand the job to
+    assert workers.handed_off == 1
+    async with api.http.get(api.url(f"/v1/jobs/{second['id']}")) as resp:
+        assert (await resp.json())["status"] == "queued"
+    fake_renderer.gate.set()
+    for job in (first, second):
+        assert (await events(api, job["id"]))[-1].event == "job.done"
+    assert workers.handed_off == 1  # the second was claimed from the queue
+    assert fake_renderer.rendered == ["<p>Ana</p>", "<p>Ana</p>"]
+
+
+async def test_a_job_due_later_is_not_handed_off(api: RunningApp) -> None:
+    workers = await idle_workers(api)
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
+    created = await submit(api, {"template": "<p>later</p>", "run_at": later})
+    assert workers.handed_off == 0
+    async with api.http.get(api.url(f"/v1/jobs/{created['id']}")) as resp:
+        assert (await resp.json())["status"] == "queued"
+
+
+async def test_a_stopping_worker_takes_nothing(
+    start_app: Callable[..., Any], fake_renderer: FakeRenderer
+) -> None:
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
+    workers = await idle_workers(app)
+    await workers.stop()
+    created = await submit(app)
+    assert workers.handed_off == 0
+    async with app.http.get(app.url(f"/v1/jobs/{created['id']}")) as resp:
+        assert (await resp.json())["status"] == "queued"
+    assert fake_renderer.calls == []
+
+
+async def test_the_hand_off_shows_in_the_metrics(api: RunningApp) -> None:
+    await idle_workers(api)
+    created = await submit(api)
+    await events(api, created["id"])
+    async with api.http.get(api.url("/metrics")) as resp:
+        text = await resp.text()
+    assert 'pressroom_job_starts_total{via="hand_off"} 1.0' in text
+
+
+class Recorder:
+    """A HandOff that grants `free` slots and records what it was given back."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.taken: list[tuple[list[ClaimedJob], int]] = []
+
+    @property
+    def worker_id(self) -> str:
+        return "recorder"
+
+    @property
+    def lease_s(self) -> float:
+        return 60.0
+
+    def reserve(self, wanted: int) -> int:
+        return min(wanted, self.free)
+
+    def take(self, handed: list[ClaimedJob], reserved: int) -> None:
+        self.taken.append((handed, reserved))
+
+
+def new_job(**fields: Any) -> NewJob:
+    values: dict[str, Any] = {
+        "tenant": "default",
+        "template": "<p>{{ n }}</p>",
+        "data": {"n": 1},
+        "options": {},
+        "metadata": {},
+        "max_attempts": 3,
+    }
+    values.update(fields)
+    return NewJob(**values)
+
+
+async def test_only_reserved_due_jobs_go_best_first(pool: asyncpg.Pool) -> None:
+    recorder = Recorder(free=2)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    batch = [
+        new_job(priority=0),
+        new_job(priority=5, run_at=later),  # best, but not due
+        new_job(priority=3),
+        new_job(priority=9),
+    ]
+    await jobs.create(pool, batch, hand_off=recorder)
+    [(handed, reserved)] = recorder.taken
+    assert reserved == 2
+    assert {j.id for j in handed} == {batch[3].id, batch[2].id}
+    assert all(j.attempt == 1 and j.data == {"n": 1} for j in handed)
+    rows = await pool.fetch("SELECT id, status, worker_id FROM jobs")
+    status = {r["id"]: (r["status"], r["worker_id"]) for r in rows}
+    assert status[batch[3].id] == ("running", "recorder")
+    assert status[batch[2].id] == ("running", "recorder")
+    assert status[batch[0].id] == ("queued", None)
+    assert status[batch[1].id] == ("queued", None)
+    # Every job has its job.queued event; only the handed-off ones a job.running.
+    types = await pool.fetch("SELECT job_id, type FROM job_events ORDER BY id")
+    assert sorted(r["type"] for r in types) == ["job.queued"] * 4 + ["job.running"] * 2
+    first_running = next(i for i, r in enumerate(types) if r["type"] == "job.running")
+    assert all(r["type"] == "job.running" for r in types[first_running:])
+
+
+async def test_a_failed_insert_gives_the_slots_back(pool: asyncpg.Pool) -> None:
+    recorder = Recorder(free=1)
+    job = new_job()
+    await jobs.create(pool, [job])
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await jobs.create(pool, [new_job(id=job.id)], hand_off=recorder)  # the same id again
+    assert recorder.taken == [([], 1)]
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_a_notification_only_wakes_workers_when_a_job_stayed_queued(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    listener = await asyncpg.connect(dsn)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener("pressroom", lambda *args: heard.put_nowait(args[-1]))
+    try:
+        await jobs.create(pool, [new_job()], hand_off=Recorder(free=1))
+        assert (await asyncio.wait_for(heard.get(), 5)).startswith("e:")
+        await jobs.create(pool, [new_job(), new_job()], hand_off=Recorder(free=1))
+        assert (await asyncio.wait_for(heard.get(), 5)).startswith("q:")
+    finally:
+        await listener.close()
