@@ -34,7 +34,7 @@ ALL = ["accept", "queue", "render", "soak", "push", "profile"]
 TINY = {
     "accept": ["--duration", "1"],
     "queue": ["--jobs", "300", "--slots", "4,16", "--latency-jobs", "20"],
-    "render": ["--docs", "4", "--slots", "1", "--pages", "1,20"],
+    "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "profile": ["--duration", "1"],
 }

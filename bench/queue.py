@@ -8,9 +8,10 @@ Pressroom's jobs go the whole way (claim + job.running event, template, no-op re
 file stored, done + job.done event); the peers' jobs run an empty handler.
 
 Submit→start: one job every 50 ms into an idle Pressroom worker, timed to the moment the
-renderer is called (same process, same clock): from just before POST /v1/jobs to a process
-with web and workers (the job is handed to the idle worker in the submission's statement),
-and from just before an INSERT by another connection (NOTIFY, claim and its commit).
+renderer is called: from just before POST /v1/jobs by a client process (bench.submitter) to a
+process with web and workers (the job is handed to the idle worker in the submission's
+statement), and from just before an INSERT over another connection (NOTIFY, claim and its
+commit). The first WARMUP_JOBS of each are not counted.
 
     python -m bench.queue [--jobs 10000] [--slots 4,16,64] [--latency-jobs 200] [--peers all]
 """
@@ -53,6 +54,8 @@ from server.keys import WORKERS
 NAME = "bench.queue"
 TEMPLATE = "<p>Job {{ n }}</p>"
 SETTLE_S = 1.0  # idle workers get this long to connect and LISTEN before the insert
+# Jobs sent before the timed ones: they open the client's connection and prepare statements.
+WARMUP_JOBS = 5
 POLL_S = 0.005
 
 
@@ -119,7 +122,7 @@ async def submit_to_start(
             conn = await db.connect(dsn)
             try:
                 next_at = time.perf_counter()
-                for _ in range(count):
+                for _ in range(WARMUP_JOBS + count):
                     next_at += interval_s
                     submitted = time.perf_counter()
                     new = NewJob(
@@ -133,11 +136,12 @@ async def submit_to_start(
                     await jobs.create(conn, [new])
                     committed[submitted] = time.perf_counter()
                     await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-                await wait_until(lambda: _true(len(clock.latencies_ms) >= count), timeout_s=30)
+                total = WARMUP_JOBS + count
+                await wait_until(lambda: _true(len(clock.latencies_ms) >= total), timeout_s=30)
             finally:
                 await conn.close()
     after_commit = [(clock.started[s] - c) * 1000 for s, c in committed.items()]
-    return clock.latencies_ms, after_commit
+    return clock.latencies_ms[WARMUP_JOBS:], after_commit[WARMUP_JOBS:]
 
 
 async def submit_to_start_http(count: int, interval_s: float, slots: int) -> list[float]:
@@ -155,17 +159,18 @@ async def submit_to_start_http(count: int, interval_s: float, slots: int) -> lis
                 "-m",
                 "bench.submitter",
                 base,
-                f"--count={count}",
+                f"--count={WARMUP_JOBS + count}",
                 f"--interval-ms={interval_s * 1000:g}",
                 cwd=ROOT,
             )
             if await client.wait() != 0:
                 raise RuntimeError(f"bench.submitter exited {client.returncode}")
-            await wait_until(lambda: _true(len(clock.latencies_ms) >= count), timeout_s=30)
+            total = WARMUP_JOBS + count
+            await wait_until(lambda: _true(len(clock.latencies_ms) >= total), timeout_s=30)
             handed_off = app[WORKERS].handed_off
-    if handed_off != count:
-        print(f"queue   note: {count - handed_off} of {count} jobs went through the queue")
-    return clock.latencies_ms
+    if handed_off != total:
+        print(f"queue   note: {total - handed_off} of {total} jobs went through the queue")
+    return clock.latencies_ms[WARMUP_JOBS:]
 
 
 async def commit_floor(count: int, interval_s: float) -> list[float]:

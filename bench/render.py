@@ -5,9 +5,11 @@ The raw loop reuses one page per slot; Pressroom goes submit over HTTP → claim
 store → done event, read from the SSE stream.
 
 A 20-page document (the invoice with 640 lines) is measured at the same slot counts, with
-fewer documents (--docs * 2 / pages).
+fewer documents (--docs * 2 / pages). Each row alternates raw and Pressroom runs --rounds
+times and reports the medians, so a drift of the machine's speed during the run (a shared
+host) weighs on both sides alike.
 
-    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20]
+    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -135,34 +138,44 @@ async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, Cp
     return len(bodies) / elapsed, cpu
 
 
-async def run_pages(docs: int, slot_counts: list[int], pages: int) -> list[dict[str, Any]]:
-    """One row per slot count: raw Playwright and Pressroom on the same documents."""
+async def run_pages(
+    docs: int, slot_counts: list[int], pages: int, rounds: int
+) -> list[dict[str, Any]]:
+    """One row per slot count: raw Playwright and Pressroom on the same documents, in
+    `rounds` alternating pairs; the row holds the medians and every round."""
     rows: list[dict[str, Any]] = []
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
     data = [invoice_data(n, lines) for n in range(docs)]
     bodies: list[dict[str, Any]] = [{"template": INVOICE, "data": d} for d in data]
     html = [templates.render(INVOICE, d) for d in data]
     for slots in slot_counts:
-        floor, floor_cpu = await raw_playwright(html, slots)
-        ours, ours_cpu = await pressroom(bodies, slots)
-        floor_cpu_ms, ours_cpu_ms = floor_cpu.per(len(html)), ours_cpu.per(len(bodies))
-        row = {
-            "slots": slots,
-            "docs": docs,
-            "pages": pages,
-            "raw": floor,
-            "pressroom": ours,
-            "ratio": ours / floor,
-            "raw_cpu_ms": floor_cpu_ms,
-            "pressroom_cpu_ms": ours_cpu_ms,
-            "raw_machine_cpu_ms": floor_cpu.machine_per(len(html)),
-            "pressroom_machine_cpu_ms": ours_cpu.machine_per(len(bodies)),
-        }
+        pairs: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            floor, floor_cpu = await raw_playwright(html, slots)
+            ours, ours_cpu = await pressroom(bodies, slots)
+            pairs.append(
+                {
+                    "raw": floor,
+                    "pressroom": ours,
+                    "ratio": ours / floor,
+                    "raw_cpu_ms": floor_cpu.per(len(html)),
+                    "pressroom_cpu_ms": ours_cpu.per(len(bodies)),
+                    "raw_machine_cpu_ms": floor_cpu.machine_per(len(html)),
+                    "pressroom_machine_cpu_ms": ours_cpu.machine_per(len(bodies)),
+                }
+            )
+        row: dict[str, Any] = {"slots": slots, "docs": docs, "pages": pages, "rounds": pairs}
+        for key in pairs[0]:
+            values = [pair[key] for pair in pairs]
+            row[key] = None if None in values else statistics.median(values)
         rows.append(row)
+        each = ", ".join(f"{pair['ratio']:.2f}" for pair in pairs)
         print(
-            f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright {floor:6.1f} PDF/s, "
-            f"Pressroom {ours:6.1f} PDF/s, ratio {ours / floor:.2f}; CPU per PDF in this "
-            f"process {floor_cpu_ms:.1f} / {ours_cpu_ms:.1f} ms, of the machine "
+            f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright "
+            f"{row['raw']:6.1f} PDF/s, Pressroom {row['pressroom']:6.1f} PDF/s, ratio "
+            f"{row['ratio']:.2f} (median of {rounds}: "
+            f"{each}); CPU per PDF in this "
+            f"process {row['raw_cpu_ms']:.1f} / {row['pressroom_cpu_ms']:.1f} ms, of the machine "
             f"{row['raw_machine_cpu_ms'] or float('nan'):.1f} / "
             f"{row['pressroom_machine_cpu_ms'] or float('nan'):.1f} ms",
             flush=True,
@@ -177,7 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with postgres():
         for pages in [int(p) for p in args.pages.split(",")]:
             docs = args.docs if pages <= 1 else max(2 * max(slot_counts), args.docs * 2 // pages)
-            rows += await run_pages(docs, slot_counts, pages)
+            rows += await run_pages(docs, slot_counts, pages, args.rounds)
     return {"args": vars(args), "command": command(NAME, *_argv(args)), "rows": rows}
 
 
@@ -188,11 +201,22 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--docs", type=int, default=20 if QUICK else 200)
     parser.add_argument("--slots", default="1,2" if QUICK else "1,2,4")
     parser.add_argument("--pages", default="1,20", help="page counts, e.g. 1,20")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1 if QUICK else 3,
+        help="alternating raw/Pressroom pairs per row; the row reports their medians",
+    )
     return parser
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
-    return [f"--docs {args.docs}", f"--slots {args.slots}", f"--pages {args.pages}"]
+    return [
+        f"--docs {args.docs}",
+        f"--slots {args.slots}",
+        f"--pages {args.pages}",
+        f"--rounds {args.rounds}",
+    ]
 
 
 def main() -> None:
