@@ -9,9 +9,9 @@ file stored, done + job.done event); the peers' jobs run an empty handler.
 
 Submit→start: one job every 50 ms into an idle Pressroom worker, timed to the moment the
 renderer is called: from just before POST /v1/jobs by a client process (bench.submitter) to a
-process with web and workers (the job is handed to the idle worker in the submission's
-statement), and from just before an INSERT over another connection (NOTIFY, claim and its
-commit). The first WARMUP_JOBS of each are not counted.
+process with web and workers, with the hand-off (the job goes to the idle worker in the
+submission's statement) and without (PRESSROOM_HAND_OFF=false: NOTIFY, claim); and from just
+before an INSERT over another connection. The first WARMUP_JOBS of each are not counted.
 
     python -m bench.queue [--jobs 10000] [--slots 4,16,64] [--latency-jobs 200] [--peers all]
 """
@@ -144,14 +144,21 @@ async def submit_to_start(
     return clock.latencies_ms[WARMUP_JOBS:], after_commit[WARMUP_JOBS:]
 
 
-async def submit_to_start_http(count: int, interval_s: float, slots: int) -> list[float]:
+async def submit_to_start_http(
+    count: int, interval_s: float, slots: int, *, hand_off: bool
+) -> list[float]:
     """Milliseconds from just before POST /v1/jobs to the renderer's call, one job at a time,
-    into a `pressroom serve` process (web and workers) whose worker is idle, so the job is
-    handed to it in the submission's own statement. The client is another process
-    (bench.submitter); both read the machine's one monotonic clock."""
+    into a `pressroom serve` process (web and workers) whose worker is idle: with `hand_off`
+    the job goes to it in the submission's own statement, without it through the queue
+    (NOTIFY, claim). The client is another process (bench.submitter); both read the
+    machine's one monotonic clock."""
     clock = StartClock()
     async with database(migrated=True) as dsn:
-        overrides: dict[str, Any] = {"render_slots": slots, "renderer_factory": lambda _s: clock}
+        overrides: dict[str, Any] = {
+            "render_slots": slots,
+            "renderer_factory": lambda _s: clock,
+            "hand_off": hand_off,
+        }
         async with running_app(dsn, **overrides) as (base, app):
             await asyncio.sleep(SETTLE_S)
             client = await asyncio.create_subprocess_exec(
@@ -168,7 +175,7 @@ async def submit_to_start_http(count: int, interval_s: float, slots: int) -> lis
             total = WARMUP_JOBS + count
             await wait_until(lambda: _true(len(clock.latencies_ms) >= total), timeout_s=30)
             handed_off = app[WORKERS].handed_off
-    if handed_off != total:
+    if hand_off and handed_off != total:
         print(f"queue   note: {total - handed_off} of {total} jobs went through the queue")
     return clock.latencies_ms[WARMUP_JOBS:]
 
@@ -401,11 +408,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         interval_s = args.interval_ms / 1000
-        over_http = await submit_to_start_http(args.latency_jobs, interval_s, 4)
+        over_http = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=True)
+        queued = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=False)
         latencies, after_commit = await submit_to_start(args.latency_jobs, interval_s, 4)
         floor = await commit_floor(args.latency_jobs, interval_s)
     result["latency_http"] = latency_summary(over_http)
     result["latencies_http_ms"] = over_http
+    result["latency_http_queued"] = latency_summary(queued)
+    result["latencies_http_queued_ms"] = queued
     result["latency"] = latency_summary(latencies)
     result["latencies_ms"] = latencies
     result["latency_after_commit"] = latency_summary(after_commit)
@@ -426,7 +436,8 @@ def print_result(result: dict[str, Any]) -> None:
         line += f"{result['ratio_procrastinate']:.2f}"
     print(line, flush=True)
     for key, what in (
-        ("latency_http", "POST /v1/jobs→start"),
+        ("latency_http", "POST /v1/jobs→start, hand-off"),
+        ("latency_http_queued", "POST /v1/jobs→start, through the queue"),
         ("latency", "insert→start"),
         ("latency_after_commit", "commit→start"),
         ("commit_floor", "one raw commit"),

@@ -206,6 +206,19 @@ def summary_rows(results: Result) -> list[list[str]]:
                     _verdict(http["p99_ms"] < 3),
                 ]
             )
+        if "latency_http_queued" in queue:
+            queued = queue["latency_http_queued"]
+            rows.append(
+                [
+                    f"P4 submit→start: the same POSTs through the queue (hand-off off), {every}, "
+                    "p50 / p99",
+                    f"{queued['p50_ms']:.2f} / {queued['p99_ms']:.2f} ms",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
         rows.append(
             [
                 f"P4 submit→start: INSERT by another process (NOTIFY, claim), {every}, p50 / p99",
@@ -414,7 +427,19 @@ def _submit_over_http(queue: Result) -> str:
         f"the machine's one monotonic clock): p50 {http['p50_ms']:.2f} ms, p90 "
         f"{http['p90_ms']:.2f} ms, p99 {http['p99_ms']:.2f} ms, max {http['max_ms']:.2f} ms. "
         "The first jobs, which open the HTTP connection and prepare the statements, are not "
-        "counted.\n"
+        "counted." + _through_the_queue(queue) + "\n"
+    )
+
+
+def _through_the_queue(queue: Result) -> str:
+    if "latency_http_queued" not in queue:
+        return ""
+    queued = queue["latency_http_queued"]
+    return (
+        " The same client against the same kind of process with `PRESSROOM_HAND_OFF=false` "
+        "(each job queued, its NOTIFY heard by the worker, claimed in a statement and commit "
+        f"of its own): p50 {queued['p50_ms']:.2f} ms, p90 {queued['p90_ms']:.2f} ms, p99 "
+        f"{queued['p99_ms']:.2f} ms, max {queued['max_ms']:.2f} ms."
     )
 
 
@@ -742,6 +767,8 @@ def write_plots(results: Result, out: Path) -> list[Path]:
         queue = results["queue"]
         plot("queue-slots.png", lambda p: plots.queue_slots(p, queue))
         starts = {"INSERT by another process (NOTIFY, claim)": queue["latencies_ms"]}
+        if "latencies_http_queued_ms" in queue:
+            starts = {"POST /v1/jobs, hand-off off": queue["latencies_http_queued_ms"], **starts}
         if "latencies_http_ms" in queue:
             starts = {"POST /v1/jobs (hand-off)": queue["latencies_http_ms"], **starts}
         plot(

@@ -187,7 +187,8 @@ def create_app(
         workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
-        app[GROUP_COMMIT].hand_off = workers
+        if settings.hand_off:
+            app[GROUP_COMMIT].hand_off = workers
         async with (
             background("workers", workers.run()),
             background("heartbeat", workers.heartbeat()),

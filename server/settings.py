@@ -145,6 +145,8 @@ class Settings:
     db_pool_max: int = 10
     render_slots: int = 2
     prefetch: int = 0
+    #: A job submitted while this process's worker is idle goes straight to it (jobs.create).
+    hand_off: bool = True
     run_web: bool = True
     storage: str = "local"
     s3_endpoint: str | None = None
@@ -221,6 +223,7 @@ class Settings:
             db_pool_max=_parse(e, "PRESSROOM_DB_POOL_MAX", 10, _positive(int)),
             render_slots=_parse(e, "PRESSROOM_RENDER_SLOTS", 2, _non_negative_int),
             prefetch=_parse(e, "PRESSROOM_PREFETCH", 0, _non_negative_int),
+            hand_off=_parse(e, "PRESSROOM_HAND_OFF", True, _bool),
             storage=_parse(e, "PRESSROOM_STORAGE", "local", _choice("local", "s3")),
             s3_endpoint=_parse(e, "S3_ENDPOINT", None, str),
             s3_region=_parse(e, "S3_REGION", "auto", str),

@@ -103,6 +103,16 @@ async def test_a_stopping_worker_takes_nothing(
     assert fake_renderer.calls == []
 
 
+async def test_the_hand_off_can_be_turned_off(
+    start_app: Callable[..., Any], fake_renderer: FakeRenderer
+) -> None:
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, hand_off=False)
+    workers = await idle_workers(app)
+    created = await submit(app)
+    assert (await events(app, created["id"]))[-1].event == "job.done"  # claimed from the queue
+    assert workers.handed_off == 0
+
+
 async def test_the_hand_off_shows_in_the_metrics(api: RunningApp) -> None:
     await idle_workers(api)
     created = await submit(api)
