@@ -85,10 +85,16 @@ def find_system_chromium() -> str | None:
     return None
 
 
-def browser_processes() -> list[psutil.Process]:
-    """Chromium processes started by this process (through Playwright's driver)."""
+def browser_processes(driver: int | None = None) -> list[psutil.Process]:
+    """Chromium processes started by this process (through Playwright's driver), or by one
+    driver (its pid) only: those of one renderer when a process holds several."""
     found = []
-    for child in psutil.Process(os.getpid()).children(recursive=True):
+    try:
+        root = psutil.Process(driver if driver is not None else os.getpid())
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return []
+    for child in children:
         try:
             name = child.name().lower()
         except psutil.Error:
@@ -98,18 +104,22 @@ def browser_processes() -> list[psutil.Process]:
     return found
 
 
-def browser_memory_mb() -> float:
-    """Memory of every Chromium process of this process, in MiB: the sum of proportional set
-    sizes, so pages the processes share are counted once (a sum of RSS counts them in each
-    process and makes a browser with a few contexts look twice its size)."""
+def browser_memory_mb(driver: int | None = None) -> float:
+    """Memory of the Chromium processes of this process (or of one driver), in MiB: the sum of
+    proportional set sizes, so pages the processes share are counted once (a sum of RSS counts
+    them in each process and makes a browser with a few contexts look twice its size)."""
     total = 0
-    for process in browser_processes():
+    for process in browser_processes(driver):
         try:
             info = process.memory_full_info()
         except psutil.Error:
             continue
         total += getattr(info, "pss", info.rss)
     return total / (1024 * 1024)
+
+
+def _child_pids() -> set[int]:
+    return {child.pid for child in psutil.Process(os.getpid()).children()}
 
 
 @dataclasses.dataclass(slots=True)
@@ -148,6 +158,7 @@ class ChromiumRenderer:
         self._recycle_due = False
         self._suspect = False
         self._playwright: Playwright | None = None
+        self._driver: int | None = None  # pid of Playwright's driver; None: not known
         self._browser: Browser | None = None
         self._generation = 0
         self._idle: list[_Slot] = []
@@ -162,8 +173,20 @@ class ChromiumRenderer:
     def executable(self) -> str | None:
         return self._executable
 
+    @property
+    def driver_pid(self) -> int | None:
+        """Playwright's driver process, below which this renderer's Chromium runs."""
+        return self._driver
+
     async def start(self) -> None:
+        # Playwright's driver is a child process of ours, and every Chromium this renderer
+        # launches runs below it: knowing its pid scopes the memory reading and the kill of a
+        # hung browser to this renderer's own. Should two renderers start at once, neither
+        # knows which new child is its own and both fall back to every Chromium of the process.
+        before = _child_pids()
         self._playwright = await async_playwright().start()
+        started = _child_pids() - before
+        self._driver = started.pop() if len(started) == 1 else None
         await self._launch()
 
     async def close(self) -> None:
@@ -221,7 +244,7 @@ class ChromiumRenderer:
                 await browser.close()
         except (PlaywrightError, TimeoutError):
             # A hung browser does not close; kill it so no process is left behind.
-            for process in browser_processes():
+            for process in browser_processes(self._driver):
                 with contextlib.suppress(psutil.Error):
                     process.kill()
 
@@ -274,7 +297,7 @@ class ChromiumRenderer:
 
     async def _check_memory(self, generation: int) -> None:
         try:
-            used_mb = await asyncio.to_thread(browser_memory_mb)
+            used_mb = await asyncio.to_thread(browser_memory_mb, self._driver)
         except Exception:
             log.exception("could not measure the browser's memory")
             return

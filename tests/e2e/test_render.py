@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import unicodedata
 from collections.abc import Callable
 from io import BytesIO
 from typing import Any
 
+import psutil
 import pytest
 from pypdf import PdfReader
 
@@ -192,3 +194,48 @@ async def test_a_browser_that_stops_answering_mid_setup_does_not_hold_the_job(
     finally:
         monkeypatch.undo()
         await renderer.close()
+
+
+async def test_killing_a_hung_browser_spares_other_renderers_of_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from playwright.async_api import Browser
+
+    from server import render
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+
+    async def hang(*_args: Any, **_kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+    def main_process(renderer: render.ChromiumRenderer) -> psutil.Process:
+        """The browser process itself: its driver's child (its helpers come and go)."""
+        assert renderer.driver_pid is not None
+        [browser] = [
+            p for p in psutil.Process(renderer.driver_pid).children() if "chrom" in p.name()
+        ]
+        return browser
+
+    def alive(process: psutil.Process) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return process.status() != psutil.STATUS_ZOMBIE
+        return False
+
+    hung = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    other = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    await hung.start()
+    await other.start()
+    try:
+        await other.render("<p>other</p>", RenderOptions(), timeout_s=20)
+        hung_browser, other_browser = main_process(hung), main_process(other)
+        monkeypatch.setattr(render, "CLOSE_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(Browser, "close", hang)  # the browser does not close: it is killed
+        await hung.close()
+        monkeypatch.undo()
+        assert not alive(hung_browser)
+        assert alive(other_browser), "another renderer's browser was killed"
+        result = await other.render("<p>still here</p>", RenderOptions(), timeout_s=20)
+        assert result.pdf.startswith(b"%PDF-") and other.launches == 1
+    finally:
+        monkeypatch.undo()
+        await other.close()
