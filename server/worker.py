@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 DB_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, TimeoutError)
 FINISH_RETRY_S = 0.5
+STOP_CLAIM_WAIT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +89,10 @@ class Workers:
         # Waiting with nothing to do: the last claim found fewer due jobs than free slots.
         self._idle = False
         self._stopping = False
+        # Clear while the claim loop runs: stop() waits for a claim in flight to come back, so
+        # the jobs it took are known (and handed back) instead of left running on a lease.
+        self._loop_done = asyncio.Event()
+        self._loop_done.set()
         self.rendered = 0
         self.handed_off = 0
 
@@ -159,6 +164,13 @@ class Workers:
 
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
+        self._loop_done.clear()
+        try:
+            await self._claim_loop()
+        finally:
+            self._loop_done.set()
+
+    async def _claim_loop(self) -> None:
         while not self._stopping:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
@@ -333,6 +345,12 @@ class Workers:
         """Stop claiming; let renders finish within the grace period; release the rest."""
         self._stopping = True
         self._wake.set()
+        # A claim in flight commits whether or not its answer is read: let it come back, so
+        # the jobs it took are ours to hand back below (a database that does not answer is
+        # not waited for long; its jobs then wait for their lease to run out).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_CLAIM_WAIT_S):
+                await self._loop_done.wait()
         # Jobs not yet rendering (their template, or waiting for a slot when claimed ahead) go
         # back to the queue at once: another process can take them now.
         early = {

@@ -1,0 +1,51 @@
+"""Stopping a worker while its claim is in flight: the claim has committed in the database
+whether or not its answer was read, so stop() waits for that answer and hands the jobs back at
+once, instead of leaving them `running` until their lease runs out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from server import jobs
+from server.jobs import NewJob
+from server.keys import POOL, WORKERS
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer
+
+
+async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
+    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=2, hand_off=False)
+    claimed_in_db = asyncio.Event()
+    answer = asyncio.Event()
+    real_claim = jobs.claim
+
+    async def slow_answer(*args: Any, **kwargs: Any) -> list[jobs.ClaimedJob]:
+        taken = await real_claim(*args, **kwargs)
+        if taken:
+            claimed_in_db.set()
+            await answer.wait()  # committed; its answer is still on the way
+        return taken
+
+    monkeypatch.setattr(jobs, "claim", slow_answer)
+    pool: asyncpg.Pool = app.app[POOL]
+    new = NewJob(
+        tenant="default", template="<p>x</p>", data={}, options={}, metadata={}, max_attempts=3
+    )
+    await jobs.create(pool, [new])
+    await asyncio.wait_for(claimed_in_db.wait(), 10)
+    stopping = asyncio.create_task(app.app[WORKERS].stop())
+    await asyncio.sleep(0.2)
+    assert not stopping.done(), "stop waits for the claim's answer"
+    answer.set()
+    await asyncio.wait_for(stopping, 10)
+    row = await pool.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", new.id)
+    assert (row["status"], row["attempts"]) == ("queued", 0), "handed back, attempt not charged"
+    assert renderer.calls == []
