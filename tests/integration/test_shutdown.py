@@ -22,7 +22,10 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
     start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     renderer = FakeRenderer()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=2, hand_off=False)
+    renderer.gate = asyncio.Event()  # a render that has begun does not end before the grace
+    app: RunningApp = await start_app(
+        renderer=renderer, render_slots=2, hand_off=False, shutdown_grace_s=0.5
+    )
     claimed_in_db = asyncio.Event()
     answer = asyncio.Event()
     real_claim = jobs.claim
@@ -47,5 +50,5 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
     answer.set()
     await asyncio.wait_for(stopping, 10)
     row = await pool.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", new.id)
-    assert (row["status"], row["attempts"]) == ("queued", 0), "handed back, attempt not charged"
-    assert renderer.calls == []
+    # Whether its render had begun or not, the job is back in the queue, the attempt uncharged.
+    assert (row["status"], row["attempts"]) == ("queued", 0)
