@@ -45,7 +45,7 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
     await jobs.create(pool, [new])
     await asyncio.wait_for(claimed_in_db.wait(), 10)
     stopping = asyncio.create_task(app.app[WORKERS].stop())
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # time enough for a stop() that does not wait to have ended
     assert not stopping.done(), "stop waits for the claim's answer"
     answer.set()
     await asyncio.wait_for(stopping, 10)
