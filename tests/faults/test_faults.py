@@ -70,7 +70,11 @@ async def no_zombies(others: set[int], timeout_s: float = 10.0) -> None:
                 if process.ppid() in others:
                     continue
                 if process.status() == psutil.STATUS_ZOMBIE:
-                    found.append(f"{process.pid} {process.name()} parent={process.ppid()}")
+                    parent = psutil.Process(process.ppid())
+                    found.append(
+                        f"{process.pid} {process.name()} parent={parent.pid} {parent.name()} "
+                        f"{' '.join(parent.cmdline()[:3])}"
+                    )
         return found
 
     with contextlib.suppress(TimeoutError):
