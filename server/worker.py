@@ -95,6 +95,7 @@ class Workers:
         self._loop_done.set()
         self.rendered = 0
         self.handed_off = 0
+        self._releases: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
@@ -151,7 +152,9 @@ class Workers:
         if self._stopping:
             # Inserted as ours while stopping began: back to the queue for another process.
             if handed:
-                asyncio.get_running_loop().create_task(self._release([j.id for j in handed]))
+                task = asyncio.get_running_loop().create_task(self._release([j.id for j in handed]))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
             return
         self.handed_off += len(handed)
         self._metrics.jobs_started.labels("hand_off").inc(len(handed))

@@ -207,3 +207,33 @@ async def test_a_notification_only_wakes_workers_when_a_job_stayed_queued(
         assert (await asyncio.wait_for(heard.get(), 5)).startswith("q:")
     finally:
         await listener.close()
+
+
+async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_queue(
+    start_app: Callable[..., Any], fake_renderer: FakeRenderer, pool: asyncpg.Pool
+) -> None:
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
+    workers = await idle_workers(app)
+    stops: list[asyncio.Task[None]] = []
+
+    class StopsMidInsert:
+        """The worker's own hand-off, with a SIGTERM arriving while the insert is in flight."""
+
+        worker_id = workers.worker_id
+        lease_s = workers.lease_s
+
+        def reserve(self, wanted: int) -> int:
+            granted = workers.reserve(wanted)
+            stops.append(asyncio.create_task(workers.stop()))  # runs during the insert
+            return granted
+
+        def take(self, handed: list[ClaimedJob], reserved: int) -> None:
+            workers.take(handed, reserved)
+
+    [created] = await jobs.create(pool, [new_job()], hand_off=StopsMidInsert())
+    await stops[0]
+    seen = await events(app, str(created["id"]), until="job.retrying")
+    assert [m.event for m in seen] == ["job.queued", "job.running", "job.retrying"]
+    row = await pool.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", created["id"])
+    assert (row["status"], row["attempts"]) == ("queued", 0)
+    assert fake_renderer.calls == [] and workers.handed_off == 0
