@@ -17,7 +17,7 @@ import asyncpg
 from aiohttp import web
 
 from server import admission, api, library, templates
-from server.jobs import NewJob
+from server.jobs import NewJob, job_columns
 from server.keys import POLICY, POOL, SETTINGS
 from server.problems import Problem, invalid, not_found
 from server.sql import query
@@ -197,16 +197,7 @@ async def _insert(
     jobs = [job for _, job, _ in fresh]
     created: int = await conn.fetchval(
         query("insert_batch_jobs"),
-        [j.id for j in jobs],
-        [j.tenant for j in jobs],
-        [j.template for j in jobs],
-        [j.data for j in jobs],
-        [j.options for j in jobs],
-        [j.metadata for j in jobs],
-        [j.webhook_url for j in jobs],
-        [j.priority for j in jobs],
-        [j.max_attempts for j in jobs],
-        [j.run_at for j in jobs],
+        *job_columns(jobs),
         [keys[position] for position, _, _ in fresh],
         [item_hash for _, _, item_hash in fresh],
         batch_id,

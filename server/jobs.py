@@ -126,16 +126,7 @@ async def create(
     try:
         rows = await conn.fetch(
             query("insert_jobs"),
-            [j.id for j in new],
-            [j.tenant for j in new],
-            [j.template for j in new],
-            [j.data for j in new],
-            [j.options for j in new],
-            [j.metadata for j in new],
-            [j.webhook_url for j in new],
-            [j.priority for j in new],
-            [j.max_attempts for j in new],
-            [j.run_at for j in new],
+            *job_columns(new),
             [j.idempotency_key for j in new],
             [j.request_hash for j in new],
             handed,
@@ -150,6 +141,23 @@ async def create(
         taker.take([_claimed(row) for row in rows if row["handed"]], reserved)
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]
+
+
+def job_columns(new: list[NewJob]) -> list[list[Any]]:
+    """The first ten parameters of insert_jobs and insert_batch_jobs: one array per column,
+    one element per job."""
+    return [
+        [j.id for j in new],
+        [j.tenant for j in new],
+        [j.template for j in new],
+        [j.data for j in new],
+        [j.options for j in new],
+        [j.metadata for j in new],
+        [j.webhook_url for j in new],
+        [j.priority for j in new],
+        [j.max_attempts for j in new],
+        [j.run_at for j in new],
+    ]
 
 
 def _claimed(row: asyncpg.Record) -> ClaimedJob:
