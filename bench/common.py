@@ -206,6 +206,17 @@ async def submit_many(
     return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
+def machine_busy_s() -> float | None:
+    """CPU seconds the machine has been busy since boot (all cores), or None off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_module(module: str, *args: str, env: dict[str, str] | None = None) -> Any:
     """Run `python -m module args…` in a child process and return the JSON it prints last.
 

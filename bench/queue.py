@@ -201,26 +201,31 @@ async def commit_floor(count: int, interval_s: float) -> list[float]:
 
 
 def durable_files(count: int, threads: int) -> float:
-    """Files per second of the bare durable write every finished job needs (write, fsync,
-    rename into a folder of its own, fsync of the folder) from `threads` threads, in a
-    temporary folder on the same filesystem as the benchmark's data: the storage floor."""
+    """Files per second of the bare durable write every finished job needs (a folder of its
+    own, synced in its parent; write, fsync, rename, fsync of the folder) from `threads`
+    threads, in a temporary folder on the same filesystem as the benchmark's data: the
+    storage floor."""
     root = Path(tempfile.mkdtemp(prefix="prb-files-"))
     pdf = PDF
+
+    def fsync_folder(folder: Path) -> None:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def one(n: int) -> None:
         folder = root / str(n)
         folder.mkdir()
+        fsync_folder(root)
         tmp, final = folder / ".1.pdf.tmp", folder / "1.pdf"
         with open(tmp, "wb") as handle:
             handle.write(pdf)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_folder(folder)
 
     try:
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import resource
 import statistics
 import time
@@ -34,7 +33,9 @@ from bench.common import (
     database,
     invoice_data,
     machine,
+    machine_busy_s,
     postgres,
+    run_module,
     running_app,
     submit_many,
     wait_done,
@@ -61,17 +62,6 @@ class CpuClock:
     def machine_per(self, count: int) -> float | None:
         """Milliseconds of the whole machine per item."""
         return None if self.machine_seconds is None else self.machine_seconds * 1000 / count
-
-
-def machine_busy_s() -> float | None:
-    """CPU seconds the machine has been busy since boot (all cores), or None off Linux."""
-    try:
-        with open("/proc/stat") as stat:
-            ticks = [int(n) for n in stat.readline().split()[1:]]
-    except OSError:
-        return None
-    idle = ticks[3] + ticks[4]  # idle and iowait
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -123,19 +113,21 @@ async def raw_playwright(html: list[str], slots: int) -> tuple[float, CpuClock]:
     return len(html) / elapsed, cpu
 
 
-async def pressroom(bodies: list[dict[str, Any]], slots: int) -> tuple[float, CpuClock]:
+async def pressroom(bodies: list[dict[str, Any]], lines: int, slots: int) -> tuple[float, CpuClock]:
     """PDFs per second end to end: HTTP submit → done event, with `slots` render slots; and
-    the CPU it took (this process: the server and the benchmark's client)."""
+    the CPU it took (this process: the server alone). The client (bench.burst) submits the
+    same documents as `bodies` from a process of its own, follows the event stream until the
+    last is done, and reads the machine's CPU over that span (its own start-up left out)."""
     async with database() as dsn, running_app(dsn, render_slots=slots) as (base, _app):
         async with ClientSession() as session:
             warm = await submit_many(session, base, bodies[: slots * 2], concurrency=slots)
             await wait_done(session, base, set(warm))
-            with cpu_clock() as cpu:
-                started = time.perf_counter()
-                ids = await submit_many(session, base, bodies, concurrency=32)
-                await wait_done(session, base, set(ids))
-                elapsed = time.perf_counter() - started
-    return len(bodies) / elapsed, cpu
+        with cpu_clock() as cpu:
+            result = await run_module(
+                "bench.burst", base, "--docs", str(len(bodies)), "--lines", str(lines)
+            )
+    cpu.machine_seconds = result["machine_cpu_s"]
+    return result["docs"] / result["seconds"], cpu
 
 
 async def run_pages(
@@ -152,7 +144,7 @@ async def run_pages(
         pairs: list[dict[str, Any]] = []
         for _ in range(rounds):
             floor, floor_cpu = await raw_playwright(html, slots)
-            ours, ours_cpu = await pressroom(bodies, slots)
+            ours, ours_cpu = await pressroom(bodies, lines, slots)
             pairs.append(
                 {
                     "raw": floor,

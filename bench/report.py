@@ -80,7 +80,8 @@ READINGS: list[tuple[str, str, float, str]] = [
         "queue",
         "_atomic_write (server/storage.py)",
         10,
-        "Storing the PDF: write, fsync of the file, rename, fsync of the folder, per job, in "
+        "Storing the PDF: a folder of its own synced in its parent, write, fsync of the file, "
+        "rename, fsync of the folder, per job, in "
         "the default thread pool (min(32, cores + 4) threads), which template rendering shares.",
     ),
     (
@@ -181,7 +182,7 @@ def summary_rows(results: Result) -> list[list[str]]:
                 [
                     "P4 queue: same, against the bare durable file write",
                     best,
-                    f"{_f(queue['file_floor'])} files/s (write, fsync, rename, fsync folder)",
+                    f"{_f(queue['file_floor'])} files/s (folder, write, rename, each synced)",
                     f"{queue['ratio_file_floor']:.2f}",
                     "-",
                     "-",
@@ -387,7 +388,8 @@ def _file_floor(queue: Result) -> str:
     return (
         "The storage floor, in the same run: every finished job stores its PDF durably before "
         "it is recorded done. The bare write Pressroom's local storage does (a folder of its "
-        f"own, write, fsync, rename, fsync of the folder) of {queue['args']['jobs']:,} files "
+        "own, synced in its parent; write, fsync, rename, fsync of the folder) of "
+        f"{queue['args']['jobs']:,} files "
         f"from {queue['file_threads']} plain threads with nothing else to do managed "
         f"{_f(queue['file_floor'])} files/s on this disk; Pressroom's best drain is "
         f"{queue['ratio_file_floor']:.2f} of that. No configuration of the queue can finish "

@@ -118,7 +118,9 @@ class LocalStorage:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The file is whole and durable when this returns: its bytes, its name in its folder,
+    and the name of every folder created for it (each job's first file gets a folder)."""
+    _make_folder(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
         with open(tmp, "wb") as handle:
@@ -129,11 +131,31 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_folder(path.parent)
+
+
+def _make_folder(folder: Path) -> None:
+    """mkdir -p, where each folder created is made durable in its parent (fsync of the parent):
+    a folder's name, like a file's, survives a crash only once its parent is synced."""
     try:
-        os.fsync(dir_fd)
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        _make_folder(folder.parent)
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            return
+    _fsync_folder(folder.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def _delete(path: Path) -> None:

@@ -1,0 +1,46 @@
+"""Submit a burst of invoices over HTTP and follow the event stream until all are done.
+
+The render benchmark's client, run in a process of its own (bench.common.run_module) so that
+its HTTP requests and its reading of the event stream are not charged to the server's event
+loop, as a real client's are not. Prints one JSON line: the documents, the seconds from the
+first submission to the last `job.done`, and the CPU seconds the whole machine spent in that
+span (so the client's own start-up is not counted).
+
+    python -m bench.burst URL [--docs 200] [--lines 20] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from aiohttp import ClientSession
+
+from bench.common import INVOICE, invoice_data, machine_busy_s, submit_many, wait_done
+
+
+async def burst(url: str, docs: int, lines: int, concurrency: int) -> dict[str, float | None]:
+    bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
+    async with ClientSession() as session:
+        busy_before, started = machine_busy_s(), time.perf_counter()
+        ids = await submit_many(session, url, bodies, concurrency=concurrency)
+        await wait_done(session, url, set(ids))
+        elapsed, busy_after = time.perf_counter() - started, machine_busy_s()
+    machine_cpu_s = None if busy_before is None or busy_after is None else busy_after - busy_before
+    return {"docs": docs, "seconds": elapsed, "machine_cpu_s": machine_cpu_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("url")
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--lines", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(burst(args.url, args.docs, args.lines, args.concurrency))))
+
+
+if __name__ == "__main__":
+    main()
