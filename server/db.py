@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -59,7 +58,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     """Decode json/jsonb into Python values on every connection."""
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
-            type_name, schema="pg_catalog", encoder=jsontext.dumps, decoder=json.loads
+            type_name, schema="pg_catalog", encoder=jsontext.dumps, decoder=jsontext.loads
         )
 
 

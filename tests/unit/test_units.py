@@ -60,3 +60,21 @@ def test_json_log_lines_carry_job_id_and_tenant() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "job done" and line["level"] == "info"
     assert line["job_id"] == "5b0c" and line["tenant"] == "acme"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": 18446744073709551616, "m": -9223372036854775809}',  # beyond 64 bits
+        '{"id": "12345678901234567890123"}',  # long digits in a string: still the same
+        '{"x": 1e400}',  # too large for a float: inf, as json.loads reads it
+        '{"s": "\\ud800"}',  # a lone surrogate escape (a json column may hold one)
+        '{"a": 1, "a": 2, "f": 0.1, "u": "\\u00e9\\u4e2d", "l": [true, null, -0.0]}',
+    ],
+)
+def test_json_from_the_database_reads_as_json_loads_reads_it(text: str) -> None:
+    import json
+
+    from server import jsontext
+
+    assert repr(jsontext.loads(text)) == repr(json.loads(text))
