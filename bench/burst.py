@@ -2,9 +2,11 @@
 
 The render benchmark's client, run in a process of its own (bench.common.run_module) so that
 its HTTP requests and its reading of the event stream are not charged to the server's event
-loop, as a real client's are not. Prints one JSON line: the documents, the seconds from the
-first submission to the last `job.done`, and the CPU seconds the whole machine spent in that
-span (so the client's own start-up is not counted).
+loop, as a real client's are not. The stream is followed live, opened before the first
+submission, so rounds against the same server do not replay the earlier rounds' events.
+Prints one JSON line: the documents, the seconds from the first submission to the last
+`job.done`, and the CPU seconds the whole machine spent in that span (so the client's own
+start-up is not counted).
 
     python -m bench.burst URL [--docs 200] [--lines 20] [--concurrency 32]
 """
@@ -18,16 +20,17 @@ import time
 
 from aiohttp import ClientSession
 
-from bench.common import INVOICE, invoice_data, machine_busy_s, submit_many, wait_done
+from bench.common import INVOICE, invoice_data, machine_busy_s, submit_many, until_done
 
 
 async def burst(url: str, docs: int, lines: int, concurrency: int) -> dict[str, float | None]:
     bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
     async with ClientSession() as session:
-        busy_before, started = machine_busy_s(), time.perf_counter()
-        ids = await submit_many(session, url, bodies, concurrency=concurrency)
-        await wait_done(session, url, set(ids))
-        elapsed, busy_after = time.perf_counter() - started, machine_busy_s()
+        async with session.get(f"{url}/v1/events") as stream:  # live from here
+            busy_before, started = machine_busy_s(), time.perf_counter()
+            ids = await submit_many(session, url, bodies, concurrency=concurrency)
+            await until_done(stream, set(ids))
+            elapsed, busy_after = time.perf_counter() - started, machine_busy_s()
     machine_cpu_s = None if busy_before is None or busy_after is None else busy_after - busy_before
     return {"docs": docs, "seconds": elapsed, "machine_cpu_s": machine_cpu_s}
 

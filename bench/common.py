@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import psutil
-from aiohttp import ClientSession, web
+from aiohttp import ClientResponse, ClientSession, web
 
 from server import db
 from server.app import create_app
@@ -176,21 +176,27 @@ async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, we
 
 
 async def wait_done(session: ClientSession, base: str, ids: set[str]) -> None:
-    """Follow the all-jobs stream until every id in `ids` is done (or failed, which raises)."""
-    pending = set(ids)
+    """Follow the all-jobs stream from the start of the log until every id in `ids` is done
+    (or failed, which raises)."""
     async with session.get(f"{base}/v1/events", headers={"Last-Event-ID": "0"}) as resp:
-        event = ""
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:") and event in ("job.done", "job.failed"):
-                job = json.loads(line[5:])["job"]
-                if event == "job.failed":
-                    raise RuntimeError(f"job failed: {job['error']}")
-                pending.discard(job["id"])
-                if not pending:
-                    return
+        await until_done(resp, ids)
+
+
+async def until_done(resp: ClientResponse, ids: set[str]) -> None:
+    """Read an open event stream until every id in `ids` is done (or failed, which raises)."""
+    pending = set(ids)
+    event = ""
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:") and event in ("job.done", "job.failed"):
+            job = json.loads(line[5:])["job"]
+            if event == "job.failed":
+                raise RuntimeError(f"job failed: {job['error']}")
+            pending.discard(job["id"])
+            if not pending:
+                return
 
 
 async def submit_many(

@@ -1,15 +1,16 @@
 """Render path: end-to-end PDFs/s through Pressroom against a raw Playwright loop (the floor).
 
 Both render the same invoice (20 lines, some CSS) in the same run, at the same concurrency.
-The raw loop reuses one page per slot; Pressroom goes submit over HTTP → claim → render →
-store → done event, read from the SSE stream.
+The raw loop reuses one page per slot; Pressroom goes submit over HTTP (a client in another
+process, bench.burst) → claim → render → store → done event, read from the SSE stream.
 
 A 20-page document (the invoice with 640 lines) is measured at the same slot counts, with
-fewer documents (--docs * 2 / pages). Each row alternates raw and Pressroom runs --rounds
-times and reports the medians, so a drift of the machine's speed during the run (a shared
-host) weighs on both sides alike.
+fewer documents (--docs * 2 / pages). For each row both sides are started once and warmed,
+then print the same --docs documents in --rounds alternating pairs; the row reports the
+medians, so a drift of the machine's speed during the run (a shared host) weighs on both
+sides alike.
 
-    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 3]
+    python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -77,55 +78,65 @@ def cpu_clock() -> Iterator[CpuClock]:
             clock.machine_seconds = machine_after - machine_before
 
 
-async def raw_playwright(html: list[str], slots: int) -> tuple[float, CpuClock]:
-    """PDFs per second from a bare loop: one browser, one reused page per slot; and the CPU
-    it took (this process: Playwright's side of the pipe)."""
-    async with async_playwright() as playwright:
+class RawLoop:
+    """The floor: one browser, one reused page per slot, documents taken from a shared queue,
+    `set_content` then `pdf`, nothing else. Stays open across rounds."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots = slots
+        self._stack = contextlib.AsyncExitStack()
+        self._pages: list[Any] = []
+        self._pdf_args = RenderOptions().pdf_arguments()
+
+    async def __aenter__(self) -> RawLoop:
+        playwright = await self._stack.enter_async_context(async_playwright())
         try:
             browser = await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
         except Exception:
             browser = await playwright.chromium.launch(
                 executable_path=find_system_chromium(), args=list(CHROMIUM_ARGS)
             )
-        pages = [await browser.new_page() for _ in range(slots)]
+        self._stack.push_async_callback(browser.close)
+        self._pages = [await browser.new_page() for _ in range(self._slots)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _print(self, html: list[str], pages: list[Any]) -> None:
         queue: asyncio.Queue[str] = asyncio.Queue()
-        for doc in html[:2]:
+        for doc in html:
             queue.put_nowait(doc)
-        pdf_args = RenderOptions().pdf_arguments()
 
         async def loop(page: Any) -> None:
             while not queue.empty():
                 doc = queue.get_nowait()
                 await page.set_content(doc, wait_until="load")
-                await page.pdf(**pdf_args)
+                await page.pdf(**self._pdf_args)
 
-        await asyncio.gather(*(loop(p) for p in pages[:1]))  # warm up: fonts, caches
-        for doc in html[: slots * 2]:
-            queue.put_nowait(doc)
         await asyncio.gather(*(loop(p) for p in pages))
-        for doc in html:
-            queue.put_nowait(doc)
+
+    async def warm(self, html: list[str]) -> None:
+        """Fonts and caches: a page alone first, then every page at once."""
+        await self._print(html[:2], self._pages[:1])
+        await self._print(html[: self._slots * 2], self._pages)
+
+    async def run(self, html: list[str]) -> tuple[float, CpuClock]:
+        """PDFs per second, and the CPU it took (this process: Playwright's side of the pipe)."""
         with cpu_clock() as cpu:
             started = time.perf_counter()
-            await asyncio.gather(*(loop(p) for p in pages))
+            await self._print(html, self._pages)
             elapsed = time.perf_counter() - started
-        await browser.close()
-    return len(html) / elapsed, cpu
+        return len(html) / elapsed, cpu
 
 
-async def pressroom(bodies: list[dict[str, Any]], lines: int, slots: int) -> tuple[float, CpuClock]:
-    """PDFs per second end to end: HTTP submit → done event, with `slots` render slots; and
-    the CPU it took (this process: the server alone). The client (bench.burst) submits the
-    same documents as `bodies` from a process of its own, follows the event stream until the
-    last is done, and reads the machine's CPU over that span (its own start-up left out)."""
-    async with database() as dsn, running_app(dsn, render_slots=slots) as (base, _app):
-        async with ClientSession() as session:
-            warm = await submit_many(session, base, bodies[: slots * 2], concurrency=slots)
-            await wait_done(session, base, set(warm))
-        with cpu_clock() as cpu:
-            result = await run_module(
-                "bench.burst", base, "--docs", str(len(bodies)), "--lines", str(lines)
-            )
+async def pressroom(base: str, docs: int, lines: int) -> tuple[float, CpuClock]:
+    """PDFs per second end to end through the app at `base`: HTTP submit → done event; and the
+    CPU it took (this process: the server alone). The client (bench.burst) submits the
+    documents from a process of its own, follows the event stream until the last is done, and
+    reads the machine's CPU over that span (its own start-up left out)."""
+    with cpu_clock() as cpu:
+        result = await run_module("bench.burst", base, "--docs", str(docs), "--lines", str(lines))
     cpu.machine_seconds = result["machine_cpu_s"]
     return result["docs"] / result["seconds"], cpu
 
@@ -133,29 +144,38 @@ async def pressroom(bodies: list[dict[str, Any]], lines: int, slots: int) -> tup
 async def run_pages(
     docs: int, slot_counts: list[int], pages: int, rounds: int
 ) -> list[dict[str, Any]]:
-    """One row per slot count: raw Playwright and Pressroom on the same documents, in
-    `rounds` alternating pairs; the row holds the medians and every round."""
+    """One row per slot count: raw Playwright and Pressroom, both started once and warmed,
+    print the same documents in `rounds` alternating pairs; the row holds the medians and
+    every round. Pairs close in time share the drift of a shared host's speed."""
     rows: list[dict[str, Any]] = []
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
     data = [invoice_data(n, lines) for n in range(docs)]
-    bodies: list[dict[str, Any]] = [{"template": INVOICE, "data": d} for d in data]
     html = [templates.render(INVOICE, d) for d in data]
     for slots in slot_counts:
         pairs: list[dict[str, Any]] = []
-        for _ in range(rounds):
-            floor, floor_cpu = await raw_playwright(html, slots)
-            ours, ours_cpu = await pressroom(bodies, lines, slots)
-            pairs.append(
-                {
-                    "raw": floor,
-                    "pressroom": ours,
-                    "ratio": ours / floor,
-                    "raw_cpu_ms": floor_cpu.per(len(html)),
-                    "pressroom_cpu_ms": ours_cpu.per(len(bodies)),
-                    "raw_machine_cpu_ms": floor_cpu.machine_per(len(html)),
-                    "pressroom_machine_cpu_ms": ours_cpu.machine_per(len(bodies)),
-                }
-            )
+        async with (
+            RawLoop(slots) as raw,
+            database() as dsn,
+            running_app(dsn, render_slots=slots) as (base, _app),
+        ):
+            await raw.warm(html)
+            async with ClientSession() as session:
+                bodies = [{"template": INVOICE, "data": d} for d in data[: slots * 2]]
+                await wait_done(session, base, set(await submit_many(session, base, bodies, slots)))
+            for _ in range(rounds):
+                floor, floor_cpu = await raw.run(html)
+                ours, ours_cpu = await pressroom(base, docs, lines)
+                pairs.append(
+                    {
+                        "raw": floor,
+                        "pressroom": ours,
+                        "ratio": ours / floor,
+                        "raw_cpu_ms": floor_cpu.per(docs),
+                        "pressroom_cpu_ms": ours_cpu.per(docs),
+                        "raw_machine_cpu_ms": floor_cpu.machine_per(docs),
+                        "pressroom_machine_cpu_ms": ours_cpu.machine_per(docs),
+                    }
+                )
         row: dict[str, Any] = {"slots": slots, "docs": docs, "pages": pages, "rounds": pairs}
         for key in pairs[0]:
             values = [pair[key] for pair in pairs]
@@ -190,13 +210,13 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--docs", type=int, default=20 if QUICK else 200)
+    parser.add_argument("--docs", type=int, default=20 if QUICK else 150, help="per round")
     parser.add_argument("--slots", default="1,2" if QUICK else "1,2,4")
     parser.add_argument("--pages", default="1,20", help="page counts, e.g. 1,20")
     parser.add_argument(
         "--rounds",
         type=int,
-        default=1 if QUICK else 3,
+        default=1 if QUICK else 5,
         help="alternating raw/Pressroom pairs per row; the row reports their medians",
     )
     return parser

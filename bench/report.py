@@ -479,13 +479,18 @@ def render_section(render: Result) -> str:
             "The same invoice through Pressroom end to end (HTTP submit → claim → Chromium → PDF "
             "stored → `job.done` on the event stream) and through a bare Playwright loop (one "
             "browser, one reused page per slot) at the same concurrency, in the same run. The "
-            "20-page document is the invoice with 640 lines.",
+            "20-page document is the invoice with 640 lines. For each row both are started "
+            "once and warmed, then print the same documents in alternating rounds (raw, "
+            "Pressroom, raw, …); the figures are the medians of the rounds, and the ratio cell "
+            "lists every round's ratio, which shows how much the machine's speed moved. "
+            "Pressroom's client (submit at 32 concurrent requests, then follow `/v1/events` "
+            "until the last `job.done`) runs in a process of its own, as a real client would.",
             "",
             table(
                 [
                     "pages",
                     "slots",
-                    "documents",
+                    "documents per round",
                     "raw Playwright PDFs/s",
                     "Pressroom PDFs/s",
                     "ratio",
@@ -496,9 +501,9 @@ def render_section(render: Result) -> str:
             ),
             "",
             "The CPU columns: what the benchmark process spent per PDF (every thread; for raw "
-            "Playwright its side of the pipe to Chromium, for Pressroom the server and the "
-            "benchmark's HTTP client), and what the whole machine spent per PDF (Chromium, "
-            "PostgreSQL, the kernel, everything; from /proc/stat). With more than one slot the "
+            "Playwright its side of the pipe to Chromium, for Pressroom the server), and what "
+            "the whole machine spent per PDF (Chromium, PostgreSQL, the client, the kernel, "
+            "everything; from /proc/stat). With more than one slot the "
             "two cores are busy throughout, so the ratio follows the machine's CPU per PDF: "
             "what Pressroom adds to each document (HTTP, JSON, the template, the statements "
             "and their durable commits in PostgreSQL, the fsync'd file, the events) is taken "

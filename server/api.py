@@ -74,7 +74,7 @@ async def read_json(request: web.Request) -> Any:
         raise Problem(415, "Unsupported media type", "Send the body as application/json.")
     raw = await request.read()
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        body = jsontext.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
         # NUL and lone surrogates can only arrive as \u escapes: most bodies have none.
         if _SUSPECT_ESCAPE.search(raw):
             _check_text(body)
@@ -243,7 +243,12 @@ def links(request: web.Request | None, job_id: str) -> dict[str, str]:
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
     """The job as clients see it: links, and a signed download URL once it is done."""
-    return await present_job(request.app, request.url, job, tenant)
+    # request.url is built on first use, at some cost: only a done job's download needs it.
+    base_url = request.url if job["status"] == JobState.DONE else _UNUSED_BASE
+    return await present_job(request.app, base_url, job, tenant)
+
+
+_UNUSED_BASE = URL("/")
 
 
 async def present_job(

@@ -1,16 +1,15 @@
-"""JSON out, fast: orjson where it can, the standard library where orjson refuses.
+"""JSON in and out, fast: orjson where it reads and writes as the standard library does.
 
 orjson writes compact UTF-8 several times faster than `json.dumps`, which matters on paths
 that run per job (asyncpg's json/jsonb parameters, size checks, API responses, event frames).
 It refuses integers beyond 64 bits and dictionaries with keys that are not strings; those
 values take `json.dumps`, so nothing valid is ever refused.
 
-JSON in, from PostgreSQL (`loads`, asyncpg's json/jsonb decoder: job data, options, event
-payloads): orjson too, except where it would read something otherwise than `json.loads`.
+JSON in (`loads`: request bodies, and asyncpg's json/jsonb decoder for job data, options and
+event payloads): orjson too, except where it would read something otherwise than `json.loads`.
 It reads an integer beyond 64 bits as a float, and submitted data must come back as sent, so
 text with a run of 19 digits or more goes to `json.loads`; and it refuses what `json.loads`
 accepts (a lone surrogate escape, a number too large for a float), which then goes there too.
-Request bodies keep `json.loads` with their own checks (see api.read_json).
 """
 
 from __future__ import annotations
@@ -44,11 +43,14 @@ def size(value: Any) -> int:
     return len(dumps_bytes(value))
 
 
-def loads(text: str) -> Any:
-    """JSON text → Python values, exactly as `json.loads` reads them, faster."""
+def loads(text: str, **hooks: Any) -> Any:
+    """JSON text → Python values, exactly as `json.loads(text, **hooks)` reads them, faster.
+
+    The hooks (parse_float, parse_constant) may only refuse what orjson refuses as well (a
+    non-finite number, NaN): on the fast path they are not called."""
     if _LONG_DIGITS.search(text) is None:
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    return json.loads(text, **hooks)

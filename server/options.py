@@ -104,10 +104,14 @@ def _length(value: Any) -> str:
     return text
 
 
+#: Frozen, so one instance serves every job that asks for nothing else.
+_DEFAULT = RenderOptions()
+
+
 def parse(raw: Any) -> RenderOptions:
     """Validate a submitted `options` object; raise OptionsError with every problem found."""
-    if raw is None:
-        return RenderOptions()
+    if raw is None or raw == {}:  # most jobs: the defaults, with no walk over the fields
+        return _DEFAULT
     if not isinstance(raw, dict):
         raise OptionsError([("options", "must be an object")])
     errors: list[tuple[str, str]] = []
@@ -213,7 +217,9 @@ def parse(raw: Any) -> RenderOptions:
 
 def to_json(options: RenderOptions) -> dict[str, Any]:
     """The options as stored on the job (only what differs from the defaults)."""
-    default = RenderOptions()
+    default = _DEFAULT
+    if options == default:
+        return {}
     return {
         f.name: getattr(options, f.name)
         for f in dataclasses.fields(options)

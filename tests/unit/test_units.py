@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,30 @@ def test_json_from_the_database_reads_as_json_loads_reads_it(text: str) -> None:
     from server import jsontext
 
     assert repr(jsontext.loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"data": {"n": 18446744073709551616, "x": 0.1, "s": "\\u00e9"}}',
+        '{"data": {"x": NaN}}',
+        '{"data": {"x": 1e400}}',
+        '{"data": {"x": -Infinity}}',
+        '{"data": {"x": 1}',
+        '{"data": {"s": "\\ud800"}}',
+    ],
+)
+def test_request_bodies_read_with_the_same_verdicts_as_the_exact_reader(text: str) -> None:
+    import json
+
+    from server import api, jsontext
+
+    hooks = {"parse_constant": api._no_constant, "parse_float": api._finite}
+
+    def verdict(read: Any) -> str:
+        try:
+            return repr(read(text, **hooks))
+        except ValueError as exc:
+            return f"refused: {exc}"
+
+    assert verdict(jsontext.loads) == verdict(json.loads)
