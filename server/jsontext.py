@@ -8,21 +8,21 @@ values take `json.dumps`, so nothing valid is ever refused.
 JSON in (`loads`: request bodies, and asyncpg's json/jsonb decoder for job data, options and
 event payloads): orjson too, except where it would read something otherwise than `json.loads`.
 It reads an integer beyond 64 bits as a float, and submitted data must come back as sent, so
-text with a run of 19 digits or more goes to `json.loads`; and it refuses what `json.loads`
-accepts (a lone surrogate escape, a number too large for a float), which then goes there too.
+a result holding a float of 2**63 or more (either sign) is read again by `json.loads`; and it
+refuses what `json.loads` accepts (a lone surrogate escape, a number too large for a float),
+which then goes there too. (A regular expression looking for long runs of digits in the text
+first cost more than `json.loads` itself; the walk over the parsed values costs a fraction.)
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-# Every integer orjson can misread has at least 19 digits (2**63 has 19); a run of 19 digits
-# anywhere (in a string, a fraction) only costs the slower, always exact reader.
-_LONG_DIGITS = re.compile(r"\d{19}")
+# orjson reads an integer outside [-2**63, 2**64) as a float, which is then at least this large.
+_FLOAT_FROM_BIG_INT = 2.0**63
 
 
 def dumps_bytes(value: Any) -> bytes:
@@ -48,9 +48,24 @@ def loads(text: str, **hooks: Any) -> Any:
 
     The hooks (parse_float, parse_constant) may only refuse what orjson refuses as well (a
     non-finite number, NaN): on the fast path they are not called."""
-    if _LONG_DIGITS.search(text) is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(text, **hooks)
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text, **hooks)
+    return value if _no_big_float(value) else json.loads(text, **hooks)
+
+
+def _no_big_float(value: Any) -> bool:
+    """No float in `value` is as large as one orjson makes of an integer beyond 64 bits (a
+    float that large in the text itself is also read again, which changes nothing)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float and not -_FLOAT_FROM_BIG_INT < item < _FLOAT_FROM_BIG_INT:
+            return False
+    return True
