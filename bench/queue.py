@@ -50,6 +50,7 @@ from bench.noop import PDF, NoopRenderer, StartClock
 from server import db, jobs
 from server.jobs import NewJob
 from server.keys import WORKERS
+from server.storage import fsync_folder
 
 NAME = "bench.queue"
 TEMPLATE = "<p>Job {{ n }}</p>"
@@ -207,13 +208,6 @@ def durable_files(count: int, threads: int) -> float:
     storage floor."""
     root = Path(tempfile.mkdtemp(prefix="prb-files-"))
     pdf = PDF
-
-    def fsync_folder(folder: Path) -> None:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def one(n: int) -> None:
         folder = root / str(n)

@@ -131,7 +131,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
 
 
 def _make_folder(folder: Path) -> None:
@@ -147,10 +147,11 @@ def _make_folder(folder: Path) -> None:
             os.mkdir(folder)
         except FileExistsError:
             return
-    _fsync_folder(folder.parent)
+    fsync_folder(folder.parent)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make the names in `folder` durable (new, renamed or removed entries)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

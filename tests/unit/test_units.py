@@ -71,6 +71,7 @@ def test_json_log_lines_carry_job_id_and_tenant() -> None:
         '{"x": 1e400}',  # too large for a float: inf, as json.loads reads it
         '{"s": "\\ud800"}',  # a lone surrogate escape (a json column may hold one)
         '{"a": 1, "a": 2, "f": 0.1, "u": "\\u00e9\\u4e2d", "l": [true, null, -0.0]}',
+        '{"s": "Stage+1 e+2", "f": 1.5e300, "g": -2e18, "h": 9007199254740993}',
     ],
 )
 def test_json_from_the_database_reads_as_json_loads_reads_it(text: str) -> None:
