@@ -4,6 +4,7 @@ queue (claim, store, finish, events), not Chromium. Never a default of the serve
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from server.options import RenderOptions
 from server.render import RenderResult
@@ -42,7 +43,14 @@ class NoopRenderer:
     def __init__(self, settings: Settings | None = None) -> None:
         self.rendered = 0
 
-    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
         self.rendered += 1
         return RenderResult(pdf=PDF, pages=1, warnings=[])
 
@@ -61,7 +69,14 @@ class StartClock(NoopRenderer):
         self.latencies_ms: list[float] = []
         self.started: dict[float, float] = {}  # submitted → started, both perf_counter()
 
-    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
         started = time.perf_counter()
         self.latencies_ms.append((started - float(html)) * 1000)
         self.started[float(html)] = started

@@ -518,9 +518,11 @@ def render_section(render: Result) -> str:
             "two cores are busy throughout, so the ratio follows the machine's CPU per PDF: "
             "what Pressroom adds to each document (HTTP, JSON, the template, the statements "
             "and their durable commits in PostgreSQL, the fsync'd file, the events) is taken "
-            "from Chromium. The figures are for the defaults; `PRESSROOM_PREFETCH=1` (one job "
-            "claimed ahead of a free slot) only helped with one slot, where Chromium otherwise "
-            "waits for a claim and a template between documents.",
+            "from Chromium. With one slot Chromium would wait between documents for the next "
+            "job's claim (a statement and its durable commit) and its template, about 5 ms in "
+            "every 50 ms document; by default the next job is claimed as soon as a quickly "
+            "loaded page begins to print (`PRESSROOM_CLAIM_WHILE_PRINTING_S`). The figures are "
+            "for the defaults.",
             "",
             "![Render throughput against slots](render-slots.png)",
             "",

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 from urllib.parse import urljoin
 
@@ -64,8 +64,15 @@ class Renderer(Protocol):
     """Turns HTML into PDF bytes. Raises PermanentError or TransientError."""
 
     async def render(
-        self, html: str, options: RenderOptions, *, timeout_s: float
-    ) -> RenderResult: ...
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
+        """`on_print`, when given, is called once the page is loaded, as printing begins."""
+        ...
 
     async def check(self) -> None:
         """Raise when the renderer cannot take work (readiness)."""
@@ -409,14 +416,21 @@ class ChromiumRenderer:
         finally:
             await self._drop_slot(slot)
 
-    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
         """Print one document; TransientError on crash or timeout, PermanentError on bad input."""
         await self._ensure_browser()
         self._inflight += 1
         self._jobs_on_browser += 1
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._render(html, options, timeout_s)
+                return await self._render(html, options, timeout_s, on_print)
         except TimeoutError:
             self._suspect = True
             raise TransientError(f"render timed out after {timeout_s:g} s") from None
@@ -432,7 +446,13 @@ class ChromiumRenderer:
             async with self._drained:
                 self._drained.notify_all()
 
-    async def _render(self, html: str, options: RenderOptions, timeout_s: float) -> RenderResult:
+    async def _render(
+        self,
+        html: str,
+        options: RenderOptions,
+        timeout_s: float,
+        on_print: Callable[[], None] | None,
+    ) -> RenderResult:
         timeout_ms = timeout_s * 1000
         private = options.needs_javascript(html)
         slots = self._private_slot() if private else self._reused_slot()
@@ -446,6 +466,8 @@ class ChromiumRenderer:
                 await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
             if options.wait_for_expression:
                 await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
+            if on_print is not None:
+                on_print()
             pdf = await page.pdf(**options.pdf_arguments())
             pages, warnings = count_pages(pdf), list(slot.warnings)
         # Outside the slot: the page takes the next job while the metadata is written.

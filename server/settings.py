@@ -145,6 +145,9 @@ class Settings:
     db_pool_max: int = 10
     render_slots: int = 2
     prefetch: int = 0
+    #: When a page that loaded within this many seconds starts printing, the next job is
+    #: claimed for its slot (Workers); 0 turns it off.
+    claim_while_printing_s: float = 0.5
     #: A job submitted while this process's worker is idle goes straight to it (jobs.create).
     hand_off: bool = True
     run_web: bool = True
@@ -223,6 +226,9 @@ class Settings:
             db_pool_max=_parse(e, "PRESSROOM_DB_POOL_MAX", 10, _positive(int)),
             render_slots=_parse(e, "PRESSROOM_RENDER_SLOTS", 2, _non_negative_int),
             prefetch=_parse(e, "PRESSROOM_PREFETCH", 0, _non_negative_int),
+            claim_while_printing_s=_parse(
+                e, "PRESSROOM_CLAIM_WHILE_PRINTING_S", 0.5, _non_negative_float
+            ),
             hand_off=_parse(e, "PRESSROOM_HAND_OFF", True, _bool),
             storage=_parse(e, "PRESSROOM_STORAGE", "local", _choice("local", "s3")),
             s3_endpoint=_parse(e, "S3_ENDPOINT", None, str),

@@ -9,7 +9,9 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
+from collections.abc import Callable
 
 import asyncpg
 
@@ -42,6 +44,11 @@ class WorkerConfig:
     #: Chromium prints the others, and starts the moment a slot frees. Such a job waits for
     #: this process even when another process has a slot free, hence 0 unless asked.
     prefetch: int = 0
+    #: A slot whose page loaded within this many seconds is about to free when it starts
+    #: printing: the next job is claimed then, so that its claim and its template are done
+    #: when the slot frees, instead of after (the print of a page that loads quickly is short
+    #: too, so the job claimed waits briefly). 0: claim only for a free slot.
+    claim_while_printing_s: float = 0.0
 
 
 def new_worker_id() -> str:
@@ -82,6 +89,9 @@ class Workers:
         self._rendered: set[uuid.UUID] = set()
         # Jobs holding a render slot now (Chromium prints them).
         self._rendering: set[uuid.UUID] = set()
+        # Of those, the ones printing a page that loaded quickly: each lets one more job be
+        # claimed, to take its slot when the print ends (claim_while_printing_s).
+        self._printing: set[uuid.UUID] = set()
         self._slots = asyncio.Semaphore(config.slots)
         self._aborted: set[uuid.UUID] = set()
         # Slots promised to jobs being inserted by this process right now (hand-off).
@@ -179,7 +189,7 @@ class Workers:
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
             self._idle = False
-            free = self._free(self._config.slots + self._config.prefetch)
+            free = self._free(self._config.slots + self._config.prefetch + len(self._printing))
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -219,8 +229,24 @@ class Workers:
         self._running.pop(job_id, None)
         self._rendered.discard(job_id)
         self._rendering.discard(job_id)
+        self._printing.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
+
+    def _printing_callback(self, job_id: uuid.UUID) -> Callable[[], None] | None:
+        """What the renderer calls when the page is loaded and printing begins: a quick load
+        means a short print, so the slot's next job is claimed now (claim_while_printing_s)."""
+        limit_s = self._config.claim_while_printing_s
+        if limit_s <= 0:
+            return None
+        started = time.monotonic()
+
+        def printing() -> None:
+            if time.monotonic() - started <= limit_s and job_id in self._rendering:
+                self._printing.add(job_id)
+                self._wake.set()
+
+        return printing
 
     async def _run_job(self, job: ClaimedJob) -> None:
         warnings: list[str] = []
@@ -231,11 +257,17 @@ class Workers:
             )
             async with self._slots:
                 self._rendering.add(job.id)
-                with self._metrics.render_seconds.time():
-                    result = await self._renderer.render(
-                        html, render_options, timeout_s=self._config.render_timeout_s
-                    )
-                self._rendering.discard(job.id)
+                try:
+                    with self._metrics.render_seconds.time():
+                        result = await self._renderer.render(
+                            html,
+                            render_options,
+                            timeout_s=self._config.render_timeout_s,
+                            on_print=self._printing_callback(job.id),
+                        )
+                finally:
+                    self._rendering.discard(job.id)
+                    self._printing.discard(job.id)
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages

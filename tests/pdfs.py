@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from server.errors import RenderError
 from server.options import RenderOptions
@@ -37,18 +38,33 @@ def minimal_pdf(text: str = "Pressroom") -> bytes:
 
 
 class FakeRenderer:
-    """Stands in for Chromium in API tests: instant PDFs, or held / failing on demand."""
+    """Stands in for Chromium in API tests: instant PDFs, or held / failing on demand. With
+    `prints`, it says it began printing (on_print) before it waits at the gate, as Chromium
+    does once the page has loaded."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, prints: bool = False, load_s: float = 0.0) -> None:
+        self.prints = prints
+        self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
         self.rendered: list[str] = []
         self.calls: list[str] = []  # every render begun, finished or not
         self.started = asyncio.Event()
 
-    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
         self.calls.append(html)
         self.started.set()
+        if self.load_s:
+            await asyncio.sleep(self.load_s)
+        if self.prints and on_print is not None:
+            on_print()
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_with is not None:

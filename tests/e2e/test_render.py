@@ -117,6 +117,28 @@ async def test_scripts_run_when_a_template_needs_them(chromium_app: RunningApp) 
     assert data is not None and "drawn by script 42" in pdf_text(data)
 
 
+async def test_the_renderer_says_when_a_loaded_page_begins_to_print() -> None:
+    """on_print comes once per document, after the page has loaded (its script ran) and
+    before the PDF exists: the worker claims the slot's next job then."""
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+    from server.render import ChromiumRenderer
+
+    renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    await renderer.start()
+    seen: list[str] = []
+    try:
+        for html in ("<p>plain</p>", "<p id=x></p><script>x.textContent = 'ran'</script>"):
+            result = await renderer.render(
+                html, RenderOptions(), timeout_s=20, on_print=lambda: seen.append("print")
+            )
+            seen.append("pdf")
+            assert result.pdf.startswith(b"%PDF-")
+        assert seen == ["print", "pdf", "print", "pdf"]
+    finally:
+        await renderer.close()
+
+
 async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions

@@ -95,7 +95,14 @@ async def test_jobs_in_flight_per_tenant_are_capped(
 class ManyPages(FakeRenderer):
     """A renderer whose PDFs claim many pages."""
 
-    async def render(self, html: str, options: RenderOptions, *, timeout_s: float) -> RenderResult:
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+    ) -> RenderResult:
         return RenderResult(pdf=minimal_pdf(), pages=7, warnings=[])
 
 

@@ -1,7 +1,8 @@
 """One job claimed ahead of a free render slot (PRESSROOM_PREFETCH=1): it is prepared while
 Chromium prints, starts the moment the slot frees, and is never rendered once cancelled or once
 the process begins to stop. Stopping returns every job not yet in Chromium at once, claimed
-ahead or not."""
+ahead or not. And by default, the slot's next job is claimed when a page that loaded quickly
+begins to print (PRESSROOM_CLAIM_WHILE_PRINTING_S)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,57 @@ async def test_stopping_returns_a_job_still_rendering_its_template_at_once(
     assert asyncio.get_running_loop().time() - started < 5, "not held for the grace period"
     assert await status(app, job_id) == "queued"
     assert renderer.calls == []
+
+
+# --- claimed while the slot prints -----------------------------------------------------------
+
+
+async def printing_app(
+    start_app: Callable[..., Any], *, load_s: float = 0.0, **overrides: Any
+) -> tuple[RunningApp, FakeRenderer]:
+    """One slot, no prefetch; the renderer "loads" for load_s, says it prints, then holds."""
+    renderer = FakeRenderer(prints=True, load_s=load_s)
+    renderer.gate = asyncio.Event()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, **overrides)
+    return app, renderer
+
+
+async def test_the_next_job_is_claimed_while_the_only_slot_prints(
+    start_app: Callable[..., Any],
+) -> None:
+    app, renderer = await printing_app(start_app, claim_while_printing_s=5)
+    first = await submit_in_slot(app, renderer)
+    second, third = await submit(app, "b"), await submit(app, "c")
+    await wait_event(app, second, "job.running")  # claimed while the first prints
+    await asyncio.sleep(0.3)
+    assert await status(app, third) == "queued"  # one per printing slot, no more
+    assert renderer.calls == ["<p>a</p>"]
+    renderer.gate.set()
+    for job_id in (first, second, third):
+        await wait_event(app, job_id, "job.done")
+    assert renderer.rendered == ["<p>a</p>", "<p>b</p>", "<p>c</p>"]
+
+
+async def test_no_job_is_claimed_ahead_of_a_page_that_loaded_slowly(
+    start_app: Callable[..., Any],
+) -> None:
+    # A slow load foretells a long print: a job claimed then could wait long for this process
+    # while another has a slot free.
+    app, renderer = await printing_app(start_app, load_s=0.4, claim_while_printing_s=0.1)
+    first = await submit_in_slot(app, renderer)
+    second = await submit(app, "b")
+    await asyncio.sleep(0.8)  # the load is over and the print has begun
+    assert await status(app, second) == "queued"
+    renderer.gate.set()
+    await wait_event(app, second, "job.done")
+    assert await status(app, first) == "done"
+
+
+async def test_claiming_while_printing_can_be_turned_off(start_app: Callable[..., Any]) -> None:
+    app, renderer = await printing_app(start_app, claim_while_printing_s=0)
+    await submit_in_slot(app, renderer)
+    second = await submit(app, "b")
+    await asyncio.sleep(0.5)
+    assert await status(app, second) == "queued"
+    renderer.gate.set()
+    await wait_event(app, second, "job.done")
