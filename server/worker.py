@@ -244,7 +244,10 @@ class Workers:
         def printing() -> None:
             if time.monotonic() - started <= limit_s and job_id in self._rendering:
                 self._printing.add(job_id)
-                self._wake.set()
+                # The last claim found the queue empty and nothing woke the loop since (a new
+                # job would have: its NOTIFY): the claim then can wait for that wake-up.
+                if not (self._idle and not self._wake.is_set()):
+                    self._wake.set()
 
         return printing
 

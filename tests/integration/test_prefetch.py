@@ -168,3 +168,21 @@ async def test_claiming_while_printing_can_be_turned_off(start_app: Callable[...
     assert await status(app, second) == "queued"
     renderer.gate.set()
     await wait_event(app, second, "job.done")
+
+
+async def test_a_print_with_the_queue_empty_sends_no_claim(start_app: Callable[..., Any]) -> None:
+    from tests.integration.test_metrics import scrape
+
+    claims = ("pressroom_claim_duration_seconds_count", ())
+    # No polling during the test: every claim counted is one something asked for.
+    app, renderer = await printing_app(start_app, claim_while_printing_s=5, poll_interval_s=60)
+    await asyncio.sleep(0.3)  # the worker's first look at the empty queue
+    before = (await scrape(app))[claims]
+    first = await submit_in_slot(app, renderer)  # handed to the idle worker: no claim either
+    await asyncio.sleep(0.3)
+    assert (await scrape(app))[claims] == before  # its print woke nothing: the queue was empty
+    second = await submit(app, "b")  # its NOTIFY wakes the loop, which claims it for the slot
+    await wait_event(app, second, "job.running")
+    assert await status(app, first) == "running"
+    renderer.gate.set()
+    await wait_event(app, second, "job.done")
