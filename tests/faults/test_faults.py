@@ -148,7 +148,21 @@ async def test_killing_worker_processes_loses_nothing(
     try:
         while kills < 8 and await pool.fetchval(done_query) < total * 0.8:
             await asyncio.sleep(random.uniform(1.0, 2.5))  # a random moment to strike
-            victim = random.randrange(2)
+            # A worker holding jobs: one just restarted may still be starting Chromium on a
+            # busy machine, and killing it then tests nothing.
+            holding = {
+                row["pid"]
+                for row in await pool.fetch(
+                    "SELECT DISTINCT (regexp_match(worker_id, ':([0-9]+):[0-9a-f]+$'))[1]::int"
+                    " AS pid FROM jobs WHERE status = 'running'"
+                )
+            }
+            candidates = [
+                i for i, w in enumerate(workers) if w.proc is not None and w.proc.pid in holding
+            ]
+            if not candidates:
+                continue
+            victim = random.choice(candidates)
             workers[victim].kill()
             await workers[victim].stop()
             kills += 1
