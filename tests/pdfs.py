@@ -42,8 +42,9 @@ class FakeRenderer:
     `prints`, it says it began printing (on_print) before it waits at the gate, as Chromium
     does once the page has loaded."""
 
-    def __init__(self, *, prints: bool = False, load_s: float = 0.0) -> None:
+    def __init__(self, *, prints: bool = False, load_s: float = 0.0, pages: int = 1) -> None:
         self.prints = prints
+        self.pages = pages  # how many pages the PDFs claim to have
         self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
@@ -70,7 +71,7 @@ class FakeRenderer:
         if self.fail_with is not None:
             raise self.fail_with
         self.rendered.append(html)
-        return RenderResult(pdf=minimal_pdf(), pages=1, warnings=[])
+        return RenderResult(pdf=minimal_pdf(), pages=self.pages, warnings=[])
 
     async def check(self) -> None:
         return None

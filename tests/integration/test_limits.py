@@ -11,10 +11,8 @@ import asyncpg
 
 from server import auth
 from server.admission import RateLimiter
-from server.options import RenderOptions
-from server.render import RenderResult
 from tests.conftest import RunningApp
-from tests.pdfs import FakeRenderer, minimal_pdf
+from tests.pdfs import FakeRenderer
 from tests.sse import collect
 
 SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
@@ -92,22 +90,8 @@ async def test_jobs_in_flight_per_tenant_are_capped(
         assert resp.status == 202, "finished jobs no longer count"
 
 
-class ManyPages(FakeRenderer):
-    """A renderer whose PDFs claim many pages."""
-
-    async def render(
-        self,
-        html: str,
-        options: RenderOptions,
-        *,
-        timeout_s: float,
-        on_print: Callable[[], None] | None = None,
-    ) -> RenderResult:
-        return RenderResult(pdf=minimal_pdf(), pages=7, warnings=[])
-
-
 async def test_too_many_pages_fails_the_job_once(start_app: Callable[..., Any]) -> None:
-    app: RunningApp = await start_app(renderer=ManyPages(), render_slots=1, max_pages=5)
+    app: RunningApp = await start_app(renderer=FakeRenderer(pages=7), render_slots=1, max_pages=5)
     async with app.http.post(app.url("/v1/jobs"), json=SEED) as resp:
         job = await resp.json()
     got = await collect(app.http, app.url(f"/v1/jobs/{job['id']}/events"), until="job.failed")
