@@ -228,8 +228,6 @@ class Workers:
     def _finished(self, job_id: uuid.UUID) -> None:
         self._running.pop(job_id, None)
         self._rendered.discard(job_id)
-        self._rendering.discard(job_id)
-        self._printing.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
 
