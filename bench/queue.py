@@ -10,8 +10,10 @@ file stored, done + job.done event); the peers' jobs run an empty handler.
 Submit→start: one job every 50 ms into an idle Pressroom worker, timed to the moment the
 renderer is called: from just before POST /v1/jobs by a client process (bench.submitter) to a
 process with web and workers, with the hand-off (the job goes to the idle worker in the
-submission's statement) and without (PRESSROOM_HAND_OFF=false: NOTIFY, claim); and from just
-before an INSERT over another connection. The first WARMUP_JOBS of each are not counted.
+submission's statement, and its render starts while that commits; the 202 answer, after the
+commit, is timed too) and without (PRESSROOM_HAND_OFF=false: NOTIFY, claim); the same client
+against a bare aiohttp handler (the HTTP floor); and from just before an INSERT over another
+connection. The first WARMUP_JOBS of each are not counted.
 
     python -m bench.queue [--jobs 10000] [--slots 4,16,64] [--latency-jobs 200] [--peers all]
 """
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from aiohttp import web
 
 from bench.common import (
     QUICK,
@@ -147,12 +150,13 @@ async def submit_to_start(
 
 async def submit_to_start_http(
     count: int, interval_s: float, slots: int, *, hand_off: bool
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """Milliseconds from just before POST /v1/jobs to the renderer's call, one job at a time,
     into a `pressroom serve` process (web and workers) whose worker is idle: with `hand_off`
     the job goes to it in the submission's own statement, without it through the queue
     (NOTIFY, claim). The client is another process (bench.submitter); both read the
-    machine's one monotonic clock."""
+    machine's one monotonic clock. Also the milliseconds to each 202 answer, which comes once
+    the job's row has committed."""
     clock = StartClock()
     async with database(migrated=True) as dsn:
         overrides: dict[str, Any] = {
@@ -162,23 +166,57 @@ async def submit_to_start_http(
         }
         async with running_app(dsn, **overrides) as (base, app):
             await asyncio.sleep(SETTLE_S)
-            client = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "bench.submitter",
-                base,
-                f"--count={WARMUP_JOBS + count}",
-                f"--interval-ms={interval_s * 1000:g}",
-                cwd=ROOT,
-            )
-            if await client.wait() != 0:
-                raise RuntimeError(f"bench.submitter exited {client.returncode}")
+            answers = await _submitter(base, WARMUP_JOBS + count, interval_s)
             total = WARMUP_JOBS + count
             await wait_until(lambda: _true(len(clock.latencies_ms) >= total), timeout_s=30)
             handed_off = app[WORKERS].handed_off
     if hand_off and handed_off != total:
         print(f"queue   note: {total - handed_off} of {total} jobs went through the queue")
-    return clock.latencies_ms[WARMUP_JOBS:]
+    return clock.latencies_ms[WARMUP_JOBS:], answers[WARMUP_JOBS:]
+
+
+async def _submitter(base: str, count: int, interval_s: float) -> list[float]:
+    """Run bench.submitter against `base`; the milliseconds to each of its answers."""
+    with tempfile.TemporaryDirectory(prefix="prb-answers-") as folder:
+        answers = Path(folder) / "answers.json"
+        client = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.submitter",
+            base,
+            f"--count={count}",
+            f"--interval-ms={interval_s * 1000:g}",
+            f"--answers={answers}",
+            cwd=ROOT,
+        )
+        if await client.wait() != 0:
+            raise RuntimeError(f"bench.submitter exited {client.returncode}")
+        result: list[float] = json.loads(answers.read_text())
+        return result
+
+
+async def http_floor(count: int, interval_s: float) -> list[float]:
+    """The HTTP part alone: the same client and schedule against a bare aiohttp handler that
+    reads the body; milliseconds from just before the POST to the handler holding the JSON."""
+    arrived: list[float] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.json()
+        arrived.append((time.perf_counter() - float(body["data"]["t"])) * 1000)
+        return web.json_response({}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/jobs", handler)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        await _submitter(f"http://127.0.0.1:{port}", WARMUP_JOBS + count, interval_s)
+    finally:
+        await runner.cleanup()
+    return arrived[WARMUP_JOBS:]
 
 
 async def commit_floor(count: int, interval_s: float) -> list[float]:
@@ -407,12 +445,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         interval_s = args.interval_ms / 1000
-        over_http = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=True)
-        queued = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=False)
+        over_http, answers = await submit_to_start_http(
+            args.latency_jobs, interval_s, 4, hand_off=True
+        )
+        queued, _ = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=False)
+        bare_http = await http_floor(args.latency_jobs, interval_s)
         latencies, after_commit = await submit_to_start(args.latency_jobs, interval_s, 4)
         floor = await commit_floor(args.latency_jobs, interval_s)
     result["latency_http"] = latency_summary(over_http)
     result["latencies_http_ms"] = over_http
+    result["latency_http_answer"] = latency_summary(answers)
+    result["http_floor"] = latency_summary(bare_http)
     result["latency_http_queued"] = latency_summary(queued)
     result["latencies_http_queued_ms"] = queued
     result["latency"] = latency_summary(latencies)
@@ -436,6 +479,8 @@ def print_result(result: dict[str, Any]) -> None:
     print(line, flush=True)
     for key, what in (
         ("latency_http", "POST /v1/jobs→start, hand-off"),
+        ("latency_http_answer", "POST /v1/jobs→202 (row committed), hand-off"),
+        ("http_floor", "POST→handler, bare aiohttp"),
         ("latency_http_queued", "POST /v1/jobs→start, through the queue"),
         ("latency", "insert→start"),
         ("latency_after_commit", "commit→start"),

@@ -147,18 +147,30 @@ def _busy() -> Problem:
 class InFlight:
     """A tenant's queued + running count, read at most every `ttl_s` and counted up locally in
     between, so the cap costs no query per submission. Other processes' admissions show up at
-    the next read: the cap can be passed by what they admit within `ttl_s`, never by more."""
+    the next read: the cap can be passed by what they admit within `ttl_s` (and one read),
+    never by more. A stale count under half the cap admits at once and is read again in the
+    background; nearer the cap, the submission waits for the fresh count."""
 
     def __init__(self, ttl_s: float = 0.5) -> None:
         self._ttl_s = ttl_s
         self._counts: dict[str, tuple[int, float]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._refreshing: dict[str, asyncio.Task[int]] = {}  # held: the loop keeps weak refs
 
     async def check(self, pool: asyncpg.Pool, tenant: str, max_in_flight: int) -> None:
         count, read_at = self._counts.get(tenant, (0, float("-inf")))
-        if time.monotonic() - read_at > self._ttl_s or count >= max_in_flight:
-            # Stale, or about to refuse: jobs may have finished since, so look again first.
+        stale = time.monotonic() - read_at > self._ttl_s
+        if (
+            read_at == float("-inf")
+            or count >= max_in_flight
+            or (stale and 2 * count >= max_in_flight)
+        ):
+            # Never read, about to refuse (jobs may have finished since), or stale near the cap.
             count = await self._read(pool, tenant, read_at)
+        elif stale and tenant not in self._refreshing:
+            task = asyncio.create_task(self._refresh(pool, tenant, read_at), name="in-flight")
+            self._refreshing[tenant] = task
+            task.add_done_callback(lambda _t: self._refreshing.pop(tenant, None))
         if count >= max_in_flight:
             raise _too_many(count, max_in_flight)
 
@@ -170,6 +182,13 @@ class InFlight:
                 count = await pool.fetchval(query("tenant_in_flight"), tenant)
                 self._counts[tenant] = (count, time.monotonic())
             return count
+
+    async def _refresh(self, pool: asyncpg.Pool, tenant: str, seen_at: float) -> int:
+        try:
+            return await self._read(pool, tenant, seen_at)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("could not read jobs in flight: %s", exc)  # the next check tries again
+            return -1
 
     def admitted(self, tenant: str) -> None:
         count, read_at = self._counts.get(tenant, (0, float("-inf")))

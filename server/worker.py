@@ -96,6 +96,9 @@ class Workers:
         self._aborted: set[uuid.UUID] = set()
         # Slots promised to jobs being inserted by this process right now (hand-off).
         self._reserved = 0
+        # Handed-off jobs, started while their rows were being inserted: whether the insert
+        # committed (see jobs.HandOff.take). Kept until the job's task ends.
+        self._inserting: dict[uuid.UUID, asyncio.Future[bool]] = {}
         # Waiting with nothing to do: the last claim found fewer due jobs than free slots.
         self._idle = False
         self._stopping = False
@@ -105,7 +108,6 @@ class Workers:
         self._loop_done.set()
         self.rendered = 0
         self.handed_off = 0
-        self._releases: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
@@ -156,20 +158,36 @@ class Workers:
         self._reserved += granted
         return granted
 
-    def take(self, handed: list[ClaimedJob], reserved: int) -> None:
-        """Run the jobs inserted into reserved slots; the slots left over are free again."""
-        self._reserved -= reserved
-        if self._stopping:
-            # Inserted as ours while stopping began: back to the queue for another process.
-            if handed:
-                task = asyncio.get_running_loop().create_task(self._release([j.id for j in handed]))
-                self._releases.add(task)
-                task.add_done_callback(self._releases.discard)
+    def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
+        """Start the jobs given the slots just reserved while their rows are inserted: the
+        template and the render run meanwhile; storing and recording wait for `inserted`."""
+        self._reserved -= len(handed)
+        for job in handed:
+            self._inserting[job.id] = inserted
+            self._start(job)
+        inserted.add_done_callback(lambda _f: self._inserted(handed, inserted.result()))
+
+    def _inserted(self, handed: list[ClaimedJob], committed: bool) -> None:
+        if not committed:
+            for job in handed:
+                self._abort(job.id, "its insert failed")
             return
         self.handed_off += len(handed)
         self._metrics.jobs_started.labels("hand_off").inc(len(handed))
         for job in handed:
-            self._start(job)
+            self._announce(job)
+
+    async def _exists(self, job: ClaimedJob) -> bool:
+        """Whether the job's row is there to record to: False only for a handed-off job whose
+        insert failed (it never existed; nothing of its render is kept)."""
+        inserting = self._inserting.get(job.id)
+        return inserting is None or await inserting
+
+    def _held(self, job_id: uuid.UUID) -> bool:
+        """Whether the row says this worker holds the job: not yet for a handed-off job whose
+        insert has not committed (a heartbeat would find no row and abort it)."""
+        inserting = self._inserting.get(job_id)
+        return inserting is None or (inserting.done() and inserting.result())
 
     def _free(self, capacity: int) -> int:
         """Slots of `capacity` not held by a job before its render ends or promised to one."""
@@ -206,6 +224,7 @@ class Workers:
                     self._idle = len(claimed) < free
                     self._metrics.jobs_started.labels("claim").inc(len(claimed))
                 for job in claimed:
+                    self._announce(job)
                     self._start(job)
                 if claimed and len(claimed) == free:
                     continue  # the queue may hold more: claim again as soon as a slot frees
@@ -214,19 +233,22 @@ class Workers:
                 async with asyncio.timeout(poll_s):
                     await self._wake.wait()
 
-    def _start(self, job: ClaimedJob) -> None:
+    def _announce(self, job: ClaimedJob) -> None:
         log.info(
             "job running (attempt %s/%s)",
             job.attempt,
             job.max_attempts,
             extra={"job_id": str(job.id), "tenant": job.tenant},
         )
+
+    def _start(self, job: ClaimedJob) -> None:
         task = asyncio.create_task(self._run_job(job), name=f"render-{job.id}")
         self._running[job.id] = task
         task.add_done_callback(lambda _t: self._finished(job.id))
 
     def _finished(self, job_id: uuid.UUID) -> None:
         self._running.pop(job_id, None)
+        self._inserting.pop(job_id, None)
         self._rendered.discard(job_id)
         self._aborted.discard(job_id)
         self._wake.set()
@@ -275,6 +297,8 @@ class Workers:
                 raise PermanentError(f"the PDF has {result.pages} pages; the limit is {limit}")
             self._rendered.add(job.id)
             self._wake.set()
+            if not await self._exists(job):
+                return
             await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
         except asyncio.CancelledError:
             if job.id in self._aborted:
@@ -330,6 +354,8 @@ class Workers:
     async def _fail(
         self, job: ClaimedJob, error: str, *, retryable: bool, warnings: list[str]
     ) -> None:
+        if not await self._exists(job):
+            return
         retry_in_s = backoff_s(
             job.attempt, base_s=self._config.retry_base_s, max_s=self._config.retry_max_s
         )
@@ -363,7 +389,7 @@ class Workers:
         interval_s = self._config.lease_s / 3
         while True:
             await asyncio.sleep(interval_s)
-            ids = list(self._running)
+            ids = [job_id for job_id in self._running if self._held(job_id)]
             if not ids:
                 continue
             try:
@@ -387,6 +413,10 @@ class Workers:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_CLAIM_WAIT_S):
                 await self._loop_done.wait()
+        # Likewise jobs handed off while their insert is in flight.
+        inserting = {f for f in self._inserting.values() if not f.done()}
+        if inserting:
+            await asyncio.wait(inserting, timeout=STOP_CLAIM_WAIT_S)
         # Jobs not yet rendering (their template, or waiting for a slot when claimed ahead) go
         # back to the queue at once: another process can take them now.
         early = {

@@ -5,10 +5,10 @@
 
 -- insert_jobs --
 -- $1..$12 are parallel arrays, one element per job (many requests share one transaction).
--- $13 marks the jobs an idle worker of this process takes at once (hand-off): they are
--- inserted running, attempt 1, held by worker $14 with a lease of $15 seconds, with their
--- job.queued and job.running events, so they skip the NOTIFY, the claim and its commit. The
--- job JSON returned is the job.queued event's, whichever way the job went.
+-- $13 marks the jobs an idle worker of this process took (hand-off): they are inserted
+-- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
+-- and job.running events, so they skip the NOTIFY, the claim and its commit. The job JSON
+-- returned is the job.queued event's, whichever way the job went.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash,
@@ -20,7 +20,7 @@ WITH new AS (
            CASE WHEN handed THEN $14 END,
            CASE WHEN handed THEN now() + make_interval(secs => $15) END,
            CASE WHEN handed THEN now() END
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
                 $13::bool[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
@@ -41,11 +41,7 @@ WITH new AS (
     ORDER BY e.step
     RETURNING id, job_id, type, payload
 )
-SELECT n.id, n.tenant, q.payload AS job, n.status = 'running' AS handed,
-       CASE WHEN n.status = 'running' THEN n.template END AS template,
-       CASE WHEN n.status = 'running' THEN n.data END AS data,
-       CASE WHEN n.status = 'running' THEN n.options END AS options,
-       n.attempts, n.max_attempts,
+SELECT n.id, q.payload AS job,
        -- Work for the workers only when some job stayed queued; otherwise only push.
        (SELECT pg_notify('pressroom',
                          CASE WHEN bool_and(handed.status = 'running') THEN 'e:' ELSE 'q:' END
@@ -521,7 +517,7 @@ WITH new AS (
                       max_attempts, run_after, item_key, item_hash)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), item_key, item_hash
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, item_key, item_hash)

@@ -1,7 +1,9 @@
 """Hand-off: a job submitted to a process whose worker is idle goes straight to that worker,
 inserted running in the submission's own statement (no NOTIFY, claim or second commit), with
-the same events in the same order as a claimed job. A busy or stopping worker, or a job due
-later, leaves the job to the queue."""
+the same events in the same order as a claimed job. Its render starts while that statement
+runs; nothing of it is stored or recorded before the row has committed, and nothing at all
+if the insert fails. A busy or stopping worker, or a job due later, leaves the job to the
+queue."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from server import jobs
 from server.jobs import ClaimedJob, NewJob
-from server.keys import WORKERS
+from server.keys import SETTINGS, WORKERS
 from server.worker import Workers
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -123,11 +125,11 @@ async def test_the_hand_off_shows_in_the_metrics(api: RunningApp) -> None:
 
 
 class Recorder:
-    """A HandOff that grants `free` slots and records what it was given back."""
+    """A HandOff that grants `free` slots and records the jobs it was handed."""
 
     def __init__(self, free: int) -> None:
         self.free = free
-        self.taken: list[tuple[list[ClaimedJob], int]] = []
+        self.taken: list[tuple[list[ClaimedJob], asyncio.Future[bool]]] = []
 
     @property
     def worker_id(self) -> str:
@@ -140,8 +142,9 @@ class Recorder:
     def reserve(self, wanted: int) -> int:
         return min(wanted, self.free)
 
-    def take(self, handed: list[ClaimedJob], reserved: int) -> None:
-        self.taken.append((handed, reserved))
+    def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
+        assert not inserted.done()  # handed before the insert runs
+        self.taken.append((handed, inserted))
 
 
 def new_job(**fields: Any) -> NewJob:
@@ -167,9 +170,9 @@ async def test_only_reserved_due_jobs_go_best_first(pool: asyncpg.Pool) -> None:
         new_job(priority=9),
     ]
     await jobs.create(pool, batch, hand_off=recorder)
-    [(handed, reserved)] = recorder.taken
-    assert reserved == 2
-    assert {j.id for j in handed} == {batch[3].id, batch[2].id}
+    [(handed, inserted)] = recorder.taken
+    assert inserted.result() is True
+    assert [j.id for j in handed] == [batch[3].id, batch[2].id]
     assert all(j.attempt == 1 and j.data == {"n": 1} for j in handed)
     rows = await pool.fetch("SELECT id, status, worker_id FROM jobs")
     status = {r["id"]: (r["status"], r["worker_id"]) for r in rows}
@@ -184,14 +187,97 @@ async def test_only_reserved_due_jobs_go_best_first(pool: asyncpg.Pool) -> None:
     assert all(r["type"] == "job.running" for r in types[first_running:])
 
 
-async def test_a_failed_insert_gives_the_slots_back(pool: asyncpg.Pool) -> None:
+async def test_a_failed_insert_says_so_to_the_worker(pool: asyncpg.Pool) -> None:
     recorder = Recorder(free=1)
     job = new_job()
     await jobs.create(pool, [job])
     with pytest.raises(asyncpg.UniqueViolationError):
         await jobs.create(pool, [new_job(id=job.id)], hand_off=recorder)  # the same id again
-    assert recorder.taken == [([], 1)]
+    [(handed, inserted)] = recorder.taken
+    assert [j.id for j in handed] == [job.id] and inserted.result() is False
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def stored_files(app: RunningApp) -> list[str]:
+    root = app.app[SETTINGS].files_dir
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.pdf")) if root.exists() else []
+
+
+async def test_the_render_starts_while_the_insert_runs_and_waits_for_its_commit(
+    api: RunningApp, fake_renderer: FakeRenderer, pool: asyncpg.Pool, dsn: str
+) -> None:
+    workers = await idle_workers(api)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE jobs IN SHARE MODE")  # holds every INSERT
+        job = new_job(template="<p>{{ n }}</p>")
+        inserting = asyncio.create_task(jobs.create(pool, [job], hand_off=workers))
+        await asyncio.wait_for(fake_renderer.started.wait(), 10)
+        await asyncio.sleep(0.2)  # the render is over; the insert still waits
+        assert fake_renderer.rendered == ["<p>1</p>"]
+        assert not inserting.done()
+        assert await stored_files(api) == []  # nothing stored for a row not yet written
+        assert workers.handed_off == 0
+        await tx.commit()
+        await inserting
+    finally:
+        await blocker.close()
+    seen = await events(api, str(job.id))
+    assert [m.event for m in seen] == ["job.queued", "job.running", "job.done"]
+    assert workers.handed_off == 1
+    assert await stored_files(api) == [f"default/{job.id}/1.pdf"]
+
+
+async def test_a_render_whose_insert_fails_leaves_nothing(
+    api: RunningApp, fake_renderer: FakeRenderer, pool: asyncpg.Pool, dsn: str
+) -> None:
+    workers = await idle_workers(api)
+    taken = new_job()  # its id is taken by a row written without a NOTIFY: the worker stays idle
+    await pool.execute(
+        "INSERT INTO jobs (id, tenant, template, max_attempts, run_after)"
+        " VALUES ($1, 'default', 'x', 1, now() + interval '1 hour')",
+        taken.id,
+    )
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+        inserting = asyncio.create_task(
+            jobs.create(pool, [new_job(id=taken.id)], hand_off=workers)
+        )
+        await asyncio.wait_for(fake_renderer.started.wait(), 10)
+        await tx.commit()
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await inserting
+    finally:
+        await blocker.close()
+    async with asyncio.timeout(10):
+        while workers.busy:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert fake_renderer.calls == ["<p>1</p>"]
+    assert await stored_files(api) == []
+    assert workers.handed_off == 0
+    assert await pool.fetchval("SELECT count(*) FROM job_events") == 0
+    # The slot is free again: the next job goes to the worker and is done.
+    created = await submit(api)
+    assert (await events(api, created["id"]))[-1].event == "job.done"
+    assert workers.handed_off == 1
+
+
+async def test_submitted_data_reaches_every_attempt_as_sent(pool: asyncpg.Pool) -> None:
+    """The hand-off renders from the submitted values, a claim from the row: the same data."""
+    data = {"zebra": 1, "a": {"yy": -0.0, "x": 1e20}, "mid": [3, 2, 1]}
+    recorder = Recorder(free=1)
+    [created] = await jobs.create(pool, [new_job(data=data)], hand_off=recorder)
+    [(handed, _)] = recorder.taken
+    stored = await pool.fetchval("SELECT data FROM jobs WHERE id = $1", created["id"])
+    for value in (handed[0].data, stored):
+        assert value == data
+        assert list(value) == ["zebra", "a", "mid"] and list(value["a"]) == ["yy", "x"]
+        assert repr(value["a"]["yy"]) == "-0.0" and repr(value["a"]["x"]) == "1e+20"
 
 
 async def test_a_notification_only_wakes_workers_when_a_job_stayed_queued(
@@ -212,7 +298,10 @@ async def test_a_notification_only_wakes_workers_when_a_job_stayed_queued(
 async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_queue(
     start_app: Callable[..., Any], fake_renderer: FakeRenderer, pool: asyncpg.Pool
 ) -> None:
-    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
+    fake_renderer.gate = asyncio.Event()  # the render outlasts the grace period
+    app: RunningApp = await start_app(
+        renderer=fake_renderer, render_slots=1, shutdown_grace_s=0.3
+    )
     workers = await idle_workers(app)
     stops: list[asyncio.Task[None]] = []
 
@@ -227,8 +316,8 @@ async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_qu
             stops.append(asyncio.create_task(workers.stop()))  # runs during the insert
             return granted
 
-        def take(self, handed: list[ClaimedJob], reserved: int) -> None:
-            workers.take(handed, reserved)
+        def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
+            workers.take(handed, inserted)
 
     [created] = await jobs.create(pool, [new_job()], hand_off=StopsMidInsert())
     await stops[0]
@@ -236,4 +325,4 @@ async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_qu
     assert [m.event for m in seen] == ["job.queued", "job.running", "job.retrying"]
     row = await pool.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", created["id"])
     assert (row["status"], row["attempts"]) == ("queued", 0)
-    assert fake_renderer.calls == [] and workers.handed_off == 0
+    assert fake_renderer.rendered == []
