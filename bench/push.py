@@ -11,8 +11,10 @@ scratch database is created and dropped on it); unset, an embedded one is starte
 to stdout and, as JSON, to bench/out/push.json.
 
 Latency is measured from the moment the committing statement is sent to the moment the client
-has read the event; the raw NOTIFY figure is measured the same way (send of `SELECT pg_notify`
-to the LISTEN callback), so the difference is what Pressroom adds on top of PostgreSQL.
+has read the event. The baseline is measured the same way on the same events: a raw asyncpg
+LISTEN connection of this script hears each commit's NOTIFY, so the difference is what
+Pressroom adds on top of PostgreSQL (the LISTEN of the server, reading the event rows, the
+hub, the transports). `SELECT pg_notify` alone, with no commit to wait for, is shown too.
 """
 
 from __future__ import annotations
@@ -207,10 +209,16 @@ async def sse_reader(
             ident = None
 
 
-async def push_latency(pool: asyncpg.Pool, base: str, count: int) -> tuple[Latency, Latency]:
-    """One SSE and one Socket.IO client on the all-jobs stream; one job.queued at a time."""
+async def push_latency(
+    pool: asyncpg.Pool, dsn: str, base: str, count: int
+) -> tuple[Latency, Latency, Latency]:
+    """One SSE and one Socket.IO client on the all-jobs stream, and a raw LISTEN connection
+    on Pressroom's channel (the baseline); one job.queued at a time."""
     sse_arrived: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
     sio_arrived: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+    heard: asyncio.Queue[float] = asyncio.Queue()
+    listener = await asyncpg.connect(dsn)
+    await listener.add_listener("pressroom", lambda *_: heard.put_nowait(time.perf_counter()))
     sio = socketio.AsyncClient(reconnection=False)
     sio.on("job", lambda event: sio_arrived.put_nowait((event["event_id"], time.perf_counter())))
     async with aiohttp.ClientSession() as http:
@@ -219,22 +227,24 @@ async def push_latency(pool: asyncpg.Pool, base: str, count: int) -> tuple[Laten
         await sio.connect(base, transports=["websocket"], wait_timeout=10)
         ack = await sio.call("subscribe", {"all": True}, timeout=10)
         assert ack == {"ok": True}, ack
-        sse_samples, sio_samples = [], []
+        notify_samples, sse_samples, sio_samples = [], [], []
         try:
             for n in range(count + 10):
                 sent = time.perf_counter()
                 await jobs.create(pool, [new_job(n)])
-                (_sse_id, sse_at), (_sio_id, sio_at) = await asyncio.wait_for(
-                    asyncio.gather(sse_arrived.get(), sio_arrived.get()), 10
+                notify_at, (_sse_id, sse_at), (_sio_id, sio_at) = await asyncio.wait_for(
+                    asyncio.gather(heard.get(), sse_arrived.get(), sio_arrived.get()), 10
                 )
                 if n >= 10:  # the first few warm up connections and caches
+                    notify_samples.append(notify_at - sent)
                     sse_samples.append(sse_at - sent)
                     sio_samples.append(sio_at - sent)
         finally:
             reader.cancel()
             resp.close()
             await sio.disconnect()
-    return summarize(sse_samples), summarize(sio_samples)
+            await listener.close()
+    return summarize(notify_samples), summarize(sse_samples), summarize(sio_samples)
 
 
 # --- fan-out ------------------------------------------------------------------------------
@@ -290,12 +300,13 @@ async def run(events: int, subscribers: int) -> dict[str, Any]:
                 async with pressroom_web(dsn, port, Path(data_dir)) as pid:
                     base = f"http://127.0.0.1:{port}"
                     notify = await notify_round_trip(pool, dsn, events)
-                    sse, sio = await push_latency(pool, base, events)
+                    committed, sse, sio = await push_latency(pool, dsn, base, events)
                     fan = await fan_out(pool, base, pid, subscribers)
         finally:
             await pool.close()
     result = {
         "notify_round_trip": asdict(notify),
+        "notify_commit": asdict(committed),
         "sse": asdict(sse),
         "socketio": asdict(sio),
         "fan_out": asdict(fan),
@@ -314,7 +325,8 @@ def report(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, key in (
-        ("raw NOTIFY", "notify_round_trip"),
+        ("raw NOTIFY alone (SELECT pg_notify, no commit)", "notify_round_trip"),
+        ("raw NOTIFY of the same commits (asyncpg LISTEN)", "notify_commit"),
         ("SSE", "sse"),
         ("Socket.IO", "socketio"),
     ):
