@@ -79,6 +79,41 @@ async def test_a_subscriber_that_falls_behind_is_dropped_others_get_everything(
     assert running_hub.subscriber_count == 1  # only the fast one is left
 
 
+async def test_events_that_arrived_together_are_taken_at_once(
+    pool: asyncpg.Pool, running_hub: Hub
+) -> None:
+    sub = running_hub.subscribe(tenant="default")
+    await jobs.create(pool, new_jobs(5))  # 5 events in one transaction
+    running_hub.poke()
+    first = await sub.get(10)
+    assert first is not None
+    async with asyncio.timeout(10):
+        while sub.buffered < 4:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    rest = sub.take_ready()
+    assert [e.position for e in [first, *rest]] == sorted(e.position for e in [first, *rest])
+    assert len(rest) == 4 and sub.buffered == 0 and sub.take_ready() == []
+    sub.drop("gone")
+    assert sub.take_ready() == []
+
+
+async def test_an_all_jobs_stream_sends_a_burst_of_events_whole_and_in_order(
+    api: RunningApp, pool: asyncpg.Pool
+) -> None:
+    async with api.http.get(api.url("/v1/events")) as resp:
+        await asyncio.sleep(0.3)  # live
+        created = await jobs.create(pool, new_jobs(40))  # 40 events in one transaction
+        got: list[Message] = []
+        async with asyncio.timeout(10):
+            async for message in messages(resp):
+                if message.event == "job.queued":
+                    got.append(message)
+                if len(got) == 40:
+                    break
+    assert [m.json["job"]["id"] for m in got] == [str(j["id"]) for j in created]
+    assert [int(m.id) for m in got] == sorted(int(m.id) for m in got)
+
+
 async def test_close_all_ends_every_subscription_with_the_reason(running_hub: Hub) -> None:
     subs = [running_hub.subscribe(tenant="default"), running_hub.subscribe(tenant=None)]
     waiting = [asyncio.create_task(s.get(30)) for s in subs]
