@@ -709,7 +709,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     # Events that arrived together go out in one write (one system call).
                     frames: list[bytes] = []
                     ended = False
-                    for event in [live, *sub.take_ready()]:
+                    for event in [live, *sub.take_ready()] if sub.buffered else [live]:
                         if position is not None and event.position <= position:
                             continue
                         frames.append(await _frame(request, event))

@@ -130,11 +130,12 @@ async def create(
                 handed[i] = True
             taker = hand_off
             taker.take([_first_attempt(new[i]) for i in due], inserted)
+    try:
+        if taker is not None:
             # The renders just handed over take their first step (options, template, the call
             # into the renderer) before the statement goes out. Sending first held them back
-            # by about 1.5 ms on the benchmark machine (bench.queue), the insert gained nothing.
+            # by about 1.5 ms on the benchmark machine (bench.queue); the insert gained nothing.
             await asyncio.sleep(0)
-    try:
         rows = await conn.fetch(
             query("insert_jobs"),
             *job_columns(new),

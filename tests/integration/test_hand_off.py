@@ -198,6 +198,20 @@ async def test_a_failed_insert_says_so_to_the_worker(pool: asyncpg.Pool) -> None
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
 
 
+async def test_a_submission_cancelled_before_its_insert_tells_the_worker(
+    pool: asyncpg.Pool,
+) -> None:
+    recorder = Recorder(free=1)
+    inserting = asyncio.create_task(jobs.create(pool, [new_job()], hand_off=recorder))
+    await asyncio.sleep(0)  # it runs to its first pause: the job is handed over, not inserted
+    inserting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await inserting
+    [(_handed, inserted)] = recorder.taken
+    assert inserted.result() is False  # the worker drops the render instead of waiting forever
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
 async def stored_files(app: RunningApp) -> list[str]:
     root = app.app[SETTINGS].files_dir
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.pdf")) if root.exists() else []
