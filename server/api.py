@@ -622,20 +622,16 @@ async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> di
     return wire
 
 
-async def _frame(request: web.Request, event: JobEvent) -> bytes:
+async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
     # The whole SSE frame is built once per event (and origin) and shared by every
     # subscriber of this process: fan-out to thousands of streams is then one write each.
     origin = str(request.url.origin())
     frame = event.encoded.get(origin)
     if frame is None:
         data = jsontext.dumps(await event_wire(request.app, request.url, event))
-        frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n".encode()
+        frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
         event.encoded[origin] = frame
-    return frame
-
-
-async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
-    await resp.write(await _frame(request, event))
+    await resp.write(frame.encode())
 
 
 async def _send_reset(
@@ -704,22 +700,11 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                             json.dumps({"type": "closed", "reason": str(exc)}), event="closed"
                         )
                         return resp
-                    if live is None:
+                    if live is None or (position is not None and live.position <= position):
                         continue
-                    # Events that arrived together go out in one write (one system call).
-                    frames: list[bytes] = []
-                    ended = False
-                    for event in [live, *sub.take_ready()] if sub.buffered else [live]:
-                        if position is not None and event.position <= position:
-                            continue
-                        frames.append(await _frame(request, event))
-                        position = event.position
-                        if job_id is not None and event.type in jobs.TERMINAL_EVENTS:
-                            ended = True
-                            break
-                    if frames:
-                        await resp.write(b"".join(frames))
-                    if ended:
+                    await _send(resp, request, live)
+                    position = live.position
+                    if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp
             except ConnectionError:
                 pass  # the client went away

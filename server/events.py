@@ -36,7 +36,7 @@ class JobEvent:
     at: dt.datetime
     #: The SSE frame, per origin it was presented for: every subscriber of this process
     #: shares one encoding instead of presenting and encoding the event again.
-    encoded: dict[str, bytes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    encoded: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:
         """The JSON every transport carries for this event."""

@@ -84,12 +84,6 @@ class Subscription:
             raise SubscriberDropped(self.dropped)
         return self._items.popleft() if self._items else None
 
-    def take_ready(self) -> list[JobEvent]:
-        """Every event already waiting, without waiting for more (none once cut off)."""
-        ready = list(self._items) if self.dropped is None else []
-        self._items.clear()
-        return ready
-
 
 class Hub:
     """Follows the event log from the newest final position and fans events out."""

@@ -79,24 +79,6 @@ async def test_a_subscriber_that_falls_behind_is_dropped_others_get_everything(
     assert running_hub.subscriber_count == 1  # only the fast one is left
 
 
-async def test_events_that_arrived_together_are_taken_at_once(
-    pool: asyncpg.Pool, running_hub: Hub
-) -> None:
-    sub = running_hub.subscribe(tenant="default")
-    await jobs.create(pool, new_jobs(5))  # 5 events in one transaction
-    running_hub.poke()
-    first = await sub.get(10)
-    assert first is not None
-    async with asyncio.timeout(10):
-        while sub.buffered < 4:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    rest = sub.take_ready()
-    assert [e.position for e in [first, *rest]] == sorted(e.position for e in [first, *rest])
-    assert len(rest) == 4 and sub.buffered == 0 and sub.take_ready() == []
-    sub.drop("gone")
-    assert sub.take_ready() == []
-
-
 async def test_an_all_jobs_stream_sends_a_burst_of_events_whole_and_in_order(
     api: RunningApp, pool: asyncpg.Pool
 ) -> None:
