@@ -48,7 +48,12 @@ CHANGES = (
     "the same two cores. With the file's fsyncs skipped (an experiment, never an option) a "
     "drain of 5,000 jobs went from 710 to 819 jobs/s on this machine: the durable file is "
     "not what keeps the queue path far behind PgQueuer's empty handlers, the work each job "
-    "does (its events, its template, its PDF) is"
+    "does (its events, its template, its PDF) is. Then a trace of POST→start into an idle "
+    "worker (timestamps at each step, one job every 50 ms) showed the insert statement "
+    "(3.3 ms at that pace) between the request and the render, and the in-flight count's "
+    "read in the path of every tenth request: a job handed to an idle worker now starts "
+    "while its row commits, and a stale count far under the cap is read in the background "
+    "(POST→start p50 5.2 to 1.9 ms, p99 8.2 to 2.8 ms; the 202 answer unchanged)"
 )
 
 #: Readings of the profile: (path, frame text, least share in %, what it means). A sentence
