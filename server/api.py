@@ -622,10 +622,12 @@ async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> di
     return wire
 
 
-async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
-    # The whole SSE frame is built once per event (and origin) and shared by every
-    # subscriber of this process: fan-out to thousands of streams is then one write each.
-    origin = str(request.url.origin())
+async def _send(
+    resp: EventSourceResponse, request: web.Request, origin: str, event: JobEvent
+) -> None:
+    # The whole SSE frame is built once per event (and origin: the stream's own, worked out
+    # once) and shared by every subscriber of this process: fan-out to thousands of streams
+    # is then one write each.
     frame = event.encoded.get(origin)
     if frame is None:
         data = jsontext.dumps(await event_wire(request.app, request.url, event))
@@ -670,6 +672,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     if job_id is not None and position is None:
         position = events.START  # a job stream without a cursor begins with the job's history
 
+    origin = str(request.url.origin())
     with hub.subscription(tenant=tenant, job_id=job_id) as sub:
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
             app[STREAMS_KEY].add(resp)
@@ -685,7 +688,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                             pool, position, tenant=tenant, job_id=job_id
                         )
                         for event in batch:
-                            await _send(resp, request, event)
+                            await _send(resp, request, origin, event)
                             position, last_type = event.position, event.type
                         if len(batch) < events.REPLAY_PAGE:
                             break
@@ -702,7 +705,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         return resp
                     if live is None or (position is not None and live.position <= position):
                         continue
-                    await _send(resp, request, live)
+                    await _send(resp, request, origin, live)
                     position = live.position
                     if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp

@@ -96,6 +96,22 @@ async def test_an_all_jobs_stream_sends_a_burst_of_events_whole_and_in_order(
     assert [int(m.id) for m in got] == sorted(int(m.id) for m in got)
 
 
+async def test_a_quiet_subscription_answers_none_and_a_cancelled_wait_leaves_nothing(
+    pool: asyncpg.Pool, running_hub: Hub
+) -> None:
+    sub = running_hub.subscribe(tenant="default")
+    assert await asyncio.wait_for(sub.get(0.05), 5) is None  # quiet: None after the timeout
+    waiting = asyncio.create_task(sub.get(30))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await jobs.create(pool, new_jobs(1))  # pushed with nobody waiting: kept for the next get
+    running_hub.poke()
+    event = await asyncio.wait_for(sub.get(10), 10)
+    assert event is not None and event.type == "job.queued"
+
+
 async def test_close_all_ends_every_subscription_with_the_reason(running_hub: Hub) -> None:
     subs = [running_hub.subscribe(tenant="default"), running_hub.subscribe(tenant=None)]
     waiting = [asyncio.create_task(s.get(30)) for s in subs]
