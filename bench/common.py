@@ -164,13 +164,20 @@ async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, we
     overrides.setdefault("tenant_max_inflight", 10**9)
     settings = Settings.from_env(env, **overrides)
     app = create_app(settings, renderer_factory=renderer_factory)
+    async with serving(app) as base:
+        yield base, app
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` on a free port of 127.0.0.1; yields its base URL."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}", app
+        yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
 

@@ -48,6 +48,7 @@ from bench.common import (
     machine,
     postgres,
     running_app,
+    serving,
 )
 from bench.noop import PDF, NoopRenderer, StartClock
 from server import db, jobs
@@ -207,15 +208,8 @@ async def http_floor(count: int, interval_s: float) -> list[float]:
 
     app = web.Application()
     app.router.add_post("/v1/jobs", handler)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        await _submitter(f"http://127.0.0.1:{port}", WARMUP_JOBS + count, interval_s)
-    finally:
-        await runner.cleanup()
+    async with serving(app) as base:
+        await _submitter(base, WARMUP_JOBS + count, interval_s)
     return arrived[WARMUP_JOBS:]
 
 
