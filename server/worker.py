@@ -181,7 +181,9 @@ class Workers:
         """Whether the job's row is there to record to: False only for a handed-off job whose
         insert failed (it never existed; nothing of its render is kept)."""
         inserting = self._inserting.get(job.id)
-        return inserting is None or await inserting
+        # Shielded: the future is shared by the jobs of one insert, and cancelling this task
+        # (an abort, a shutdown) must not cancel it for the others or for the inserter.
+        return inserting is None or await asyncio.shield(inserting)
 
     def _held(self, job_id: uuid.UUID) -> bool:
         """Whether the row says this worker holds the job: not yet for a handed-off job whose

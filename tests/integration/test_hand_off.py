@@ -212,6 +212,35 @@ async def test_a_submission_cancelled_before_its_insert_tells_the_worker(
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
+async def test_a_render_cancelled_while_its_insert_runs_leaves_the_insert_alone(
+    api: RunningApp, pool: asyncpg.Pool, dsn: str
+) -> None:
+    workers = await idle_workers(api)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+        first, second = new_job(), new_job()  # one slot: the first is handed off, not the second
+        inserting = asyncio.create_task(jobs.create(pool, [first, second], hand_off=workers))
+        async with asyncio.timeout(10):
+            while workers.busy < 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the render is over and waits for the insert
+        workers._running[first.id].cancel()  # e.g. cut off by a shutdown
+        await asyncio.sleep(0.05)
+        await tx.commit()
+        await inserting  # the insert itself is not disturbed
+    finally:
+        await blocker.close()
+    # The job whose render was cut off waits for its lease (the rescuer); the other, claimed
+    # from the queue, finishes.
+    seen = await events(api, str(second.id))
+    assert [m.event for m in seen] == ["job.queued", "job.running", "job.done"]
+    status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", first.id)
+    assert status == "running"
+
+
 async def stored_files(app: RunningApp) -> list[str]:
     root = app.app[SETTINGS].files_dir
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.pdf")) if root.exists() else []
@@ -259,9 +288,7 @@ async def test_a_render_whose_insert_fails_leaves_nothing(
         tx = blocker.transaction()
         await tx.start()
         await blocker.execute("LOCK TABLE jobs IN SHARE MODE")
-        inserting = asyncio.create_task(
-            jobs.create(pool, [new_job(id=taken.id)], hand_off=workers)
-        )
+        inserting = asyncio.create_task(jobs.create(pool, [new_job(id=taken.id)], hand_off=workers))
         await asyncio.wait_for(fake_renderer.started.wait(), 10)
         await tx.commit()
         with pytest.raises(asyncpg.UniqueViolationError):
@@ -313,9 +340,7 @@ async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_qu
     start_app: Callable[..., Any], fake_renderer: FakeRenderer, pool: asyncpg.Pool
 ) -> None:
     fake_renderer.gate = asyncio.Event()  # the render outlasts the grace period
-    app: RunningApp = await start_app(
-        renderer=fake_renderer, render_slots=1, shutdown_grace_s=0.3
-    )
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, shutdown_grace_s=0.3)
     workers = await idle_workers(app)
     stops: list[asyncio.Task[None]] = []
 
