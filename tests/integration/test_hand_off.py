@@ -8,8 +8,9 @@ queue."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -212,15 +213,25 @@ async def test_a_submission_cancelled_before_its_insert_tells_the_worker(
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
-async def test_a_render_cancelled_while_its_insert_runs_leaves_the_insert_alone(
-    api: RunningApp, pool: asyncpg.Pool, dsn: str
-) -> None:
-    workers = await idle_workers(api)
+@contextlib.asynccontextmanager
+async def inserts_held(dsn: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Another transaction holds `LOCK TABLE jobs IN SHARE MODE`: every INSERT into jobs waits
+    until the function yielded here commits that transaction."""
     blocker = await asyncpg.connect(dsn)
     try:
         tx = blocker.transaction()
         await tx.start()
         await blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+        yield tx.commit
+    finally:
+        await blocker.close()
+
+
+async def test_a_render_cancelled_while_its_insert_runs_leaves_the_insert_alone(
+    api: RunningApp, pool: asyncpg.Pool, dsn: str
+) -> None:
+    workers = await idle_workers(api)
+    async with inserts_held(dsn) as release:
         first, second = new_job(), new_job()  # one slot: the first is handed off, not the second
         inserting = asyncio.create_task(jobs.create(pool, [first, second], hand_off=workers))
         async with asyncio.timeout(10):
@@ -229,10 +240,8 @@ async def test_a_render_cancelled_while_its_insert_runs_leaves_the_insert_alone(
         await asyncio.sleep(0.2)  # the render is over and waits for the insert
         workers._running[first.id].cancel()  # e.g. cut off by a shutdown
         await asyncio.sleep(0.05)
-        await tx.commit()
+        await release()
         await inserting  # the insert itself is not disturbed
-    finally:
-        await blocker.close()
     # The job whose render was cut off waits for its lease (the rescuer); the other, claimed
     # from the queue, finishes.
     seen = await events(api, str(second.id))
@@ -250,11 +259,7 @@ async def test_the_render_starts_while_the_insert_runs_and_waits_for_its_commit(
     api: RunningApp, fake_renderer: FakeRenderer, pool: asyncpg.Pool, dsn: str
 ) -> None:
     workers = await idle_workers(api)
-    blocker = await asyncpg.connect(dsn)
-    try:
-        tx = blocker.transaction()
-        await tx.start()
-        await blocker.execute("LOCK TABLE jobs IN SHARE MODE")  # holds every INSERT
+    async with inserts_held(dsn) as release:
         job = new_job(template="<p>{{ n }}</p>")
         inserting = asyncio.create_task(jobs.create(pool, [job], hand_off=workers))
         await asyncio.wait_for(fake_renderer.started.wait(), 10)
@@ -263,10 +268,8 @@ async def test_the_render_starts_while_the_insert_runs_and_waits_for_its_commit(
         assert not inserting.done()
         assert await stored_files(api) == []  # nothing stored for a row not yet written
         assert workers.handed_off == 0
-        await tx.commit()
+        await release()
         await inserting
-    finally:
-        await blocker.close()
     seen = await events(api, str(job.id))
     assert [m.event for m in seen] == ["job.queued", "job.running", "job.done"]
     assert workers.handed_off == 1
@@ -283,18 +286,12 @@ async def test_a_render_whose_insert_fails_leaves_nothing(
         " VALUES ($1, 'default', 'x', 1, now() + interval '1 hour')",
         taken.id,
     )
-    blocker = await asyncpg.connect(dsn)
-    try:
-        tx = blocker.transaction()
-        await tx.start()
-        await blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+    async with inserts_held(dsn) as release:
         inserting = asyncio.create_task(jobs.create(pool, [new_job(id=taken.id)], hand_off=workers))
         await asyncio.wait_for(fake_renderer.started.wait(), 10)
-        await tx.commit()
+        await release()
         with pytest.raises(asyncpg.UniqueViolationError):
             await inserting
-    finally:
-        await blocker.close()
     async with asyncio.timeout(10):
         while workers.busy:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
