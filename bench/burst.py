@@ -3,7 +3,8 @@
 The render benchmark's client, run in a process of its own (bench.common.run_module) so that
 its HTTP requests and its reading of the event stream are not charged to the server's event
 loop, as a real client's are not. The stream is followed live, opened before the first
-submission, so rounds against the same server do not replay the earlier rounds' events.
+submission, so rounds against the same server do not replay the earlier rounds' events, and
+it carries only `job.done` and `job.failed` (`?type=`), the events this client waits for.
 Prints one JSON line: the documents, the seconds from the first submission to the last
 `job.done`, and the CPU seconds the whole machine spent in that span (so the client's own
 start-up is not counted).
@@ -20,13 +21,21 @@ import time
 
 from aiohttp import ClientSession
 
-from bench.common import INVOICE, invoice_data, machine_busy_s, submit_many, until_done
+from bench.common import (
+    FINAL_TYPES,
+    INVOICE,
+    invoice_data,
+    machine_busy_s,
+    submit_many,
+    until_done,
+)
 
 
 async def burst(url: str, docs: int, lines: int, concurrency: int) -> dict[str, float | None]:
     bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
     async with ClientSession() as session:
-        async with session.get(f"{url}/v1/events") as stream:  # live from here
+        # Live from here, and only how jobs end: all this client waits for.
+        async with session.get(f"{url}/v1/events?type={FINAL_TYPES}") as stream:
             busy_before, started = machine_busy_s(), time.perf_counter()
             ids = await submit_many(session, url, bodies, concurrency=concurrency)
             await until_done(stream, set(ids))

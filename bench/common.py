@@ -182,10 +182,15 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+# The all-jobs stream filtered to the events that end a job's attempts.
+FINAL_TYPES = "job.done,job.failed"
+
+
 async def wait_done(session: ClientSession, base: str, ids: set[str]) -> None:
     """Follow the all-jobs stream from the start of the log until every id in `ids` is done
     (or failed, which raises)."""
-    async with session.get(f"{base}/v1/events", headers={"Last-Event-ID": "0"}) as resp:
+    url = f"{base}/v1/events?type={FINAL_TYPES}"
+    async with session.get(url, headers={"Last-Event-ID": "0"}) as resp:
         await until_done(resp, ids)
 
 

@@ -517,8 +517,9 @@ def render_section(render: Result) -> str:
             "once and warmed, then print the same documents in alternating rounds (raw, "
             "Pressroom, raw, …); the figures are the medians of the rounds, and the ratio cell "
             "lists every round's ratio, which shows how much the machine's speed moved. "
-            "Pressroom's client (submit at 32 concurrent requests, then follow `/v1/events` "
-            "until the last `job.done`) runs in a process of its own, as a real client would.",
+            "Pressroom's client (submit at 32 concurrent requests, then follow "
+            "`/v1/events?type=job.done,job.failed` until the last `job.done`) runs in a process "
+            "of its own, as a real client would.",
             "",
             table(
                 [

@@ -596,6 +596,20 @@ def _requested_cursor(request: web.Request) -> int | None:
     return parsed
 
 
+def _requested_types(request: web.Request) -> frozenset[str] | None:
+    """`?type=job.done&type=job.failed` (or `?type=job.done,job.failed`): only events of these
+    types; None for all."""
+    asked = [
+        part.strip() for value in request.query.getall("type", []) for part in value.split(",")
+    ]
+    if not asked:
+        return None
+    errors = events.type_errors("type", asked)
+    if errors:
+        raise invalid(errors, "The query parameters are not valid.")
+    return frozenset(asked)
+
+
 MAX_EVENT_ID = 2**63 - 1  # bigint
 
 
@@ -659,6 +673,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
         if current is None:
             raise not_found()
     requested = _requested_cursor(request)
+    types = _requested_types(request) if job_id is None else None
     position: Position | None = None
     reset = False
     if requested == 0:
@@ -685,7 +700,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     last_type = None
                     while True:
                         batch, _held = await events.after(
-                            pool, position, tenant=tenant, job_id=job_id
+                            pool, position, tenant=tenant, job_id=job_id, types=types
                         )
                         for event in batch:
                             await _send(resp, request, origin, event)
@@ -704,6 +719,8 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         )
                         return resp
                     if live is None or (position is not None and live.position <= position):
+                        continue
+                    if types is not None and live.type not in types:
                         continue
                     await _send(resp, request, origin, live)
                     position = live.position

@@ -17,9 +17,10 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 from yarl import URL
@@ -283,13 +284,20 @@ class AsyncClient:
         job_id: str | None = None,
         last_event_id: int | None = None,
         *,
+        types: Iterable[str] | None = None,
         on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Json, None]:
         """Events as they happen: one job's (from its first event; ends after its final one)
-        or all of the tenant's (live, or after `last_event_id`). Reconnects by itself and
-        resumes after the last event it gave you, so none is missed or repeated. `on_open` is
-        called whenever a connection is open (subscribed)."""
-        path = f"/v1/jobs/{job_id}/events" if job_id else "/v1/events"
+        or all of the tenant's (live, or after `last_event_id`; only of `types`, when given,
+        such as ["job.done", "job.failed"]). Reconnects by itself and resumes after the last
+        event it gave you, so none is missed or repeated. `on_open` is called whenever a
+        connection is open (subscribed)."""
+        if job_id:
+            path = f"/v1/jobs/{job_id}/events"
+        else:
+            path = "/v1/events"
+            if types:
+                path += "?" + urlencode({"type": ",".join(types)})
         delay_s = RECONNECT_MIN_S
         while True:
             try:
@@ -562,8 +570,14 @@ class Client:
     ) -> Json:
         return self._run(self.aio.wait(job_id, timeout_s=timeout_s, on_event=on_event))
 
-    def events(self, job_id: str | None = None, last_event_id: int | None = None) -> Iterator[Json]:
-        stream = self.aio.events(job_id, last_event_id)
+    def events(
+        self,
+        job_id: str | None = None,
+        last_event_id: int | None = None,
+        *,
+        types: Iterable[str] | None = None,
+    ) -> Iterator[Json]:
+        stream = self.aio.events(job_id, last_event_id, types=types)
         try:
             while True:
                 try:

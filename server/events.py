@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
@@ -12,6 +13,30 @@ import asyncpg
 from server.sql import query
 
 REPLAY_PAGE = 500
+
+# Every type of event the log holds.
+TYPES = frozenset(
+    {
+        "job.queued",
+        "job.running",
+        "job.progress",
+        "job.retrying",
+        "job.done",
+        "job.failed",
+        "job.cancelled",
+        "batch.progress",
+        "batch.done",
+    }
+)
+
+
+def type_errors(field: str, asked: Iterable[str]) -> list[tuple[str, str]]:
+    """A field error for each type in `asked` that no event has."""
+    known = ", ".join(sorted(TYPES))
+    return [
+        (field, f"unknown event type {name[:100]!r}; the types are {known}")
+        for name in sorted(set(asked) - TYPES)
+    ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -61,10 +86,18 @@ async def after(
     limit: int = REPLAY_PAGE,
     tenant: str | None = None,
     job_id: uuid.UUID | None = None,
+    types: frozenset[str] | None = None,
 ) -> tuple[list[JobEvent], bool]:
-    """Final events after `position` in log order, and whether newer ones are held back."""
+    """Final events after `position` in log order (of `types` only, when given), and whether
+    newer ones are held back."""
     rows = await pool.fetch(
-        query("events_after"), str(position.xid), position.id, limit, tenant, job_id
+        query("events_after"),
+        str(position.xid),
+        position.id,
+        limit,
+        tenant,
+        job_id,
+        sorted(types) if types else None,
     )
     held = bool(rows[0]["held"]) if rows else False
     events = [

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from server import admission, api, batches, options
+from server import admission, api, batches, events, options
 from server.jobs import JobState
 from server.keys import SETTINGS
 from server.settings import Settings
@@ -81,6 +81,16 @@ STREAM_PARAMETERS = [
         "instead of the Authorization header, which EventSource cannot send.",
     },
 ]
+
+TYPE_FILTER = {
+    "name": "type",
+    "in": "query",
+    "schema": {"type": "array", "items": {"type": "string", "enum": sorted(events.TYPES)}},
+    "style": "form",
+    "explode": True,
+    "description": "Only events of these types (repeat the parameter, or separate types with "
+    "commas); a cursor resumes within the same filter.",
+}
 
 SSE = {
     "description": "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as "
@@ -573,8 +583,12 @@ def build(settings: Settings) -> JsonSchema:
         "/v1/events": {
             "get": _operation(
                 "Server-Sent Events of all the tenant's jobs",
-                {"200": SSE, "400": _problem("Last-Event-ID is not an event id.")},
-                parameters=STREAM_PARAMETERS,
+                {
+                    "200": SSE,
+                    "400": _problem("Last-Event-ID is not an event id."),
+                    "422": _problem("An unknown event type (see errors)."),
+                },
+                parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],
                 tags=("events",),
             ),

@@ -205,6 +205,7 @@ class _Stream:
     key: str
     room: str
     sub: Subscription
+    types: frozenset[str] | None = None  # all-jobs streams only: just these event types
     task: asyncio.Task[None] | None = None
 
 
@@ -239,11 +240,13 @@ def _error(problem: Problem) -> dict[str, Any]:
     return {"ok": False, "error": body}
 
 
-def _parse_target(data: Any, *, with_since: bool) -> tuple[uuid.UUID | None, int | None]:
-    """(job id or None for all jobs, since) from a subscribe/unsubscribe payload."""
+def _parse_target(
+    data: Any, *, with_since: bool
+) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
+    """(job id or None for all jobs, since, types) from a subscribe/unsubscribe payload."""
     if not isinstance(data, dict):
         raise invalid([("", 'send an object: {"job_id": …} or {"all": true}')])
-    allowed = {"job_id", "all", "since"} if with_since else {"job_id", "all"}
+    allowed = {"job_id", "all", "since", "types"} if with_since else {"job_id", "all"}
     errors = [(key, "is not a known field") for key in data if key not in allowed]
     job_id = None
     if "job_id" in data:
@@ -258,9 +261,17 @@ def _parse_target(data: Any, *, with_since: bool) -> tuple[uuid.UUID | None, int
         since = int(since)
     if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
         errors.append(("since", "must be an event id"))
+    types = data.get("types")
+    if types is not None:
+        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+            errors.append(("types", "must be a list of event types"))
+        elif "job_id" in data:
+            errors.append(("types", "only for all jobs; a job's stream has every event"))
+        else:
+            errors.extend(events.type_errors("types", types))
     if errors:
         raise invalid(errors, "The subscription is not valid.")
-    return job_id, since
+    return job_id, since, frozenset(types) if types else None
 
 
 class PushServer:
@@ -400,8 +411,8 @@ class PushServer:
         if client is None or client.closing:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, since = _parse_target(data, with_since=True)
-            return await self._start(client, job_id, since)
+            job_id, since, types = _parse_target(data, with_since=True)
+            return await self._start(client, job_id, since, types)
         except Problem as problem:
             return _error(problem)
         except DB_ERRORS as exc:
@@ -413,7 +424,7 @@ class PushServer:
         if client is None:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, _since = _parse_target(data, with_since=False)
+            job_id, _since, _types = _parse_target(data, with_since=False)
         except Problem as problem:
             return _error(problem)
         stream = client.streams.get("all" if job_id is None else str(job_id))
@@ -424,7 +435,11 @@ class PushServer:
     # --- streams ----------------------------------------------------------------------------
 
     async def _start(
-        self, client: _Client, job_id: uuid.UUID | None, since: int | None
+        self,
+        client: _Client,
+        job_id: uuid.UUID | None,
+        since: int | None,
+        types: frozenset[str] | None,
     ) -> dict[str, Any]:
         pool = self.app[POOL]
         if not client.grant.allows(job_id):
@@ -464,7 +479,7 @@ class PushServer:
             tenant=client.grant.tenant, job_id=job_id, transport="socketio"
         )
         room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
-        stream = _Stream(key, room, sub)
+        stream = _Stream(key, room, sub, types)
         client.streams[key] = stream
         await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
         stream.task = asyncio.create_task(
@@ -508,7 +523,11 @@ class PushServer:
             if position is not None:
                 while True:
                     batch, _held = await events.after(
-                        pool, position, tenant=client.grant.tenant, job_id=sub.job_id
+                        pool,
+                        position,
+                        tenant=client.grant.tenant,
+                        job_id=sub.job_id,
+                        types=stream.types,
                     )
                     for event in batch:
                         await self._send(client, sub, event)
@@ -520,6 +539,8 @@ class PushServer:
             while True:
                 live = await sub.get(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
                 if live is None or (position is not None and live.position <= position):
+                    continue
+                if stream.types is not None and live.type not in stream.types:
                     continue
                 await self._send(client, sub, live)
                 position = live.position

@@ -293,9 +293,9 @@ LIMIT 1;
 
 -- events_after --
 -- The final part of the log after a position, in log order, for every tenant (the hub) or
--- one tenant ($4) and optionally one job ($5). `held` says whether committed events wait
--- behind a transaction still running, so the reader should look again soon. Always at
--- least one row: with no events, the event columns are NULL.
+-- one tenant ($4), optionally of one job ($5) and of some types only ($6). `held` says
+-- whether committed events wait behind a transaction still running, so the reader should
+-- look again soon. Always at least one row: with no events, the event columns are NULL.
 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
      held AS (SELECT EXISTS (SELECT 1 FROM job_events h, horizon WHERE h.xid >= horizon.xmin)
                      AS held)
@@ -308,6 +308,7 @@ FROM held LEFT JOIN LATERAL (
       AND e.xid < horizon.xmin
       AND ($4::text IS NULL OR e.tenant = $4)
       AND ($5::uuid IS NULL OR e.job_id = $5)
+      AND ($6::text[] IS NULL OR e.type = ANY ($6::text[]))
     ORDER BY e.xid, e.id
     LIMIT $3
 ) e ON true

@@ -144,6 +144,9 @@ GET_REFUSED = [
     ("/v1/events", {"Last-Event-ID": "\u00b2"}, 400, "event id"),
     ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 400, "event id"),
     ("/v1/events?last_event_id=-1", {}, 400, "event id"),
+    ("/v1/events?type=job.finished", {}, 422, "unknown event type 'job.finished'"),
+    ("/v1/events?type=job.done,", {}, 422, "unknown event type ''"),
+    ("/v1/events?type=job.done&type=JOB.DONE", {}, 422, "unknown event type 'JOB.DONE'"),
 ]
 
 

@@ -172,6 +172,19 @@ async def test_all_events_start_live_once_open(api: RunningApp) -> None:
     assert types == ["job.queued", "job.running", "job.done"]
 
 
+async def test_all_events_of_some_types_only(api: RunningApp) -> None:
+    async with AsyncClient(base(api)) as client:
+        first = await client.submit(**HELLO)
+        await client.wait(first["id"], timeout_s=10)
+        stream = client.events(last_event_id=0, types=["job.done", "job.failed"])
+        replayed = await asyncio.wait_for(anext(stream), 10)
+        second = await client.submit(**HELLO)
+        live = await asyncio.wait_for(anext(stream), 10)
+        await stream.aclose()
+    assert (replayed["type"], replayed["job"]["id"]) == ("job.done", first["id"])
+    assert (live["type"], live["job"]["id"]) == ("job.done", second["id"])
+
+
 async def test_an_expired_link_is_replaced_by_a_fresh_one(api: RunningApp, tmp_path: Path) -> None:
     async with AsyncClient(base(api)) as client:
         done = await client.wait((await client.submit(**HELLO))["id"], timeout_s=20)

@@ -108,6 +108,24 @@ async def test_all_jobs_resume_with_since_has_no_gap_and_no_duplicate(
     assert all(name == "job" for name, _ in rest)
 
 
+async def test_an_all_jobs_subscription_of_some_types_gets_only_those(
+    api: RunningApp, sio: Callable[[], SioClient]
+) -> None:
+    first = await submit(api)
+    await collect(api.http, api.url(f"/v1/jobs/{first['id']}/events"))  # done
+    client = sio()
+    await client.connect(api.url("/"))
+    await client.subscribe(all=True, since=0, types=["job.done", "job.failed"])
+    [(name, replayed)] = await client.take(1)
+    assert (name, replayed["type"], replayed["job"]["id"]) == ("job", "job.done", first["id"])
+    second = await submit(api)
+    [(name, live)] = await client.take(1)  # its queued and running are not sent
+    assert (name, live["type"], live["job"]["id"]) == ("job", "job.done", second["id"])
+    everything = await collect(api.http, api.url("/v1/events?last_event_id=0"), count=6)
+    assert [m.event for m in everything].count("job.done") == 2
+    assert client.received.empty()
+
+
 async def test_unsubscribe_stops_the_stream(api: RunningApp, sio: Callable[[], SioClient]) -> None:
     client = sio()
     await client.connect(api.url("/"))
@@ -138,6 +156,10 @@ async def test_subscribe_refusals_are_problems(
         ({"job_id": "nope"}, "job_id"),
         ({"all": True, "since": -1}, "since"),
         ({"all": True, "colour": "red"}, "colour"),
+        ({"all": True, "types": ["job.finished"]}, "types"),
+        ({"all": True, "types": "job.done"}, "types"),
+        ({"all": True, "types": []}, "types"),
+        ({"job_id": foreign["id"], "types": ["job.done"]}, "types"),
         ({}, ""),
         ("all", ""),
     ):
