@@ -673,7 +673,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
         if current is None:
             raise not_found()
     requested = _requested_cursor(request)
-    types = _requested_types(request) if job_id is None else None
+    types = _requested_types(request)
     position: Position | None = None
     reset = False
     if requested == 0:
@@ -687,6 +687,9 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     if job_id is not None and position is None:
         position = events.START  # a job stream without a cursor begins with the job's history
 
+    # The log is filtered by type for the all-jobs stream; a job's stream reads all of its few
+    # events, since its final one ends the stream whether it is sent or not.
+    log_types = types if job_id is None else None
     origin = str(request.url.origin())
     with hub.subscription(tenant=tenant, job_id=job_id) as sub:
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
@@ -700,10 +703,11 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     last_type = None
                     while True:
                         batch, _held = await events.after(
-                            pool, position, tenant=tenant, job_id=job_id, types=types
+                            pool, position, tenant=tenant, job_id=job_id, types=log_types
                         )
                         for event in batch:
-                            await _send(resp, request, origin, event)
+                            if types is None or event.type in types:
+                                await _send(resp, request, origin, event)
                             position, last_type = event.position, event.type
                         if len(batch) < events.REPLAY_PAGE:
                             break
@@ -720,9 +724,8 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         return resp
                     if live is None or (position is not None and live.position <= position):
                         continue
-                    if types is not None and live.type not in types:
-                        continue
-                    await _send(resp, request, origin, live)
+                    if types is None or live.type in types:
+                        await _send(resp, request, origin, live)
                     position = live.position
                     if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp

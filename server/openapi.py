@@ -89,7 +89,8 @@ TYPE_FILTER = {
     "style": "form",
     "explode": True,
     "description": "Only events of these types (repeat the parameter, or separate types with "
-    "commas); a cursor resumes within the same filter.",
+    "commas); a cursor resumes within the same filter. A job's stream still ends after the "
+    "job's final event, sent or not.",
 }
 
 SSE = {
@@ -574,8 +575,9 @@ def build(settings: Settings) -> JsonSchema:
                     "200": SSE,
                     "400": _problem("Last-Event-ID is not an event id."),
                     "404": not_found,
+                    "422": _problem("An unknown event type (see errors)."),
                 },
-                parameters=STREAM_PARAMETERS,
+                parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],
                 tags=("events",),
             ),

@@ -205,7 +205,7 @@ class _Stream:
     key: str
     room: str
     sub: Subscription
-    types: frozenset[str] | None = None  # all-jobs streams only: just these event types
+    types: frozenset[str] | None = None  # only these event types are sent
     task: asyncio.Task[None] | None = None
 
 
@@ -265,8 +265,6 @@ def _parse_target(
     if types is not None:
         if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
             errors.append(("types", "must be a list of event types"))
-        elif "job_id" in data:
-            errors.append(("types", "only for all jobs; a job's stream has every event"))
         else:
             errors.extend(events.type_errors("types", types))
     if errors:
@@ -527,10 +525,12 @@ class PushServer:
                         position,
                         tenant=client.grant.tenant,
                         job_id=sub.job_id,
-                        types=stream.types,
+                        # As on SSE: a job's few events are all read, for its final one.
+                        types=stream.types if sub.job_id is None else None,
                     )
                     for event in batch:
-                        await self._send(client, sub, event)
+                        if stream.types is None or event.type in stream.types:
+                            await self._send(client, sub, event)
                         position, last_type = event.position, event.type
                     if len(batch) < events.REPLAY_PAGE:
                         break
@@ -540,9 +540,8 @@ class PushServer:
                 live = await sub.get(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
                 if live is None or (position is not None and live.position <= position):
                     continue
-                if stream.types is not None and live.type not in stream.types:
-                    continue
-                await self._send(client, sub, live)
+                if stream.types is None or live.type in stream.types:
+                    await self._send(client, sub, live)
                 position = live.position
                 if sub.job_id is not None and live.type in FINAL_EVENTS:
                     return

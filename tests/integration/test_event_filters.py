@@ -1,5 +1,6 @@
-"""`GET /v1/events?type=…`: an all-jobs stream of some event types only, replayed and live, and
-resumed by its own last event id without a gap."""
+"""`?type=…` on the event streams: an all-jobs stream of some event types only, replayed and
+live, resumed by its own last event id without a gap; a job's stream of some types still ends
+with the job."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ async def test_a_filtered_stream_replays_and_streams_only_the_types_asked_for(
         live = await asyncio.wait_for(anext(stream), 10)
         assert summary([live]) == [("job.done", await third)]
         assert int(live.id or 0) > int(replayed[1].id or 0)
+
+
+async def test_a_jobs_filtered_stream_sends_only_those_types_and_still_ends_with_the_job(
+    api: RunningApp,
+) -> None:
+    job_id = await finished_job(api, 1)
+    url = api.url(f"/v1/jobs/{job_id}/events")
+    # collect() returns when the stream ends: it ends after job.done, sent or not.
+    assert summary(await collect(api.http, url + "?type=job.running")) == [("job.running", job_id)]
+    assert [m.event for m in await collect(api.http, url + "?type=job.queued,job.done")] == [
+        "job.queued",
+        "job.done",
+    ]
