@@ -127,6 +127,18 @@ def with_database(server: str, name: str) -> str:
     return urlunsplit(urlsplit(server)._replace(path="/" + name))
 
 
+async def checkpoint(dsn: str) -> None:
+    """Write out what earlier benchmarks left dirty on the shared server (CHECKPOINT), so a
+    figure is not charged for another benchmark's writes; a user who may not is told so."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CHECKPOINT")
+    except asyncpg.InsufficientPrivilegeError:
+        print("bench: CHECKPOINT not permitted for this user; figures may carry earlier writes")
+    finally:
+        await conn.close()
+
+
 @contextlib.asynccontextmanager
 async def database(*, migrated: bool = False) -> AsyncIterator[str]:
     """A fresh, empty database on the shared server; dropped afterwards."""

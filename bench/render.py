@@ -30,6 +30,7 @@ from playwright.async_api import async_playwright
 from bench.common import (
     INVOICE,
     QUICK,
+    checkpoint,
     command,
     database,
     invoice_data,
@@ -162,6 +163,7 @@ async def run_pages(
             async with ClientSession() as session:
                 bodies = [{"template": INVOICE, "data": d} for d in data[: slots * 2]]
                 await wait_done(session, base, set(await submit_many(session, base, bodies, slots)))
+            await checkpoint(dsn)
             for _ in range(rounds):
                 floor, floor_cpu = await raw.run(html)
                 ours, ours_cpu = await pressroom(base, docs, lines)
