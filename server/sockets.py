@@ -240,13 +240,12 @@ def _error(problem: Problem) -> dict[str, Any]:
     return {"ok": False, "error": body}
 
 
-def _parse_target(
-    data: Any, *, with_since: bool
-) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
-    """(job id or None for all jobs, since, types) from a subscribe/unsubscribe payload."""
+def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
+    """(job id or None for all jobs, since, types) from a subscribe payload; unsubscribe takes
+    the same object (and needs only the target)."""
     if not isinstance(data, dict):
         raise invalid([("", 'send an object: {"job_id": …} or {"all": true}')])
-    allowed = {"job_id", "all", "since", "types"} if with_since else {"job_id", "all"}
+    allowed = {"job_id", "all", "since", "types"}
     errors = [(key, "is not a known field") for key in data if key not in allowed]
     job_id = None
     if "job_id" in data:
@@ -409,7 +408,7 @@ class PushServer:
         if client is None or client.closing:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, since, types = _parse_target(data, with_since=True)
+            job_id, since, types = _parse_target(data)
             return await self._start(client, job_id, since, types)
         except Problem as problem:
             return _error(problem)
@@ -422,7 +421,7 @@ class PushServer:
         if client is None:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, _since, _types = _parse_target(data, with_since=False)
+            job_id, _since, _types = _parse_target(data)
         except Problem as problem:
             return _error(problem)
         stream = client.streams.get("all" if job_id is None else str(job_id))

@@ -139,7 +139,9 @@ async def test_unsubscribe_stops_the_stream(api: RunningApp, sio: Callable[[], S
     await client.subscribe(all=True)
     job = await submit(api)
     await client.take_until(lambda n, d: is_done(n, d) and d["job"]["id"] == job["id"])
-    assert await client.call("unsubscribe", {"all": True}) == {"ok": True}
+    # The same object as the subscription, cursor and filter included.
+    target = {"all": True, "since": 0, "types": ["job.done"]}
+    assert await client.call("unsubscribe", target) == {"ok": True}
     other = await submit(api)
     # The SSE stream of the job ends on job.done: by then Socket.IO would have sent it too.
     await collect(api.http, api.url(f"/v1/jobs/{other['id']}/events"), until="job.done")
