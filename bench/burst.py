@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import time
 
 from aiohttp import ClientSession
@@ -37,11 +38,23 @@ async def burst(url: str, docs: int, lines: int, concurrency: int) -> dict[str, 
         # Live from here, and only how jobs end: all this client waits for.
         async with session.get(f"{url}/v1/events?type={FINAL_TYPES}") as stream:
             busy_before, started = machine_busy_s(), time.perf_counter()
+            own_before = _own_cpu_s()
             ids = await submit_many(session, url, bodies, concurrency=concurrency)
             await until_done(stream, set(ids))
             elapsed, busy_after = time.perf_counter() - started, machine_busy_s()
+            client_cpu_s = _own_cpu_s() - own_before
     machine_cpu_s = None if busy_before is None or busy_after is None else busy_after - busy_before
-    return {"docs": docs, "seconds": elapsed, "machine_cpu_s": machine_cpu_s}
+    return {
+        "docs": docs,
+        "seconds": elapsed,
+        "machine_cpu_s": machine_cpu_s,
+        "client_cpu_s": client_cpu_s,
+    }
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:

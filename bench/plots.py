@@ -58,6 +58,14 @@ def render_slots(path: Path, rows: list[dict[str, Any]]) -> None:
         slots = [r["slots"] for r in mine]
         ax.plot(slots, [r["pressroom"] for r in mine], marker="o", label="Pressroom")
         ax.plot(slots, [r["raw"] for r in mine], marker="s", linestyle="--", label="raw Playwright")
+        if all(r.get("raw_print") is not None for r in mine):
+            ax.plot(
+                slots,
+                [r["raw_print"] for r in mine],
+                marker="^",
+                linestyle=":",
+                label="raw Playwright, 1-pixel viewport",
+            )
         ax.set_xticks(slots)
         ax.set_xlabel("render slots")
         ax.set_ylabel("PDFs per second")

@@ -5,10 +5,13 @@ The raw loop reuses one page per slot; Pressroom goes submit over HTTP (a client
 process, bench.burst) → claim → render → store → done event, read from the SSE stream.
 
 A 20-page document (the invoice with 640 lines) is measured at the same slot counts, with
-fewer documents (--docs * 2 / pages). For each row both sides are started once and warmed,
-then print the same --docs documents in --rounds alternating pairs; the row reports the
-medians, so a drift of the machine's speed during the run (a shared host) weighs on both
-sides alike.
+fewer documents (--docs * 2 / pages). A second raw loop prints from pages with Pressroom's
+one-pixel print viewport (server.render.PRINT_VIEWPORT), so the report can say how much of
+Pressroom's figure is that choice; the target ratio is against the plain loop, with
+Playwright's default viewport, as a user would write it. For each row all three are started
+once and warmed, then print the same --docs documents in --rounds alternating rounds; the row
+reports the medians, so a drift of the machine's speed during the run (a shared host) weighs
+on all alike.
 
     python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
 """
@@ -25,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import ClientSession
-from playwright.async_api import async_playwright
+from playwright.async_api import ViewportSize, async_playwright
 
 from bench.common import (
     INVOICE,
@@ -44,7 +47,7 @@ from bench.common import (
 )
 from server import templates
 from server.options import RenderOptions
-from server.render import CHROMIUM_ARGS, find_system_chromium
+from server.render import CHROMIUM_ARGS, PRINT_VIEWPORT, find_system_chromium
 
 NAME = "bench.render"
 
@@ -56,6 +59,7 @@ class CpuClock:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.machine_seconds: float | None = None
+        self.client_seconds: float | None = None  # Pressroom's client process, when known
 
     def per(self, count: int) -> float:
         """Milliseconds of this process per item."""
@@ -81,10 +85,12 @@ def cpu_clock() -> Iterator[CpuClock]:
 
 class RawLoop:
     """The floor: one browser, one reused page per slot, documents taken from a shared queue,
-    `set_content` then `pdf`, nothing else. Stays open across rounds."""
+    `set_content` then `pdf`, nothing else. Stays open across rounds. `viewport`: the pages'
+    size on screen (None: Playwright's default)."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, viewport: ViewportSize | None = None) -> None:
         self._slots = slots
+        self._viewport = viewport
         self._stack = contextlib.AsyncExitStack()
         self._pages: list[Any] = []
         self._pdf_args = RenderOptions().pdf_arguments()
@@ -98,7 +104,7 @@ class RawLoop:
                 executable_path=find_system_chromium(), args=list(CHROMIUM_ARGS)
             )
         self._stack.push_async_callback(browser.close)
-        self._pages = [await browser.new_page() for _ in range(self._slots)]
+        self._pages = [await browser.new_page(viewport=self._viewport) for _ in range(self._slots)]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -139,6 +145,7 @@ async def pressroom(base: str, docs: int, lines: int) -> tuple[float, CpuClock]:
     with cpu_clock() as cpu:
         result = await run_module("bench.burst", base, "--docs", str(docs), "--lines", str(lines))
     cpu.machine_seconds = result["machine_cpu_s"]
+    cpu.client_seconds = result["client_cpu_s"]
     return result["docs"] / result["seconds"], cpu
 
 
@@ -156,10 +163,12 @@ async def run_pages(
         pairs: list[dict[str, Any]] = []
         async with (
             RawLoop(slots) as raw,
+            RawLoop(slots, PRINT_VIEWPORT) as raw_print,
             database() as dsn,
             running_app(dsn, render_slots=slots) as (base, _app),
         ):
             await raw.warm(html)
+            await raw_print.warm(html)
             async with ClientSession() as session:
                 bodies = [{"template": INVOICE, "data": d} for d in data[: slots * 2]]
                 await wait_done(session, base, set(await submit_many(session, base, bodies, slots)))
@@ -167,15 +176,19 @@ async def run_pages(
             for _ in range(rounds):
                 floor, floor_cpu = await raw.run(html)
                 ours, ours_cpu = await pressroom(base, docs, lines)
+                floor_print, _ = await raw_print.run(html)
                 pairs.append(
                     {
                         "raw": floor,
                         "pressroom": ours,
                         "ratio": ours / floor,
+                        "raw_print": floor_print,
+                        "ratio_print": ours / floor_print,
                         "raw_cpu_ms": floor_cpu.per(docs),
                         "pressroom_cpu_ms": ours_cpu.per(docs),
                         "raw_machine_cpu_ms": floor_cpu.machine_per(docs),
                         "pressroom_machine_cpu_ms": ours_cpu.machine_per(docs),
+                        "client_cpu_ms": (ours_cpu.client_seconds or 0.0) * 1000 / docs,
                     }
                 )
         row: dict[str, Any] = {"slots": slots, "docs": docs, "pages": pages, "rounds": pairs}
@@ -188,7 +201,8 @@ async def run_pages(
             f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright "
             f"{row['raw']:6.1f} PDF/s, Pressroom {row['pressroom']:6.1f} PDF/s, ratio "
             f"{row['ratio']:.2f} (median of {rounds}: "
-            f"{each}); CPU per PDF in this "
+            f"{each}); raw Playwright with the print viewport {row['raw_print']:6.1f} PDF/s, "
+            f"ratio {row['ratio_print']:.2f}; CPU per PDF in this "
             f"process {row['raw_cpu_ms']:.1f} / {row['pressroom_cpu_ms']:.1f} ms, of the machine "
             f"{row['raw_machine_cpu_ms'] or float('nan'):.1f} / "
             f"{row['pressroom_machine_cpu_ms'] or float('nan'):.1f} ms",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import unicodedata
 from collections.abc import Callable
 from io import BytesIO
@@ -137,6 +138,49 @@ async def test_the_renderer_says_when_a_loaded_page_begins_to_print() -> None:
         assert seen == ["print", "pdf", "print", "pdf"]
     finally:
         await renderer.close()
+
+
+RESPONSIVE = """<style>
+  .half { width: 50vw; height: 10vh; background: #c00; } .big { font-size: 3vw; }
+  @media (min-width: 600px) { .mq { color: green; font-size: 30px; } }
+  @media (max-width: 599px) { .mq { color: blue; font-size: 10px; } #wide { display: none; } }
+  .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); }
+  .cols { columns: 3 150px; } .fixed { position: fixed; bottom: 0; right: 0; }
+</style><div class="half"></div><p class="big">sized by the viewport</p>
+<p class="mq">media query</p><p id="wide">shown on wide screens</p>
+<div class="grid">{% for i in range(12) %}<div>cell {{ i }}</div>{% endfor %}</div>
+<div class="cols">{% for i in range(300) %}word {% endfor %}</div><div class="fixed">footer</div>"""
+
+
+def without_dates(pdf: bytes) -> bytes:
+    return re.sub(rb"/(CreationDate|ModDate) \(D:[^)]*\)", b"", pdf)
+
+
+@pytest.mark.parametrize("media", ["print", "screen"])
+async def test_the_print_viewport_does_not_change_the_pdf(media: str) -> None:
+    """Script-free pages print from a one-pixel viewport; a job waiting for a selector gets
+    1280x720. Printing lays the document out at the paper's width, so a document full of
+    viewport units and width media queries comes out as the same bytes either way, and the
+    slot switches back and forth between the two."""
+    from server import templates
+    from server.netpolicy import NetworkPolicy
+    from server.options import RenderOptions
+    from server.render import ChromiumRenderer
+
+    html = templates.render(RESPONSIVE, {})
+    tiny = RenderOptions(media=media)
+    screen = RenderOptions(media=media, wait_for_selector="#wide")  # visible only when wide
+    renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    await renderer.start()
+    try:
+        printed = [
+            (await renderer.render(html, options, timeout_s=20)).pdf
+            for options in (tiny, screen, tiny)
+        ]
+    finally:
+        await renderer.close()
+    assert without_dates(printed[0]) == without_dates(printed[1]) == without_dates(printed[2])
+    assert "media query" in pdf_text(printed[0])
 
 
 async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
