@@ -156,26 +156,37 @@ def without_dates(pdf: bytes) -> bytes:
     return re.sub(rb"/(CreationDate|ModDate) \(D:[^)]*\)", b"", pdf)
 
 
-@pytest.mark.parametrize("media", ["print", "screen"])
-async def test_the_print_viewport_does_not_change_the_pdf(media: str) -> None:
+PRINT_OPTIONS = [
+    {"media": "print"},
+    {"media": "screen"},
+    {
+        "landscape": True,
+        "scale": 0.7,
+        "margin": "20mm",
+        "header_html": '<span style="font-size: 8px" class="title"></span>',
+        "footer_html": '<span style="font-size: 8px" class="pageNumber"></span>',
+    },
+]
+
+
+@pytest.mark.parametrize("raw_options", PRINT_OPTIONS)
+async def test_the_print_viewport_does_not_change_the_pdf(raw_options: dict[str, Any]) -> None:
     """Script-free pages print from a one-pixel viewport; a job waiting for a selector gets
     1280x720. Printing lays the document out at the paper's width, so a document full of
     viewport units and width media queries comes out as the same bytes either way, and the
     slot switches back and forth between the two."""
-    from server import templates
+    from server import options, templates
     from server.netpolicy import NetworkPolicy
-    from server.options import RenderOptions
     from server.render import ChromiumRenderer
 
     html = templates.render(RESPONSIVE, {})
-    tiny = RenderOptions(media=media)
-    screen = RenderOptions(media=media, wait_for_selector="#wide")  # visible only when wide
+    tiny = options.parse(raw_options)
+    screen = options.parse({**raw_options, "wait_for_selector": "#wide"})  # visible when wide
     renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1)
     await renderer.start()
     try:
         printed = [
-            (await renderer.render(html, options, timeout_s=20)).pdf
-            for options in (tiny, screen, tiny)
+            (await renderer.render(html, each, timeout_s=20)).pdf for each in (tiny, screen, tiny)
         ]
     finally:
         await renderer.close()
