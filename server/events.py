@@ -90,15 +90,13 @@ async def after(
 ) -> tuple[list[JobEvent], bool]:
     """Final events after `position` in log order (of `types` only, when given), and whether
     newer ones are held back."""
-    rows = await pool.fetch(
-        query("events_after"),
-        str(position.xid),
-        position.id,
-        limit,
-        tenant,
-        job_id,
-        sorted(types) if types else None,
-    )
+    cursor = (str(position.xid), position.id, limit)
+    if tenant is None and job_id is None and not types:
+        rows = await pool.fetch(query("events_after_all"), *cursor)
+    else:
+        rows = await pool.fetch(
+            query("events_after"), *cursor, tenant, job_id, sorted(types) if types else None
+        )
     held = bool(rows[0]["held"]) if rows else False
     events = [
         JobEvent(
