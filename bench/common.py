@@ -128,8 +128,10 @@ def with_database(server: str, name: str) -> str:
 
 
 async def checkpoint(dsn: str) -> None:
-    """Write out what earlier benchmarks left dirty on the shared server (CHECKPOINT), so a
-    figure is not charged for another benchmark's writes; a user who may not is told so."""
+    """Write out what earlier benchmarks left dirty on the shared server (CHECKPOINT) and in
+    the page cache (sync), so a figure is not charged for another benchmark's writes; a user
+    who may not checkpoint is told so."""
+    await asyncio.to_thread(os.sync)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("CHECKPOINT")

@@ -42,6 +42,7 @@ from aiohttp import web
 from bench.common import (
     QUICK,
     ROOT,
+    checkpoint,
     command,
     database,
     latency_summary,
@@ -396,7 +397,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     peers = {"pgqueuer", "procrastinate"} if args.peers == "all" else set(args.peers.split(","))
     peers.discard("")
     result: dict[str, Any] = {"args": vars(args), "command": command(NAME, *_argv(args))}
-    async with postgres():
+    async with postgres() as server:
         ours: dict[str, float] = {}
         for slots in slot_counts:
             ours[str(slots)] = await pressroom_drain(args.jobs, slots)
@@ -438,13 +439,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{result['file_floor']:7.0f} files/s",
             flush=True,
         )
+        # The latencies time single durable commits: the drains' and the file floor's writes
+        # still on their way to the disk are written out first, before each figure.
         interval_s = args.interval_ms / 1000
+        await checkpoint(server)
         over_http, answers = await submit_to_start_http(
             args.latency_jobs, interval_s, 4, hand_off=True
         )
+        await checkpoint(server)
         queued, _ = await submit_to_start_http(args.latency_jobs, interval_s, 4, hand_off=False)
         bare_http = await http_floor(args.latency_jobs, interval_s)
+        await checkpoint(server)
         latencies, after_commit = await submit_to_start(args.latency_jobs, interval_s, 4)
+        await checkpoint(server)
         floor = await commit_floor(args.latency_jobs, interval_s)
     result["latency_http"] = latency_summary(over_http)
     result["latencies_http_ms"] = over_http
