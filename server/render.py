@@ -9,10 +9,10 @@ of its own, closed after the job.
 The reusable slots' pages have a viewport of one pixel. Printing lays the document out again
 at the paper's width, so the screen viewport does not change the PDF (the same bytes save the
 dates, tests/e2e/test_render.py), but Chromium then has almost nothing to lay out and paint
-for the screen first: a one-page invoice costs about a tenth less CPU.
-A job that waits for a selector to become visible gets Playwright's usual 1280x720 while it
-waits, since visibility on screen is what it asks about; pages with scripts keep 1280x720
-too, as scripts (charts, say) may size themselves to the window before printing.
+for the screen first: a one-page invoice costs about a tenth less CPU. A job that waits for a
+selector to become visible gets Playwright's usual 1280x720 while it waits, since visibility
+on screen is what it asks about; pages with scripts keep 1280x720 too, as scripts (charts,
+say) may size themselves to the window before printing.
 """
 
 from __future__ import annotations
