@@ -575,7 +575,11 @@ WHERE i.batch_id = $1
 ORDER BY i.position;
 
 -- metrics_jobs --
-SELECT status, count(*) AS n FROM jobs GROUP BY status;
+-- Jobs by state, in two parts that never overlap (a CHECK ties finished_at to the final
+-- states), each read through an index instead of over every row (0007).
+SELECT status, count(*) AS n FROM jobs WHERE status IN ('queued', 'running') GROUP BY status
+UNION ALL
+SELECT status, count(*) AS n FROM jobs WHERE finished_at IS NOT NULL GROUP BY status;
 
 -- metrics_queue --
 SELECT count(*) AS due, extract(epoch FROM now() - min(run_after)) AS oldest_due_age_s

@@ -1,9 +1,9 @@
-"""The event log's reads (and the claim) stay index scans however long the tables grow.
+"""The statements that run all the time stay index scans however long the tables grow.
 
-The hub reads the log after every NOTIFY, so a read that walks the whole table costs more
-with every event kept: with 20,000 events, none of the log's reads may scan job_events from
-end to end. (The `held` check once did: its horizon came from a CTE, which cannot bound an
-index scan.)
+The hub reads the event log after every NOTIFY, so a read that walks the whole table costs
+more with every event kept: with 20,000 events, none of the log's reads may scan job_events
+from end to end. (The `held` check once did: its horizon came from a CTE, which cannot bound
+an index scan.) Likewise the claim, and /metrics' count of jobs by state on every scrape.
 """
 
 from __future__ import annotations
@@ -76,6 +76,39 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     # And the claim finds the due jobs through their index, not by reading every job.
     claim = await explain(conn, query("claim_jobs"), 4, "worker", 60.0)
     assert ("Seq Scan", "jobs") not in claim, claim
+
+
+async def test_counting_jobs_by_state_reads_indexes_only(dsn: str) -> None:
+    """20,000 finished jobs the size of an invoice and a few in flight: /metrics counts them
+    without reading the table's rows (0007), and the counts are right."""
+    conn = await db.connect(dsn)
+    try:
+        data = json.dumps(
+            {"lines": [{"item": f"Service {i}", "price": 9.5 + i} for i in range(20)]}
+        )
+        await conn.execute(
+            """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
+                                 object_key, bytes, finished_at)
+               SELECT gen_random_uuid(), 'default', repeat('<p>{{ lines }}</p>', 40), $1::json,
+                      3, CASE WHEN n % 100 = 0 THEN 'failed' ELSE 'done' END, 1,
+                      CASE WHEN n % 100 = 0 THEN NULL ELSE 'key' END,
+                      CASE WHEN n % 100 = 0 THEN NULL ELSE 1 END, now()
+               FROM generate_series(1, $2) AS n""",
+            data,
+            EVENTS,
+        )
+        await conn.execute(
+            """INSERT INTO jobs (id, tenant, template, data, max_attempts)
+               SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
+               FROM generate_series(1, 7)"""
+        )
+        await conn.execute("VACUUM ANALYZE jobs")
+        plan = await explain(conn, query("metrics_jobs"))
+        assert ("Seq Scan", "jobs") not in plan, plan
+        counts = {row["status"]: row["n"] for row in await conn.fetch(query("metrics_jobs"))}
+        assert counts == {"queued": 7, "done": EVENTS - EVENTS // 100, "failed": EVENTS // 100}
+    finally:
+        await conn.close()
 
 
 async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.Connection) -> None:
