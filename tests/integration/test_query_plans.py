@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -18,7 +19,7 @@ import pytest
 from server import db
 from server.sql import query
 
-EVENTS = 20_000
+ROWS = 20_000
 
 
 def scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
@@ -38,13 +39,14 @@ async def explain(conn: asyncpg.Connection, sql: str, *args: Any) -> list[tuple[
 
 
 @pytest.fixture
-async def long_log(dsn: str) -> Any:
+async def long_log(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A database whose log holds ROWS events, one per queued job."""
     conn = await db.connect(dsn)
     await conn.execute(
         """INSERT INTO jobs (id, tenant, template, data, max_attempts)
            SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
            FROM generate_series(1, $1)""",
-        EVENTS,
+        ROWS,
     )
     await conn.execute(
         """INSERT INTO job_events (job_id, tenant, type, payload)
@@ -95,7 +97,7 @@ async def test_counting_jobs_by_state_reads_indexes_only(dsn: str) -> None:
                       CASE WHEN n % 100 = 0 THEN NULL ELSE 1 END, now()
                FROM generate_series(1, $2) AS n""",
             data,
-            EVENTS,
+            ROWS,
         )
         await conn.execute(
             """INSERT INTO jobs (id, tenant, template, data, max_attempts)
@@ -106,7 +108,7 @@ async def test_counting_jobs_by_state_reads_indexes_only(dsn: str) -> None:
         plan = await explain(conn, query("metrics_jobs"))
         assert ("Seq Scan", "jobs") not in plan, plan
         counts = {row["status"]: row["n"] for row in await conn.fetch(query("metrics_jobs"))}
-        assert counts == {"queued": 7, "done": EVENTS - EVENTS // 100, "failed": EVENTS // 100}
+        assert counts == {"queued": 7, "done": ROWS - ROWS // 100, "failed": ROWS // 100}
     finally:
         await conn.close()
 
