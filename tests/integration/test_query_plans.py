@@ -3,7 +3,8 @@
 The hub reads the event log after every NOTIFY, so a read that walks the whole table costs
 more with every event kept: with 20,000 events, none of the log's reads may scan job_events
 from end to end. (The `held` check once did: its horizon came from a CTE, which cannot bound
-an index scan.) Likewise the claim, and /metrics' count of jobs by state on every scrape.
+an index scan.) Likewise the claim, /metrics' count of jobs by state on every scrape, and a
+listing of the jobs in one state.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ async def explain(conn: asyncpg.Connection, sql: str, *args: Any) -> list[tuple[
     raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
     document = json.loads(raw) if isinstance(raw, str) else raw
     return scans(document[0]["Plan"])
+
+
+async def blocks_read(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
+    """Buffers a read-only statement touches when it runs (EXPLAIN ANALYZE, BUFFERS): a
+    bound on the work it does whatever plan it takes."""
+    raw = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args)
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    plan = document[0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
 
 
 @pytest.fixture
@@ -80,37 +90,57 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     assert ("Seq Scan", "jobs") not in claim, claim
 
 
-async def test_counting_jobs_by_state_reads_indexes_only(dsn: str) -> None:
-    """20,000 finished jobs the size of an invoice and a few in flight: /metrics counts them
-    without reading the table's rows (0007), and the counts are right."""
+@pytest.fixture
+async def many_jobs(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """ROWS finished jobs the size of an invoice, one in a hundred failed, newest first by
+    number; and 7 queued."""
     conn = await db.connect(dsn)
+    data = json.dumps({"lines": [{"item": f"Service {i}", "price": 9.5 + i} for i in range(20)]})
+    await conn.execute(
+        """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
+                             object_key, bytes, finished_at, created_at)
+           SELECT gen_random_uuid(), 'default', repeat('<p>{{ lines }}</p>', 40), $1::json,
+                  3, CASE WHEN n % 100 = 0 THEN 'failed' ELSE 'done' END, 1,
+                  CASE WHEN n % 100 = 0 THEN NULL ELSE 'key' END,
+                  CASE WHEN n % 100 = 0 THEN NULL ELSE 1 END, now(),
+                  now() - make_interval(secs => n)
+           FROM generate_series(1, $2) AS n""",
+        data,
+        ROWS,
+    )
+    await conn.execute(
+        """INSERT INTO jobs (id, tenant, template, data, max_attempts)
+           SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
+           FROM generate_series(1, 7)"""
+    )
+    await conn.execute("VACUUM ANALYZE jobs")
     try:
-        data = json.dumps(
-            {"lines": [{"item": f"Service {i}", "price": 9.5 + i} for i in range(20)]}
-        )
-        await conn.execute(
-            """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
-                                 object_key, bytes, finished_at)
-               SELECT gen_random_uuid(), 'default', repeat('<p>{{ lines }}</p>', 40), $1::json,
-                      3, CASE WHEN n % 100 = 0 THEN 'failed' ELSE 'done' END, 1,
-                      CASE WHEN n % 100 = 0 THEN NULL ELSE 'key' END,
-                      CASE WHEN n % 100 = 0 THEN NULL ELSE 1 END, now()
-               FROM generate_series(1, $2) AS n""",
-            data,
-            ROWS,
-        )
-        await conn.execute(
-            """INSERT INTO jobs (id, tenant, template, data, max_attempts)
-               SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
-               FROM generate_series(1, 7)"""
-        )
-        await conn.execute("VACUUM ANALYZE jobs")
-        plan = await explain(conn, query("metrics_jobs"))
-        assert ("Seq Scan", "jobs") not in plan, plan
-        counts = {row["status"]: row["n"] for row in await conn.fetch(query("metrics_jobs"))}
-        assert counts == {"queued": 7, "done": ROWS - ROWS // 100, "failed": ROWS // 100}
+        yield conn
     finally:
         await conn.close()
+
+
+async def test_counting_jobs_by_state_reads_indexes_only(
+    many_jobs: asyncpg.Connection,
+) -> None:
+    """/metrics counts jobs by state on every scrape without reading the rows (0007)."""
+    plan = await explain(many_jobs, query("metrics_jobs"))
+    assert ("Seq Scan", "jobs") not in plan, plan
+    counts = {row["status"]: row["n"] for row in await many_jobs.fetch(query("metrics_jobs"))}
+    assert counts == {"queued": 7, "done": ROWS - ROWS // 100, "failed": ROWS // 100}
+
+
+async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Connection) -> None:
+    """GET /v1/jobs?status=failed among many done jobs goes through an index (0008)."""
+    args = ("default", "failed", None, None, None, None, 51)
+    touched = await blocks_read(many_jobs, query("list_jobs"), *args)
+    assert touched < 300, f"{touched} buffers for a page of 51 jobs"
+    rows = await many_jobs.fetch(query("list_jobs"), *args)
+    assert len(rows) == 51
+    assert all(row["job"]["status"] == "failed" for row in rows)
+    assert [row["created_at"] for row in rows] == sorted(
+        (row["created_at"] for row in rows), reverse=True
+    )
 
 
 async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.Connection) -> None:
