@@ -65,6 +65,10 @@ class CpuClock:
         """Milliseconds of this process per item."""
         return self.seconds * 1000 / count
 
+    def client_per(self, count: int) -> float | None:
+        """Milliseconds of Pressroom's client process per item, when it said."""
+        return None if self.client_seconds is None else self.client_seconds * 1000 / count
+
     def machine_per(self, count: int) -> float | None:
         """Milliseconds of the whole machine per item."""
         return None if self.machine_seconds is None else self.machine_seconds * 1000 / count
@@ -188,7 +192,7 @@ async def run_pages(
                         "pressroom_cpu_ms": ours_cpu.per(docs),
                         "raw_machine_cpu_ms": floor_cpu.machine_per(docs),
                         "pressroom_machine_cpu_ms": ours_cpu.machine_per(docs),
-                        "client_cpu_ms": (ours_cpu.client_seconds or 0.0) * 1000 / docs,
+                        "client_cpu_ms": ours_cpu.client_per(docs),
                     }
                 )
         row: dict[str, Any] = {"slots": slots, "docs": docs, "pages": pages, "rounds": pairs}
