@@ -1,5 +1,6 @@
 """The per-tenant cap on jobs in flight reads the database at most every `ttl_s` and never
-makes a submission far under the cap wait for that read."""
+makes a submission far under the cap wait for that read, nor start it before the job is
+inserted."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ async def test_the_first_check_reads_then_counts_locally() -> None:
     fake = CountingPool(count=3)
     in_flight = InFlight(ttl_s=60)
     await in_flight.check(as_pool(fake), "t", 5)
-    in_flight.admitted("t")
+    in_flight.admitted(as_pool(fake), "t")
     await in_flight.check(as_pool(fake), "t", 5)  # 4 of 5: still admitted, from memory
-    in_flight.admitted("t")
+    in_flight.admitted(as_pool(fake), "t")
     assert fake.reads == 1
     fake.count = 5
     with pytest.raises(Problem) as refused:
@@ -50,12 +51,19 @@ async def test_a_stale_count_far_under_the_cap_is_read_again_without_waiting() -
     fake = CountingPool(count=1)
     in_flight = InFlight(ttl_s=0)  # always stale
     await in_flight.check(as_pool(fake), "t", 100)
+    in_flight.admitted(as_pool(fake), "t")
+    await asyncio.sleep(0.01)
+    reads = fake.reads
     fake.gate = asyncio.Event()  # the next read does not answer until let go
     fake.count = 100  # another process filled the tenant's cap meanwhile
     await asyncio.wait_for(in_flight.check(as_pool(fake), "t", 100), 1)  # admitted at once
-    await asyncio.wait_for(in_flight.check(as_pool(fake), "t", 100), 1)
     await asyncio.sleep(0)
-    assert fake.reads == 2  # one read in the background, not one per submission
+    assert fake.reads == reads  # nothing read ahead of the insert (it may be handed off)
+    in_flight.admitted(as_pool(fake), "t")  # inserted: now the stale count is read again
+    await asyncio.wait_for(in_flight.check(as_pool(fake), "t", 100), 1)
+    in_flight.admitted(as_pool(fake), "t")
+    await asyncio.sleep(0)
+    assert fake.reads == reads + 1  # one read in the background, not one per submission
     fake.gate.set()
     await asyncio.sleep(0.01)
     with pytest.raises(Problem):
@@ -87,8 +95,9 @@ async def test_a_failed_background_read_is_tried_again_by_the_next_check() -> No
     fake = Failing(count=1)
     in_flight = InFlight(ttl_s=0)
     await in_flight.check(as_pool(fake), "t", 100)
-    await in_flight.check(as_pool(fake), "t", 100)  # admitted; its background read fails
+    in_flight.admitted(as_pool(fake), "t")  # its background read fails
     await asyncio.sleep(0.01)
     await in_flight.check(as_pool(fake), "t", 100)
+    in_flight.admitted(as_pool(fake), "t")
     await asyncio.sleep(0.01)
     assert fake.reads == 3
