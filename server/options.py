@@ -218,7 +218,8 @@ def parse(raw: Any) -> RenderOptions:
 def to_json(options: RenderOptions) -> dict[str, Any]:
     """The options as stored on the job (only what differs from the defaults)."""
     default = _DEFAULT
-    if options == default:
+    # Most jobs: the defaults themselves (see parse), known without comparing every field.
+    if options is default or options == default:
         return {}
     return {
         f.name: getattr(options, f.name)
