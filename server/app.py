@@ -215,7 +215,10 @@ def create_app(
         # Before the browser starts: a server that must not run open stops right away.
         await authenticator.start(app[POOL])
         pruner = admission.prune_loop(app[POOL], key_ttl_s=settings.idempotency_ttl_s)
-        async with background("idempotency-pruner", pruner):
+        async with (
+            background("idempotency-pruner", pruner),
+            background("auth-refresh", authenticator.refresh_loop()),
+        ):
             yield
 
     async def maintenance(app: web.Application) -> AsyncIterator[None]:

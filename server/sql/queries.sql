@@ -455,6 +455,19 @@ WITH found AS (
 )
 SELECT id, tenant FROM found;
 
+-- api_key_lookup_many --
+-- api_key_lookup for keys in use ($1 = their hashes), read again before the cache expires;
+-- each was used since the last read, so last_used_at is written as api_key_lookup does.
+WITH found AS (
+    SELECT id, tenant, key_hash, last_used_at FROM api_keys
+    WHERE key_hash = ANY($1::text[]) AND revoked_at IS NULL
+), touched AS (
+    UPDATE api_keys k SET last_used_at = now()
+    FROM found f
+    WHERE k.id = f.id AND (f.last_used_at IS NULL OR f.last_used_at < now() - interval '1 minute')
+)
+SELECT id, tenant, key_hash FROM found;
+
 -- tenant_in_flight --
 SELECT count(*) FROM jobs WHERE tenant = $1 AND status IN ('queued', 'running');
 
