@@ -281,7 +281,7 @@ class Authenticator:
             return
         assert self._pool is not None, "Authenticator.start() was not called"
         now = time.monotonic()
-        rows = await self._pool.fetch(query("api_key_lookup_many"), list(used))
+        rows = await self._pool.fetch(query("api_key_lookup"), list(used))
         found = {row["key_hash"]: _KnownKey(id=row["id"], tenant=row["tenant"]) for row in rows}
         until = now + self._settings.auth_cache_s
         for digest in used:
@@ -303,7 +303,8 @@ class Authenticator:
             self._used.add(digest)
             return cached[1]
         assert self._pool is not None, "Authenticator.start() was not called"
-        row = await self._pool.fetchrow(query("api_key_lookup"), digest)
+        rows = await self._pool.fetch(query("api_key_lookup"), [digest])
+        row = rows[0] if rows else None
         known = None if row is None else _KnownKey(id=row["id"], tenant=row["tenant"])
         if self._settings.auth_cache_s > 0:
             if len(self._known) >= MAX_CACHED_KEYS:

@@ -445,19 +445,8 @@ RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
 SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL);
 
 -- api_key_lookup --
--- The tenant of an active key ($1 = its hash); last_used_at is written at most once a minute.
-WITH found AS (
-    SELECT id, tenant, last_used_at FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
-), touched AS (
-    UPDATE api_keys k SET last_used_at = now()
-    FROM found f
-    WHERE k.id = f.id AND (f.last_used_at IS NULL OR f.last_used_at < now() - interval '1 minute')
-)
-SELECT id, tenant FROM found;
-
--- api_key_lookup_many --
--- api_key_lookup for keys in use ($1 = their hashes), read again before the cache expires;
--- each was used since the last read, so last_used_at is written as api_key_lookup does.
+-- The tenants of active keys ($1 = their hashes: one key as a request presents it, or the keys
+-- in use as the cache reads them again); last_used_at is written at most once a minute.
 WITH found AS (
     SELECT id, tenant, key_hash, last_used_at FROM api_keys
     WHERE key_hash = ANY($1::text[]) AND revoked_at IS NULL
