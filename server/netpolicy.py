@@ -417,12 +417,7 @@ class NetworkPolicy:
         verdict = self._check_static(target)
         if verdict is not None:
             return verdict
-        resolver = _getaddrinfo if resolve is None else resolve
-        try:
-            async with asyncio.timeout(self._resolve_timeout_s):
-                addresses = await resolver(target.host)
-        except (OSError, UnicodeError, ValueError, TimeoutError):
-            addresses = []
+        addresses = await self._lookup(target.host, resolve)
         if not addresses:
             return _blocked(f"cannot resolve {target.name}")
         for address in addresses:
@@ -430,6 +425,40 @@ class NetworkPolicy:
             if not verdict.allowed:
                 return verdict
         return ALLOWED
+
+    async def resolve(
+        self, host: str, *, resolve: Resolver | None = None
+    ) -> tuple[Verdict, list[str]]:
+        """The verdict for connecting to `host` (a name or an IP literal, as a proxy is asked
+        for it) and, when allowed, the addresses it was judged by: connect to those and no
+        other, so a name that resolves differently a moment later gains nothing."""
+        literal = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        try:
+            target = _parse_url(f"http://{literal}/")
+        except _BadUrl as error:
+            return _blocked(f"host {error.args[0].removeprefix('has ')}"), []
+        if target.ip is not None:
+            return self.check_address(target.ip), [str(target.ip)]
+        verdict = self._check_static(target)
+        if verdict is not None and not verdict.allowed:
+            return verdict, []
+        addresses = await self._lookup(target.host, resolve)
+        if not addresses:
+            return _blocked(f"cannot resolve {target.name}"), []
+        if verdict is None:  # not allowed by name: every address must be
+            for address in addresses:
+                checked = self.check_address(address, target.name)
+                if not checked.allowed:
+                    return checked, []
+        return ALLOWED, addresses
+
+    async def _lookup(self, host: str, resolve: Resolver | None) -> list[str]:
+        resolver = _getaddrinfo if resolve is None else resolve
+        try:
+            async with asyncio.timeout(self._resolve_timeout_s):
+                return await resolver(host)
+        except (OSError, UnicodeError, ValueError, TimeoutError):
+            return []
 
     def validate_webhook_url(self, url: str) -> str | None:
         """An error message for a webhook URL that can never be delivered to, else None.

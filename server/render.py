@@ -28,7 +28,6 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
-from urllib.parse import urljoin
 
 import psutil
 from playwright.async_api import (
@@ -36,15 +35,15 @@ from playwright.async_api import (
     BrowserContext,
     Page,
     Playwright,
-    Route,
     ViewportSize,
     async_playwright,
 )
 from playwright.async_api import Error as PlaywrightError
 
 from server import pdfmeta
+from server.egress import Gate
 from server.errors import PermanentError, TransientError
-from server.netpolicy import NetworkPolicy, Verdict
+from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
 
 log = logging.getLogger(__name__)
@@ -57,6 +56,13 @@ CHROMIUM_ARGS = (
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # Everything leaves through a gate (server/egress.py). What a proxy cannot carry is off:
+    # QUIC and WebRTC's UDP; and Chromium resolves no name itself (a proxied request needs
+    # none), so DNS prefetch and anything that would bypass the gate find no address.
+    "--disable-quic",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--no-pings",
 )
 SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
@@ -65,10 +71,8 @@ CLOSE_TIMEOUT_S = 5.0
 # slots busy): often enough to catch a browser growing past its mark, rarely enough to cost
 # no throughput (at 5 s it was 1 % of a render benchmark's samples).
 MEMORY_CHECK_INTERVAL_S = 30.0
-MAX_REDIRECTS = 5
 PRINT_VIEWPORT: ViewportSize = {"width": 1, "height": 1}
 SCREEN_VIEWPORT: ViewportSize = {"width": 1280, "height": 720}  # Playwright's default
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,6 +112,17 @@ def find_system_chromium() -> str | None:
         if path:
             return path
     return None
+
+
+def choose_chromium(playwright_build: str) -> str:
+    """Playwright's own Chromium when it is installed, else a system one."""
+    if os.path.exists(playwright_build):
+        return playwright_build
+    found = find_system_chromium()
+    if found is None:
+        raise RuntimeError("no Chromium found: run `make install` or set PRESSROOM_CHROMIUM")
+    log.info("Playwright's Chromium is not installed; using %s", found)
+    return found
 
 
 def browser_processes(driver: int | None = None) -> list[psutil.Process]:
@@ -153,11 +168,11 @@ class _Slot:
 
     context: BrowserContext
     page: Page
+    gate: Gate
     generation: int
     viewport: ViewportSize
     warnings: list[str] = dataclasses.field(default_factory=list)
     media: str = ""
-    requested: bool = False
 
 
 class ChromiumRenderer:
@@ -188,7 +203,9 @@ class ChromiumRenderer:
         self._browser: Browser | None = None
         self._generation = 0
         self._idle: list[_Slot] = []
-        self._by_page: dict[Page, _Slot] = {}
+        # Chromium's own proxy setting: no page uses it (every context has a gate of its own),
+        # only the browser's background requests, and no job needs those.
+        self._browser_gate = Gate(None)
         self._lock = asyncio.Lock()
         self._inflight = 0
         self._drained = asyncio.Condition()
@@ -213,6 +230,7 @@ class ChromiumRenderer:
         self._playwright = await async_playwright().start()
         started = _child_pids() - before
         self._driver = started.pop() if len(started) == 1 else None
+        await self._browser_gate.start()
         await self._launch()
 
     async def close(self) -> None:
@@ -221,6 +239,7 @@ class ChromiumRenderer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._memory_check
         await self._close_browser()
+        await self._browser_gate.close()
         if self._playwright is not None:
             await self._playwright.stop()
             self._playwright = None
@@ -231,30 +250,16 @@ class ChromiumRenderer:
 
     async def _launch(self) -> None:
         assert self._playwright is not None
-        chromium = self._playwright.chromium
         if self._executable is None:
-            try:
-                browser = await chromium.launch(args=list(CHROMIUM_ARGS))
-            except PlaywrightError as exc:
-                if "Executable doesn't exist" not in str(exc):
-                    raise
-                self._executable = find_system_chromium()
-                if self._executable is None:
-                    raise RuntimeError(
-                        "no Chromium found: run `make install` or set PRESSROOM_CHROMIUM"
-                    ) from None
-                log.info("Playwright's Chromium is not installed; using %s", self._executable)
-                browser = await chromium.launch(
-                    executable_path=self._executable, args=list(CHROMIUM_ARGS)
-                )
-        else:
-            browser = await chromium.launch(
-                executable_path=self._executable, args=list(CHROMIUM_ARGS)
-            )
+            self._executable = choose_chromium(self._playwright.chromium.executable_path)
+        browser = await self._playwright.chromium.launch(
+            executable_path=self._executable,
+            args=list(CHROMIUM_ARGS),
+            proxy={"server": self._browser_gate.url},
+        )
         self._browser = browser
         self._generation += 1
         self._idle = []
-        self._by_page = {}
         self._jobs_on_browser = 0
         self._recycle_due = False
         self.launches += 1
@@ -262,7 +267,9 @@ class ChromiumRenderer:
 
     async def _close_browser(self) -> None:
         browser, self._browser = self._browser, None
-        self._idle, self._by_page = [], {}
+        idle, self._idle = self._idle, []
+        for slot in idle:
+            await slot.gate.close()
         if browser is None:
             return
         try:
@@ -333,70 +340,33 @@ class ChromiumRenderer:
             log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
             self._recycle_due = True  # the next render recycles it
 
-    async def _verdict(self, url: str) -> Verdict:
-        verdict = self._policy.check_url_static(url)
-        return verdict if verdict is not None else await self._policy.check_url(url)
-
-    async def _police(self, route: Route) -> None:
-        """Every subresource request: refused when the policy blocks it, and its redirects are
-        followed here, hop by hop, because Chromium would follow them without asking again."""
-        request = route.request
-        slot = None
-        with contextlib.suppress(PlaywrightError):
-            slot = self._by_page.get(request.frame.page)
-        if slot is not None:
-            slot.requested = True
-
-        async def refuse(reason: str, url: str) -> None:
-            if slot is not None:
-                slot.warnings.append(f"{reason} ({url[:200]})")
-            with contextlib.suppress(PlaywrightError):
-                await route.abort("blockedbyclient")
-
-        url = request.url
-        verdict = await self._verdict(url)
-        if not verdict.allowed:
-            await refuse(verdict.reason, url)
-            return
-        if not url.startswith(("http:", "https:")):
-            await route.continue_()
-            return
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                response = await route.fetch(url=url, max_redirects=0)
-                location = response.headers.get("location")
-                if response.status not in REDIRECT_STATUSES or not location:
-                    await route.fulfill(response=response)
-                    return
-                url = urljoin(url, location)
-                verdict = await self._verdict(url)
-                if not verdict.allowed:
-                    await refuse(f"redirect {verdict.reason}", url)
-                    return
-            await refuse(f"blocked: more than {MAX_REDIRECTS} redirects", url)
-        except PlaywrightError as exc:
-            # The page may be gone (a timeout closed it) or the host unreachable.
-            with contextlib.suppress(PlaywrightError):
-                await route.abort("failed")
-            log.debug("subresource failed: %s", _first_line(exc))
-
     async def _new_slot(self, *, javascript: bool) -> _Slot:
         assert self._browser is not None
         viewport = SCREEN_VIEWPORT if javascript else PRINT_VIEWPORT
-        context = await self._browser.new_context(java_script_enabled=javascript, viewport=viewport)
+        gate = Gate(self._policy)
+        await gate.start()
         try:
-            await context.route("**/*", self._police)
+            context = await self._browser.new_context(
+                java_script_enabled=javascript, viewport=viewport, proxy={"server": gate.url}
+            )
+        except BaseException:
+            await gate.close()
+            raise
+        try:
             page = await context.new_page()
         except BaseException:
             await self._cleanup(context.close())
+            await gate.close()
             raise
-        slot = _Slot(context=context, page=page, generation=self._generation, viewport=viewport)
-        self._by_page[page] = slot
+        slot = _Slot(
+            context=context, page=page, gate=gate, generation=self._generation, viewport=viewport
+        )
+        gate.sink = slot.warnings.append
         return slot
 
     async def _drop_slot(self, slot: _Slot) -> None:
-        self._by_page.pop(slot.page, None)
         await self._cleanup(slot.context.close())
+        await slot.gate.close()
 
     async def _cleanup(self, call: Awaitable[None]) -> bool:
         """Await a clean-up call into the browser for at most CLOSE_TIMEOUT_S; False when it
@@ -414,14 +384,14 @@ class ChromiumRenderer:
     @contextlib.asynccontextmanager
     async def _reused_slot(self) -> AsyncIterator[_Slot]:
         slot = self._idle.pop() if self._idle else await self._new_slot(javascript=False)
-        slot.warnings = []
-        slot.requested = False
+        slot.warnings.clear()
+        slot.gate.used = False
         healthy = False
         try:
             yield slot
             healthy = True
         finally:
-            if slot.requested and not await self._cleanup(slot.context.clear_cookies()):
+            if slot.gate.used and not await self._cleanup(slot.context.clear_cookies()):
                 healthy = False  # cookies that cannot be cleared must not reach the next job
             if healthy and slot.generation == self._generation and not slot.page.is_closed():
                 self._idle.append(slot)

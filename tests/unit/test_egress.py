@@ -1,0 +1,139 @@
+"""The egress gate on its own: what it forwards, what it refuses, and where it connects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from server.egress import Gate
+from server.netpolicy import NetworkPolicy
+
+
+class Upstream:
+    """A server on 127.0.0.1 that records each connection's bytes and answers with `reply`."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.received: list[bytes] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.received.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(self.reply)
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\nok"
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    server = Upstream(REPLY)
+    await server.start()
+    yield server
+    await server.close()
+
+
+async def exchange(gate: Gate, request: bytes) -> bytes:
+    port = int(gate.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    async with asyncio.timeout(10):
+        answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def started(gate: Gate) -> Gate:
+    await gate.start()
+    return gate
+
+
+async def test_a_plain_request_goes_to_the_checked_address_one_per_connection(
+    upstream: Upstream,
+) -> None:
+    warnings: list[str] = []
+
+    async def resolve(host: str) -> list[str]:
+        return ["127.0.0.1"]
+
+    gate = await started(Gate(NetworkPolicy(["127.0.0.1"]), warnings.append, resolve))
+    request = (
+        f"GET http://app.test:{upstream.port}/a?b=1 HTTP/1.1\r\nHost: app.test\r\n"
+        "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\n\r\n"
+    ).encode()
+    answer = await exchange(gate, request)
+    await gate.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok")
+    assert b"Connection: close" in answer and b"keep-alive" not in answer.lower()
+    sent = upstream.received[0]
+    assert sent.startswith(b"GET /a?b=1 HTTP/1.1\r\n")
+    assert b"Connection: close" in sent and b"Proxy-" not in sent
+    assert gate.used and warnings == []
+
+
+async def test_a_name_with_any_blocked_address_is_refused(upstream: Upstream) -> None:
+    warnings: list[str] = []
+
+    async def resolve(host: str) -> list[str]:
+        return ["127.0.0.1", "10.0.0.7"]
+
+    gate = await started(Gate(NetworkPolicy(["127.0.0.1"]), warnings.append, resolve))
+    answer = await exchange(gate, f"CONNECT two.test:{upstream.port} HTTP/1.1\r\n\r\n".encode())
+    await gate.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert upstream.received == []
+    assert warnings == [
+        f"blocked connection: two.test resolves to 10.0.0.7, a private address "
+        f"(two.test:{upstream.port})"
+    ]
+
+
+async def test_a_tunnel_relays_both_ways(upstream: Upstream) -> None:
+    gate = await started(Gate(NetworkPolicy(["127.0.0.1"])))
+    answer = await exchange(
+        gate,
+        f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1\r\n\r\nHELLO\r\n\r\n".encode(),
+    )
+    await gate.close()
+    assert answer == b"HTTP/1.1 200 Connection Established\r\n\r\n" + REPLY
+    assert upstream.received == [b"HELLO\r\n\r\n"]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /relative HTTP/1.1\r\n\r\n",
+        b"GET ftp://127.0.0.1/x HTTP/1.1\r\n\r\n",
+        b"CONNECT nohost HTTP/1.1\r\n\r\n",
+        b"NONSENSE\r\n\r\n",
+        b"GET http://127.0.0.1/ HTTP/1.1\r\nbad header\r\n\r\n",
+    ],
+)
+async def test_what_cannot_be_read_is_refused(upstream: Upstream, request_bytes: bytes) -> None:
+    gate = await started(Gate(NetworkPolicy(["127.0.0.1"])))
+    answer = await exchange(gate, request_bytes)
+    await gate.close()
+    assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 403 "))
+    assert upstream.received == []
+
+
+async def test_the_browser_gate_refuses_everything(upstream: Upstream) -> None:
+    gate = await started(Gate(None))
+    answer = await exchange(gate, f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1\r\n\r\n".encode())
+    await gate.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert upstream.received == []
