@@ -161,6 +161,9 @@ def create_app(
             policy=app[POLICY],
             slots=settings.render_slots,
             executable=settings.chromium,
+            user=settings.chromium_user,
+            render_max_mb=settings.render_max_mb,
+            max_pages=settings.max_pages,
             recycle_after_jobs=settings.browser_recycle_jobs,
             max_rss_mb=settings.browser_max_rss_mb,
         )

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from server import metrics
-from server.keys import LISTENER, METRICS, POOL, RENDERER, STORAGE
+from server.keys import CHROMIUM, LISTENER, METRICS, POOL, RENDERER, STORAGE
 
 READY_TIMEOUT_S = 2.0
 
@@ -49,7 +49,16 @@ async def readyz(request: web.Request) -> web.Response:
         zip(checks, await asyncio.gather(*(_probe(c) for c in checks.values())), strict=True)
     )
     ready = all(value == "ok" for value in results.values())
-    return web.json_response({"ready": ready, "checks": results}, status=200 if ready else 503)
+    body: dict[str, Any] = {"ready": ready, "checks": results}
+    if CHROMIUM in app:
+        chromium = app[CHROMIUM]
+        body["browser"] = {
+            "engine": chromium.engine,
+            "user": chromium.user,
+            "sandbox": chromium.sandbox,
+            "memory_bound": chromium.memory_bound,
+        }
+    return web.json_response(body, status=200 if ready else 503)
 
 
 @routes.get("/metrics")

@@ -339,7 +339,7 @@ async def _preview(
         raise Problem(
             422,
             "Cannot render",
-            f"the PDF has {result.pages} pages; the limit is {settings.max_pages}",
+            f"the PDF has more than {settings.max_pages} pages, the limit",
             kind="render-failed",
         )
     return web.Response(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
@@ -56,8 +57,9 @@ class RenderOptions:
         }
         return {name: value for name, value in fields.items() if value is not None}
 
-    def pdf_arguments(self) -> dict[str, Any]:
-        """Keyword arguments for Playwright's page.pdf()."""
+    def pdf_arguments(self, max_pages: int | None = None) -> dict[str, Any]:
+        """Keyword arguments for Playwright's page.pdf(); with `max_pages`, Chromium prints at
+        most one page more than that (enough to tell the document is too long)."""
         args: dict[str, Any] = {
             "landscape": self.landscape,
             "scale": self.scale,
@@ -78,8 +80,11 @@ class RenderOptions:
             margin.setdefault("bottom", HEADER_FOOTER_MARGIN)
         if margin:
             args["margin"] = margin
-        if self.page_ranges:
-            args["page_ranges"] = self.page_ranges
+        ranges = self.page_ranges
+        if max_pages is not None:
+            ranges = capped_ranges(ranges, max_pages + 1)
+        if ranges:
+            args["page_ranges"] = ranges
         if self.header_html is not None or self.footer_html is not None:
             args["display_header_footer"] = True
             # Chromium prints its own date/title header when a template is empty; a blank span
@@ -93,6 +98,31 @@ class RenderOptions:
         if self.javascript is not None:
             return self.javascript
         return self.wait_for_expression is not None or "<script" in html.lower()
+
+
+def capped_ranges(ranges: str, pages: int) -> str:
+    """Chromium's `ranges` ("" for all) cut to the first `pages` pages they select. Chromium
+    prints the pages of its ranges in document order, each once, so that is the order here."""
+    spans: list[tuple[int, float]] = []
+    for part in ranges.split(",") if ranges else ["1-"]:
+        first, dash, last = part.partition("-")
+        start, end = int(first), float(last) if last else (math.inf if dash else float(first))
+        if start < 1 or end < start:
+            return ranges  # Chromium refuses it, and says why
+        spans.append((start, end))
+    kept: list[str] = []
+    next_page, left = 1, pages
+    for start, end in sorted(spans):
+        start = max(start, next_page)
+        if end < start:
+            continue
+        if left == 0:
+            break
+        stop = int(min(end, start + left - 1))
+        kept.append(str(start) if stop == start else f"{start}-{stop}")
+        left -= stop - start + 1
+        next_page = stop + 1
+    return ",".join(kept)
 
 
 def _length(value: Any) -> str:

@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 from playwright.async_api import (
@@ -41,6 +41,8 @@ from playwright.async_api import (
 from playwright.async_api import Error as PlaywrightError
 
 from server import pdfmeta
+from server.cgroups import Leaf, RenderCgroups
+from server.dropuser import Launcher, launcher
 from server.egress import Gate
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
@@ -49,7 +51,6 @@ from server.options import RenderOptions
 log = logging.getLogger(__name__)
 
 CHROMIUM_ARGS = (
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
     "--disable-background-networking",
@@ -63,6 +64,10 @@ CHROMIUM_ARGS = (
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
     "--no-pings",
+    # A job's frames share its renderer process, so one memory bound covers all of them
+    # (jobs never share one: each context has processes of its own).
+    "--disable-site-isolation-trials",
+    "--disable-features=IsolateOrigins,site-per-process",
 )
 SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
@@ -170,9 +175,25 @@ class _Slot:
     page: Page
     gate: Gate
     generation: int
+    javascript: bool
     viewport: ViewportSize
     warnings: list[str] = dataclasses.field(default_factory=list)
     media: str = ""
+    leaves: list[Leaf] = dataclasses.field(default_factory=list)
+    oom_kills: int = 0
+
+    def out_of_memory(self) -> bool:
+        return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
+
+
+def renderer_pids(driver: int | None) -> set[int]:
+    """Chromium's renderer processes (one per context here) below Playwright's driver."""
+    found = set()
+    for process in browser_processes(driver):
+        with contextlib.suppress(psutil.Error):
+            if "--type=renderer" in process.cmdline():
+                found.add(process.pid)
+    return found
 
 
 class ChromiumRenderer:
@@ -184,11 +205,27 @@ class ChromiumRenderer:
         policy: NetworkPolicy,
         slots: int,
         executable: str | None = None,
+        user: str = "nobody",
         recycle_after_jobs: int = 1000,
         max_rss_mb: int = 1500,
+        render_max_mb: int = 1024,
+        max_pages: int | None = None,
         memory_check_interval_s: float = MEMORY_CHECK_INTERVAL_S,
     ) -> None:
         self._policy = policy
+        self._render_max_mb = render_max_mb
+        self._max_pages = max_pages
+        self._user = user
+        self._launcher: Launcher | None = None
+        #: Chromium's sandbox is on (it is tried first; off where the kernel refuses it).
+        self.sandbox = False
+        #: The browser's version and executable, once launched (start log, /readyz, /metrics).
+        self.engine = ""
+        self._cgroups: RenderCgroups | None = None
+        self._stale_leaves: list[Leaf] = []
+        self._slot_lock = asyncio.Lock()
+        #: How renders are bounded in memory here, for the start log and /readyz.
+        self.memory_bound = f"V8 heap only, {render_max_mb} MiB"
         self._slots = max(slots, 1)
         self._executable = executable
         self._recycle_after_jobs = recycle_after_jobs
@@ -217,6 +254,11 @@ class ChromiumRenderer:
         return self._executable
 
     @property
+    def user(self) -> str:
+        """The user Chromium runs as."""
+        return self._user
+
+    @property
     def driver_pid(self) -> int | None:
         """Playwright's driver process, below which this renderer's Chromium runs."""
         return self._driver
@@ -231,6 +273,11 @@ class ChromiumRenderer:
         started = _child_pids() - before
         self._driver = started.pop() if len(started) == 1 else None
         await self._browser_gate.start()
+        self._cgroups, why = RenderCgroups.create(self._render_max_mb)
+        if self._cgroups is not None:
+            self.memory_bound = self._cgroups.description
+        else:
+            log.warning("renders are not bounded in memory beyond V8's heap: %s", why)
         await self._launch()
 
     async def close(self) -> None:
@@ -240,6 +287,10 @@ class ChromiumRenderer:
                 await self._memory_check
         await self._close_browser()
         await self._browser_gate.close()
+        if self._cgroups is not None:
+            self._cgroups.close()
+        if self._launcher is not None:
+            self._launcher.remove()
         if self._playwright is not None:
             await self._playwright.stop()
             self._playwright = None
@@ -252,18 +303,35 @@ class ChromiumRenderer:
         assert self._playwright is not None
         if self._executable is None:
             self._executable = choose_chromium(self._playwright.chromium.executable_path)
-        browser = await self._playwright.chromium.launch(
-            executable_path=self._executable,
-            args=list(CHROMIUM_ARGS),
-            proxy={"server": self._browser_gate.url},
-        )
+        if self._launcher is None:
+            self._launcher, self._user = launcher(self._executable, self._user)
+        options: dict[str, Any] = {
+            "executable_path": self._executable if self._launcher is None else self._launcher.path,
+            "args": [*CHROMIUM_ARGS, f"--js-flags=--max-old-space-size={self._render_max_mb}"],
+            "proxy": {"server": self._browser_gate.url},
+        }
+        try:
+            browser = await self._playwright.chromium.launch(chromium_sandbox=True, **options)
+            self.sandbox = True
+        except PlaywrightError as exc:
+            log.warning("Chromium's sandbox is not available here: %s", _first_line(exc))
+            browser = await self._playwright.chromium.launch(chromium_sandbox=False, **options)
+            self.sandbox = False
+        self.engine = f"Chromium {browser.version} ({self._executable})"
         self._browser = browser
         self._generation += 1
         self._idle = []
         self._jobs_on_browser = 0
         self._recycle_due = False
         self.launches += 1
-        log.info("browser %s launched (launch %s)", browser.version, self.launches)
+        log.info(
+            "browser launched (launch %s): %s as %s, sandbox %s, memory bound: %s",
+            self.launches,
+            self.engine,
+            self._user,
+            "on" if self.sandbox else "off",
+            self.memory_bound,
+        )
 
     async def _close_browser(self) -> None:
         browser, self._browser = self._browser, None
@@ -353,20 +421,45 @@ class ChromiumRenderer:
             await gate.close()
             raise
         try:
-            page = await context.new_page()
+            page, leaves = await self._new_page(context)
         except BaseException:
             await self._cleanup(context.close())
             await gate.close()
             raise
         slot = _Slot(
-            context=context, page=page, gate=gate, generation=self._generation, viewport=viewport
+            context=context,
+            page=page,
+            gate=gate,
+            generation=self._generation,
+            javascript=javascript,
+            viewport=viewport,
+            leaves=leaves,
         )
         gate.sink = slot.warnings.append
         return slot
 
+    async def _new_page(self, context: BrowserContext) -> tuple[Page, list[Leaf]]:
+        """A page, its renderer process moved into a memory cgroup of its own before it loads
+        anything. The renderer is the one that appears while the page is made, so pages are
+        made one at a time."""
+        if self._cgroups is None:
+            return await context.new_page(), []
+        async with self._slot_lock:
+            self._stale_leaves = [leaf for leaf in self._stale_leaves if not leaf.remove()]
+            before = await asyncio.to_thread(renderer_pids, self._driver)
+            page = await context.new_page()
+            started = await asyncio.to_thread(renderer_pids, self._driver) - before
+            try:
+                return page, [self._cgroups.confine(pid) for pid in started]
+            except OSError as exc:
+                # The page must not run unbounded: no slot rather than an unbounded one.
+                await self._cleanup(page.close())
+                raise TransientError(f"cannot bound the renderer's memory: {exc}") from None
+
     async def _drop_slot(self, slot: _Slot) -> None:
         await self._cleanup(slot.context.close())
         await slot.gate.close()
+        self._stale_leaves += [leaf for leaf in slot.leaves if not leaf.remove()]
 
     async def _cleanup(self, call: Awaitable[None]) -> bool:
         """Await a clean-up call into the browser for at most CLOSE_TIMEOUT_S; False when it
@@ -443,30 +536,49 @@ class ChromiumRenderer:
         timeout_s: float,
         on_print: Callable[[], None] | None,
     ) -> RenderResult:
-        timeout_ms = timeout_s * 1000
         private = options.needs_javascript(html)
         slots = self._private_slot() if private else self._reused_slot()
         async with slots as slot:
-            page = slot.page
-            if slot.media != options.media:
-                await page.emulate_media(media=options.media)  # type: ignore[arg-type]
-                slot.media = options.media
-            viewport = SCREEN_VIEWPORT if private or options.wait_for_selector else PRINT_VIEWPORT
-            if slot.viewport != viewport:
-                await page.set_viewport_size(viewport)
-                slot.viewport = viewport
-            await page.set_content(html, wait_until="load", timeout=timeout_ms)
-            if options.wait_for_selector:
-                await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
-            if options.wait_for_expression:
-                await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
-            if on_print is not None:
-                on_print()
-            pdf = await page.pdf(**options.pdf_arguments())
+            try:
+                pdf = await self._print(slot, html, options, timeout_s, on_print)
+            except PlaywrightError:
+                if slot.out_of_memory():
+                    raise PermanentError(
+                        f"the page needs more than {self._render_max_mb} MiB of memory "
+                        "(PRESSROOM_RENDER_MAX_MB)"
+                    ) from None
+                raise
             pages, warnings = count_pages(pdf), list(slot.warnings)
         # Outside the slot: the page takes the next job while the metadata is written.
         pdf = await pdfmeta.apply(pdf, options)
         return RenderResult(pdf=pdf, pages=pages, warnings=warnings)
+
+    async def _print(
+        self,
+        slot: _Slot,
+        html: str,
+        options: RenderOptions,
+        timeout_s: float,
+        on_print: Callable[[], None] | None,
+    ) -> bytes:
+        timeout_ms = timeout_s * 1000
+        page = slot.page
+        if slot.media != options.media:
+            await page.emulate_media(media=options.media)  # type: ignore[arg-type]
+            slot.media = options.media
+        scripts = slot.javascript or options.wait_for_selector
+        viewport = SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT
+        if slot.viewport != viewport:
+            await page.set_viewport_size(viewport)
+            slot.viewport = viewport
+        await page.set_content(html, wait_until="load", timeout=timeout_ms)
+        if options.wait_for_selector:
+            await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
+        if options.wait_for_expression:
+            await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
+        if on_print is not None:
+            on_print()
+        return await page.pdf(**options.pdf_arguments(self._max_pages))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -171,6 +171,10 @@ class Settings:
     retry_base_s: float = 2.0
     retry_max_s: float = 300.0
     chromium: str | None = None
+    #: The user Chromium runs as when Pressroom runs as root.
+    chromium_user: str = "nobody"
+    #: Memory one render may use (its renderer process); a page that needs more fails.
+    render_max_mb: int = 1024
     url_ttl_s: int = 3600
     token_ttl_s: int = 3600
     event_retention_s: int = 7 * 24 * 3600
@@ -246,6 +250,8 @@ class Settings:
             retry_base_s=_parse(e, "PRESSROOM_RETRY_BASE_S", 2.0, _positive(float)),
             retry_max_s=_parse(e, "PRESSROOM_RETRY_MAX_S", 300.0, _positive(float)),
             chromium=_parse(e, "PRESSROOM_CHROMIUM", None, str),
+            chromium_user=_parse(e, "PRESSROOM_CHROMIUM_USER", "nobody", str),
+            render_max_mb=_parse(e, "PRESSROOM_RENDER_MAX_MB", 1024, _positive(int)),
             url_ttl_s=_parse(e, "PRESSROOM_URL_TTL_S", 3600, _positive(int)),
             token_ttl_s=_parse(e, "PRESSROOM_TOKEN_TTL_S", 3600, _positive(int)),
             event_retention_s=_parse(e, "PRESSROOM_EVENT_RETENTION_S", 7 * 86400, _positive(int)),

@@ -296,7 +296,7 @@ class Workers:
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages
-                raise PermanentError(f"the PDF has {result.pages} pages; the limit is {limit}")
+                raise PermanentError(f"the PDF has more than {limit} pages, the limit")
             self._rendered.add(job.id)
             self._wake.set()
             if not await self._exists(job):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from server import options
-from server.options import OptionsError, RenderOptions
+from server.options import OptionsError, RenderOptions, capped_ranges
 
 
 def test_defaults_print_a4_with_backgrounds() -> None:
@@ -61,3 +61,20 @@ def test_scripts_decide_the_isolation_path(
 ) -> None:
     assert options.parse(opts).needs_javascript(html) is expected
     assert isinstance(RenderOptions(), RenderOptions)
+
+
+@pytest.mark.parametrize(
+    ("ranges", "pages", "expected"),
+    [
+        ("", 1001, "1-1001"),
+        ("1-5000", 1001, "1-1001"),
+        ("2000-2005", 1001, "2000-2005"),
+        ("1-500,600-2000", 1001, "1-500,600-1100"),
+        ("5-", 3, "5-7"),
+        ("3,1-2", 10, "1-2,3"),
+        ("1-3,2-5", 4, "1-3,4"),
+        ("5-3", 2, "5-3"),
+    ],
+)
+def test_page_ranges_are_capped_in_document_order(ranges: str, pages: int, expected: str) -> None:
+    assert capped_ranges(ranges, pages) == expected

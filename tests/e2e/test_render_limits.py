@@ -1,0 +1,121 @@
+"""What bounds one render on real Chromium: its memory, its page count, and the user and
+sandbox the browser runs with."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from server.cgroups import RenderCgroups
+from server.keys import CHROMIUM
+from server.netpolicy import NetworkPolicy
+from server.options import parse
+from server.render import ChromiumRenderer, browser_memory_mb, browser_processes
+from tests.conftest import RunningApp
+from tests.sse import collect
+
+pytestmark = pytest.mark.browser
+
+BOUND_MB = 400
+# Keeps 24 arrays of 256 MiB, each written so that its pages are really used: 6 GiB.
+BOMB = """<h1>bomb</h1><script>
+const kept = [];
+for (let i = 0; i < 24; i++) {
+  const a = new Uint8Array(256 * 1024 * 1024); a.fill(1); kept.push(a);
+}
+window.done = true;
+</script>"""
+CALM = "<h1>calm</h1><script>window.done = true;</script>"
+
+
+async def submit(app: RunningApp, template: str, **options: Any) -> str:
+    body = {"template": template, "options": options}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 202, await resp.text()
+        job_id: str = (await resp.json())["id"]
+        return job_id
+
+
+async def final_state(app: RunningApp, job_id: str) -> dict[str, Any]:
+    got = await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"), timeout_s=90)
+    job: dict[str, Any] = got[-1].json["job"]
+    return job
+
+
+async def test_a_page_that_needs_too_much_memory_fails_at_once_and_the_other_slot_finishes(
+    start_app: Callable[..., Any],
+) -> None:
+    if os.geteuid() != 0 and RenderCgroups.create(BOUND_MB)[0] is None:
+        pytest.skip("no memory cgroup can be made by this user (CI runs as root, where it can)")
+    app: RunningApp = await start_app(render_slots=2, render_max_mb=BOUND_MB)
+    assert app.app[CHROMIUM].memory_bound == f"cgroup v1, {BOUND_MB} MiB per render" or (
+        app.app[CHROMIUM].memory_bound == f"cgroup v2, {BOUND_MB} MiB per render"
+    )
+    driver = app.app[CHROMIUM].driver_pid
+
+    async def peak_while(template: str) -> tuple[float, dict[str, Any], dict[str, Any]]:
+        """Chromium's peak memory (PSS, shared pages counted once) while a page with scripts
+        runs next to a plain invoice in the other slot, and both jobs' final states."""
+        peak = 0.0
+        sampling = True
+
+        async def watch() -> None:
+            nonlocal peak
+            while sampling:
+                peak = max(peak, await asyncio.to_thread(browser_memory_mb, driver))
+
+        watcher = asyncio.create_task(watch())
+        scripted = await submit(app, template, wait_for_expression="window.done === true")
+        normal = await submit(app, "<h1>Invoice</h1>" + "<p>line</p>" * 50)
+        states = await final_state(app, scripted), await final_state(app, normal)
+        sampling = False
+        await watcher
+        return peak, *states
+
+    base_mb, calm, _ = await peak_while(CALM)
+    assert calm["status"] == "done"
+    peak_mb, bombed, done = await peak_while(BOMB)
+    assert bombed["status"] == "failed", bombed
+    assert f"needs more than {BOUND_MB} MiB of memory" in bombed["error"]
+    assert bombed["attempts"] == 1, "not retried"
+    assert done["status"] == "done"
+    # Without the bound the page holds 6 GiB; with it, Chromium stays within its base (the
+    # same two jobs with a calm page) plus the bound, give or take a sample's noise.
+    assert peak_mb < base_mb + BOUND_MB + 100, (base_mb, peak_mb)
+    after = await submit(app, "<h1>after</h1><script>1</script>")
+    assert (await final_state(app, after))["status"] == "done"
+
+
+async def test_chromium_runs_unprivileged_with_its_sandbox(
+    start_app: Callable[..., Any],
+) -> None:
+    app: RunningApp = await start_app(render_slots=1)
+    job = await submit(app, "<h1>hi</h1>")
+    assert (await final_state(app, job))["status"] == "done"
+    async with app.http.get(app.url("/readyz")) as resp:
+        browser = (await resp.json())["browser"]
+    assert browser["engine"].startswith("Chromium ")
+    assert browser["user"] != "root"
+    processes = browser_processes(app.app[CHROMIUM].driver_pid)
+    assert processes and all(process.uids().real != 0 for process in processes)
+    if os.geteuid() == 0:
+        # This kernel lets an unprivileged user make namespaces, so the sandbox must be on.
+        assert browser["sandbox"] is True, browser
+
+
+async def test_printing_stops_one_page_past_the_limit() -> None:
+    renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1, max_pages=5)
+    await renderer.start()
+    try:
+        pages = "".join(f'<p style="page-break-after: always">{i}</p>' for i in range(40))
+        assert (await renderer.render(pages, parse({}), timeout_s=30)).pages == 6
+        result = await renderer.render(pages, parse({"page_ranges": "10-"}), timeout_s=30)
+        assert result.pages == 6
+        short = await renderer.render("<p>one</p>", parse({}), timeout_s=30)
+        assert short.pages == 1
+    finally:
+        await renderer.close()
