@@ -1,4 +1,5 @@
-"""Whether the renderer (every Chromium subresource) or the webhook sender may reach a URL.
+"""Whether the renderer (through its egress gate, server/egress.py) or the webhook sender may
+reach a URL or an address.
 
 URLs are read the way Chromium's WHATWG parser reads them (numeric IPv4 forms, backslashes,
 percent-encoded hosts), so the host judged here is the host that would be fetched. Names are
