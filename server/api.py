@@ -31,7 +31,7 @@ from server import (
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
-from server.keys import GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
+from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
 from server.problems import DB_ERRORS, Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -245,23 +245,28 @@ async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dic
     """The job as clients see it: links, and a signed download URL once it is done."""
     # request.url is built on first use, at some cost: only a done job's download needs it.
     base_url = request.url if job["status"] == JobState.DONE else _UNUSED_BASE
-    return await present_job(request.app, base_url, job, tenant)
+    return await present_job(request.app, base_url, job, tenant, auth.key_id_of(request))
 
 
 _UNUSED_BASE = URL("/")
 
 
 async def present_job(
-    app: web.Application, base_url: URL, job: dict[str, Any], tenant: str
+    app: web.Application, base_url: URL, job: dict[str, Any], tenant: str, minted_by: int
 ) -> dict[str, Any]:
-    """`present` without a request (Socket.IO); a local download URL is joined to base_url."""
+    """`present` without a request (Socket.IO); a local download URL is joined to base_url
+    and names the key `minted_by` (it stops working when that key is revoked)."""
     shown = dict(job)
     shown["links"] = links(None, job["id"])
     if job["status"] == JobState.DONE:
         settings = app[SETTINGS]
         key = jobs.object_key(tenant, job["id"], job["attempts"])
         url = await app[STORAGE].url(
-            key, job_id=job["id"], filename=f"{job['id']}.pdf", ttl_s=settings.url_ttl_s
+            key,
+            job_id=job["id"],
+            filename=f"{job['id']}.pdf",
+            ttl_s=settings.url_ttl_s,
+            minted_by=minted_by,
         )
         shown["url"] = str(base_url.join(URL(url, encoded=True))) if url.startswith("/") else url
     return shown
@@ -293,7 +298,11 @@ async def submit(request: web.Request) -> web.Response:
     if request.get(auth.VIA) == auth.VIA_KEY:
         # Browsers must not hold the API key; this token opens this job's stream only.
         token, _ = auth.make_token(
-            settings.secret, new.tenant, job_id=job["id"], ttl_s=settings.token_ttl_s
+            settings.secret,
+            new.tenant,
+            job_id=job["id"],
+            key_id=auth.key_id_of(request),
+            ttl_s=settings.token_ttl_s,
         )
         body["links"]["events"] += f"?token={token}"
     headers = {"Location": body["links"]["self"]}
@@ -326,7 +335,11 @@ async def issue_token(request: web.Request) -> web.Response:
     if job_id is not None and await jobs.get(request.app[POOL], job_id, tenant) is None:
         raise not_found()
     token, expires_at = auth.make_token(
-        settings.secret, tenant, job_id=job_id, ttl_s=settings.token_ttl_s
+        settings.secret,
+        tenant,
+        job_id=job_id,
+        key_id=auth.key_id_of(request),
+        ttl_s=settings.token_ttl_s,
     )
     return json_response(auth.token_response(token, expires_at))
 
@@ -339,14 +352,19 @@ async def get_job(request: web.Request) -> web.Response:
     wait_s, since = _long_poll_params(request)
     if_none_match = request.headers.get("If-None-Match")
     # Subscribe before reading, so a change committed in between still wakes the poll.
-    with request.app[HUB].subscription(
-        tenant=tenant, job_id=job_id, transport="longpoll"
-    ) as changes:
+    # A revoked key ends the wait, answered with 401.
+    hub, authenticator = request.app[HUB], request.app[AUTH]
+    with (
+        hub.subscription(tenant=tenant, job_id=job_id, transport="longpoll") as changes,
+        authenticator.watch(auth.key_id_of(request), changes.drop) as key,
+    ):
         stored = await jobs.get(request.app[POOL], job_id, tenant)
         if stored is None:
             raise not_found()
         if wait_s:
             stored = await _wait_for_change(request, stored, changes, wait_s, since, if_none_match)
+            if key.revoked:
+                raise auth.revoked()
     deliveries = await webhooks.summary(request.app[POOL], job_id, tenant)
     tag = _job_etag(stored, deliveries)
     headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
@@ -536,20 +554,22 @@ async def download(request: web.Request) -> web.StreamResponse:
     storage = request.app[STORAGE]
     job_id = parse_job_id(request)
     if "sig" in request.query or "expires" in request.query:
-        from server import auth
-
-        if not auth.check_download(
+        minted_by = auth.check_download(
             settings.secret,
             str(job_id),
             request.query.get("expires", ""),
+            request.query.get("key", ""),
             request.query.get("sig", ""),
-        ):
+        )
+        if minted_by is None:
             raise Problem(
                 403,
                 "Forbidden",
                 "The download link is invalid or has expired.",
                 kind="bad-signature",
             )
+        if minted_by != auth.NO_KEY and not await request.app[AUTH].key_active(minted_by):
+            raise auth.revoked("The download link was made with an API key that has been revoked.")
         row = await request.app[POOL].fetchrow("SELECT tenant FROM jobs WHERE id = $1", job_id)
         if row is None:
             raise not_found()
@@ -566,7 +586,11 @@ async def download(request: web.Request) -> web.StreamResponse:
     filename = f"{job_id}.pdf"
     if storage.redirects:
         url = await storage.url(
-            stored.object_key, job_id=str(job_id), filename=filename, ttl_s=settings.url_ttl_s
+            stored.object_key,
+            job_id=str(job_id),
+            filename=filename,
+            ttl_s=settings.url_ttl_s,
+            minted_by=auth.key_id_of(request),
         )
         raise web.HTTPFound(url)
     try:
@@ -625,14 +649,16 @@ def event_id(raw: str) -> int | None:
     return int(raw)
 
 
-async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> dict[str, Any]:
+async def event_wire(
+    app: web.Application, base_url: URL, event: JobEvent, minted_by: int
+) -> dict[str, Any]:
     """What every transport sends for an event: a job event carries the job as presented
     (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
     wire = event.wire()
     if event.type.startswith("batch."):
         wire["batch"] = wire.pop("job")
     else:
-        wire["job"] = await present_job(app, base_url, event.job, event.tenant)
+        wire["job"] = await present_job(app, base_url, event.job, event.tenant, minted_by)
     return wire
 
 
@@ -644,7 +670,8 @@ async def _send(
     # is then one write each.
     frame = event.encoded.get(origin)
     if frame is None:
-        data = jsontext.dumps(await event_wire(request.app, request.url, event))
+        wire = await event_wire(request.app, request.url, event, auth.key_id_of(request))
+        data = jsontext.dumps(wire)
         frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
         event.encoded[origin] = frame
     await resp.write(frame.encode())
@@ -690,8 +717,13 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     # The log is filtered by type for the all-jobs stream; a job's stream reads all of its few
     # events, since its final one ends the stream whether it is sent or not.
     log_types = types if job_id is None else None
-    origin = str(request.url.origin())
-    with hub.subscription(tenant=tenant, job_id=job_id) as sub:
+    # Frames are shared by the streams of one origin and one key: download links name the key.
+    origin = f"{request.url.origin()} {auth.key_id_of(request)}"
+    # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
+    with (
+        hub.subscription(tenant=tenant, job_id=job_id) as sub,
+        app[AUTH].watch(auth.key_id_of(request), sub.drop),
+    ):
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
             app[STREAMS_KEY].add(resp)
             try:

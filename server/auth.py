@@ -3,6 +3,11 @@
 A request's tenant comes from its API key (`Authorization: Bearer KEY`), from a subscription
 token (`?token=`, streams only: EventSource cannot send headers) or, while no key exists at
 all, is "default" (dev mode: open, and only on a loopback address).
+
+Tokens and download links name the key that minted them. Each process reads which keys are
+active every auth_cache_s / 2; a revoked key, its tokens and its links are refused from then
+on, and the streams they opened (SSE, Socket.IO, long-polls) are closed: revoking is a write
+to the database from any process (`pressroom keys revoke`), noticed by every server.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from aiohttp import web
 
 from server.admission import RateLimiter
 from server.problems import Problem
-from server.settings import Settings
+from server.settings import Settings, new_webhook_secret
 from server.sql import query
 
 log = logging.getLogger(__name__)
@@ -43,9 +48,17 @@ MAX_KEY_CHARS = 200
 # Lookups answered from memory: revoking a key takes effect within settings.auth_cache_s.
 MAX_CACHED_KEYS = 10_000
 
-# What the middleware sets on each request: the tenant, and how the request proved it.
+# The key id that credentials minted without an API key carry (open dev mode; the download
+# links of webhook deliveries). Key ids start at 1.
+NO_KEY = 0
+REVOKED_REASON = "the API key this stream was opened with (or its token's) has been revoked"
+KEYED_REASON = "API keys are required now; reconnect with a key or a subscription token"
+
+# What the middleware sets on each request: the tenant, how the request proved it, and the
+# id of the key behind it (the key itself, or the one that minted its token), or NO_KEY.
 TENANT = web.RequestKey("tenant", str)
 VIA = web.RequestKey("auth", str)
+KEY_ID = web.RequestKey("key_id", int)
 VIA_KEY, VIA_TOKEN, VIA_SIGNATURE, VIA_DEV = "key", "token", "signature", "dev"
 
 # Reachable without credentials: health, metrics, the dashboard's files, the API description.
@@ -68,29 +81,35 @@ def _mac(secret: str, message: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def sign_download(secret: str, job_id: str, expires: int) -> str:
-    """The signature that lets anyone holding the URL download one job's PDF until `expires`."""
-    return _mac(secret, f"download:{job_id}:{expires}")
+def sign_download(secret: str, job_id: str, expires: int, key_id: int) -> str:
+    """The signature that lets anyone holding the URL download one job's PDF until `expires`,
+    as long as key `key_id`, which it was minted for, is not revoked."""
+    return _mac(secret, f"download:{job_id}:{expires}:{key_id}")
 
 
-def check_download(secret: str, job_id: str, expires: str, signature: str) -> bool:
-    """True when the signature matches and has not expired."""
+def check_download(secret: str, job_id: str, expires: str, key: str, signature: str) -> int | None:
+    """The id of the key a link was minted for when its signature matches and it has not
+    expired (NO_KEY: none), else None. Whether that key is still active is for the caller."""
     try:
-        expires_at = int(expires)
+        expires_at, key_id = int(expires), int(key)
     except ValueError:
-        return False
-    if expires_at < time.time():
-        return False
-    return hmac.compare_digest(sign_download(secret, job_id, expires_at), signature)
+        return None
+    if expires_at < time.time() or key_id < 0:
+        return None
+    if not hmac.compare_digest(sign_download(secret, job_id, expires_at, key_id), signature):
+        return None
+    return key_id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenClaims:
-    """What a subscription token grants: one tenant's streams, or one job's stream only."""
+    """What a subscription token grants: one tenant's streams, or one job's stream only, for
+    as long as the key that minted it is active."""
 
     tenant: str
     job_id: str | None
     expires_at: int
+    key_id: int
 
     def allows(self, job_id: str | uuid.UUID | None) -> bool:
         """May the holder subscribe to this job's stream (None: the tenant's all-jobs stream)?"""
@@ -100,11 +119,16 @@ class TokenClaims:
 
 
 def make_token(
-    secret: str, tenant: str, *, job_id: str | uuid.UUID | None, ttl_s: int
+    secret: str, tenant: str, *, job_id: str | uuid.UUID | None, key_id: int, ttl_s: int
 ) -> tuple[str, int]:
-    """A signed subscription token and its expiry (unix seconds)."""
+    """A signed subscription token naming the key that mints it, and its expiry (unix s)."""
     expires_at = int(time.time()) + ttl_s
-    claims = {"t": tenant, "j": str(job_id) if job_id is not None else None, "e": expires_at}
+    claims = {
+        "t": tenant,
+        "j": str(job_id) if job_id is not None else None,
+        "k": key_id,
+        "e": expires_at,
+    }
     payload = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).rstrip(
         b"="
     )
@@ -113,7 +137,8 @@ def make_token(
 
 
 def check_token(secret: str, token: str) -> TokenClaims | None:
-    """The claims of a token this server signed and that has not expired, else None."""
+    """The claims of a token this server signed and that has not expired, else None. Whether
+    the key that minted it is still active is Authenticator.key_active's to say."""
     body, _, signature = token.partition(".")
     if not body or not signature or len(token) > 2048:
         return None
@@ -121,16 +146,18 @@ def check_token(secret: str, token: str) -> TokenClaims | None:
         return None
     try:
         claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        tenant, job_id, expires_at = claims["t"], claims["j"], claims["e"]
+        tenant, job_id, key_id, expires_at = claims["t"], claims["j"], claims["k"], claims["e"]
     except (binascii.Error, ValueError, TypeError, KeyError):
         return None
     if not isinstance(tenant, str) or not isinstance(expires_at, int):
         return None
     if job_id is not None and not isinstance(job_id, str):
         return None
+    if isinstance(key_id, bool) or not isinstance(key_id, int) or key_id < 0:
+        return None
     if expires_at < time.time():
         return None
-    return TokenClaims(tenant=tenant, job_id=job_id, expires_at=expires_at)
+    return TokenClaims(tenant=tenant, job_id=job_id, expires_at=expires_at, key_id=key_id)
 
 
 # --- keys ----------------------------------------------------------------------------------
@@ -172,7 +199,12 @@ async def create_key(
         raise ValueError(why)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     row = await conn.fetchrow(
-        query("api_key_create"), tenant, name, hash_key(key), key[:SHOWN_PREFIX_CHARS]
+        query("api_key_create"),
+        tenant,
+        name,
+        hash_key(key),
+        key[:SHOWN_PREFIX_CHARS],
+        new_webhook_secret(),  # the tenant's own, if this is its first key
     )
     return ApiKey.from_row(row), key
 
@@ -197,9 +229,45 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _KnownKey:
+class KnownKey:
+    """An active key as the authenticator knows it: its id and tenant."""
+
     id: int
     tenant: str
+
+
+class Watch:
+    """A stream's hold on the key it was opened with (or its token was minted by):
+    `on_revoked` runs once, with a reason, when the authenticator finds that key revoked."""
+
+    __slots__ = ("_authenticator", "_on_revoked", "key_id", "revoked")
+
+    def __init__(
+        self, authenticator: Authenticator, key_id: int, on_revoked: Callable[[str], None]
+    ) -> None:
+        self._authenticator = authenticator
+        self._on_revoked = on_revoked
+        self.key_id = key_id
+        self.revoked = False
+
+    def fire(self, reason: str) -> None:
+        if self.revoked:
+            return
+        self.revoked = True
+        try:
+            self._on_revoked(reason)
+        except Exception:
+            log.exception("closing a stream of a revoked key failed")
+
+    def close(self) -> None:
+        """The stream ended: stop watching (idempotent)."""
+        self._authenticator.unwatch(self)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def _unauthorized(detail: str, *, error: str | None = None) -> Problem:
@@ -210,7 +278,8 @@ def _unauthorized(detail: str, *, error: str | None = None) -> Problem:
 
 
 class Authenticator:
-    """Decides every /v1 request's tenant; the answers it reads are cached for a few seconds."""
+    """Decides every /v1 request's tenant; the answers it reads are cached for a few seconds.
+    Streams hold a Watch on their key, which ends them when the key is found revoked."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -218,9 +287,16 @@ class Authenticator:
         self._loopback = is_loopback(settings.host)
         self._keys_active = False
         self._keys_checked_until = -math.inf
-        self._known: dict[str, tuple[float, _KnownKey | None]] = {}
+        self._known: dict[str, tuple[float, KnownKey | None]] = {}
         # Keys answered from the cache since the last refresh (see refresh_loop).
         self._used: set[str] = set()
+        # The ids of active keys as last read (with those found active since), ids found
+        # inactive since, and when ids were found active (so that a read which began before
+        # a key was made does not drop it): tokens, links and streams are checked on these.
+        self._active_ids: set[int] = set()
+        self._inactive_ids: set[int] = set()
+        self._found_active_at: dict[int, float] = {}
+        self._watches: dict[int, set[Watch]] = {}
         self._limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
 
     async def start(self, pool: asyncpg.Pool) -> None:
@@ -252,26 +328,97 @@ class Authenticator:
         return self._keys_active
 
     async def _read_keys_active(self) -> None:
+        """Read which keys are active, then close the streams of every other key."""
         assert self._pool is not None, "Authenticator.start() was not called"
         now = time.monotonic()
-        self._keys_active = bool(await self._pool.fetchval(query("api_keys_active")))
+        rows = await self._pool.fetch(query("api_keys_active_ids"))
+        found_since = {key_id for key_id, at in self._found_active_at.items() if at >= now}
+        self._found_active_at = {key_id: self._found_active_at[key_id] for key_id in found_since}
+        self._active_ids = {row["id"] for row in rows} | found_since
+        self._inactive_ids = set()
+        self._keys_active = bool(self._active_ids)
         self._keys_checked_until = now + self._settings.auth_cache_s
+        # Whatever this process has just learnt is revoked, every answer of it says so now:
+        # the key itself, its tokens and links, and the streams they opened.
+        for digest, (until, known) in list(self._known.items()):
+            if known is not None and known.id not in self._active_ids:
+                self._known[digest] = (until, None)
+        self._close_revoked()
+
+    def _found_active(self, key_id: int) -> None:
+        self._keys_active = True  # an active key proves keyed mode at once
+        self._active_ids.add(key_id)
+        self._inactive_ids.discard(key_id)
+        self._found_active_at[key_id] = time.monotonic()
+
+    async def key_active(self, key_id: int) -> bool:
+        """Whether credentials minted for this key still count, as known at most
+        auth_cache_s ago: the key is not revoked; for NO_KEY, the server runs open (dev mode)."""
+        keyed = await self.keys_required()  # the ids are as fresh as this answer
+        if key_id == NO_KEY:
+            return not keyed and self._loopback
+        if key_id in self._active_ids:
+            return True
+        if key_id in self._inactive_ids:
+            return False
+        # Made since the ids were read (its token reached this process first), or revoked.
+        assert self._pool is not None, "Authenticator.start() was not called"
+        if await self._pool.fetchval(query("api_key_is_active"), key_id):
+            self._found_active(key_id)
+            return True
+        if len(self._inactive_ids) >= MAX_CACHED_KEYS:
+            self._inactive_ids.clear()
+        self._inactive_ids.add(key_id)
+        return False
+
+    async def token_claims(self, token: str) -> TokenClaims | None:
+        """The claims of a token this server signed, unexpired, whose key is still active."""
+        claims = check_token(self._settings.secret, token)
+        if claims is None or not await self.key_active(claims.key_id):
+            return None
+        return claims
+
+    def watch(self, key_id: int, on_revoked: Callable[[str], None]) -> Watch:
+        """Call on_revoked (once) when key `key_id` is found revoked, or for NO_KEY when the
+        server stops running open; close the Watch when the stream ends."""
+        watch = Watch(self, key_id, on_revoked)
+        self._watches.setdefault(key_id, set()).add(watch)
+        return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        group = self._watches.get(watch.key_id)
+        if group is not None:
+            group.discard(watch)
+            if not group:
+                del self._watches[watch.key_id]
+
+    def _close_revoked(self) -> None:
+        dev_open = not self._keys_active and self._loopback
+        for key_id in list(self._watches):
+            if key_id in self._active_ids or (key_id == NO_KEY and dev_open):
+                continue
+            reason = KEYED_REASON if key_id == NO_KEY else REVOKED_REASON
+            for watch in self._watches.pop(key_id, ()):
+                watch.fire(reason)
 
     async def refresh_loop(self) -> None:
         """Read the cached answers again before they expire, so that a request seldom waits
-        for the database: every auth_cache_s / 2, whether keys are required, and every key
+        for the database: every auth_cache_s / 2, which keys are active, and every key
         answered from the cache since the last pass, in one statement. An answer is still
         never older than auth_cache_s (a request that finds one expired reads it itself), so
         a revoked key stops working as soon as it did before. Without it every request
-        after an answer expired waited for a read (about 1-2 ms, bench.queue)."""
-        interval_s = self._settings.auth_cache_s / 2
-        if interval_s <= 0 or not self._settings.run_web:
-            return  # nothing is cached, or nothing asks
+        after an answer expired waited for a read (about 1-2 ms, bench.queue).
+
+        The same pass closes the streams opened with a key that is no longer active (or
+        with a token it minted); with the cache off, it runs every poll interval for them."""
+        if not self._settings.run_web:
+            return  # nothing asks
+        interval_s = self._settings.auth_cache_s / 2 or self._settings.poll_interval_s
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self._read_keys_active()
                 await self._refresh_used_keys()
+                await self._read_keys_active()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("could not refresh API keys: %s", exc)  # requests read them
 
@@ -282,7 +429,9 @@ class Authenticator:
         assert self._pool is not None, "Authenticator.start() was not called"
         now = time.monotonic()
         rows = await self._pool.fetch(query("api_key_lookup"), list(used))
-        found = {row["key_hash"]: _KnownKey(id=row["id"], tenant=row["tenant"]) for row in rows}
+        found = {row["key_hash"]: KnownKey(id=row["id"], tenant=row["tenant"]) for row in rows}
+        for known in found.values():
+            self._found_active(known.id)
         until = now + self._settings.auth_cache_s
         for digest in used:
             if digest in self._known:  # not dropped meanwhile (a flood of made-up keys)
@@ -290,10 +439,11 @@ class Authenticator:
 
     async def tenant_for_key(self, key: str) -> str | None:
         """The tenant of an active API key, else None (for transports other than HTTP)."""
-        known = await self._lookup(key)
+        known = await self.lookup(key)
         return None if known is None else known.tenant
 
-    async def _lookup(self, key: str) -> _KnownKey | None:
+    async def lookup(self, key: str) -> KnownKey | None:
+        """The id and tenant of an active API key, else None."""
         if not key.startswith(KEY_PREFIX) or len(key) > MAX_KEY_CHARS:
             return None
         digest = hash_key(key)
@@ -305,7 +455,9 @@ class Authenticator:
         assert self._pool is not None, "Authenticator.start() was not called"
         rows = await self._pool.fetch(query("api_key_lookup"), [digest])
         row = rows[0] if rows else None
-        known = None if row is None else _KnownKey(id=row["id"], tenant=row["tenant"])
+        known = None if row is None else KnownKey(id=row["id"], tenant=row["tenant"])
+        if known is not None:
+            self._found_active(known.id)
         if self._settings.auth_cache_s > 0:
             if len(self._known) >= MAX_CACHED_KEYS:
                 self._known.clear()  # a flood of made-up keys must not grow memory
@@ -336,7 +488,7 @@ class Authenticator:
         await self._authenticate(request)
         return await handler(request)
 
-    def _check_rate(self, known: _KnownKey) -> None:
+    def _check_rate(self, known: KnownKey) -> None:
         wait_s = self._limiter.take(known.id)
         if wait_s > 0:
             raise Problem(
@@ -354,12 +506,12 @@ class Authenticator:
         if header is not None:
             scheme, _, credential = header.strip().partition(" ")
             credential = credential.strip() if scheme.lower() == "bearer" else ""
-            known = await self._lookup(credential) if credential else None
+            known = await self.lookup(credential) if credential else None
             if known is not None:
                 # A valid key proves keyed mode at once, whatever the cached answer said.
                 self._keys_active = True
                 self._check_rate(known)
-                request[TENANT], request[VIA] = known.tenant, VIA_KEY
+                request[TENANT], request[VIA], request[KEY_ID] = known.tenant, VIA_KEY, known.id
                 return
             if keyed and not credential:
                 raise _unauthorized(
@@ -372,14 +524,22 @@ class Authenticator:
         if token is not None and stream is not None and request.method in ("GET", "HEAD"):
             claims = check_token(self._settings.secret, token)
             if claims is not None and claims.allows(_normal_job_id(stream.group(1))):
-                request[TENANT], request[VIA] = claims.tenant, VIA_TOKEN
-                return
-            if keyed and claims is None:
+                if await self.key_active(claims.key_id):
+                    request[TENANT], request[VIA] = claims.tenant, VIA_TOKEN
+                    request[KEY_ID] = claims.key_id
+                    return
+                if keyed:
+                    raise _unauthorized(
+                        "The subscription token was made with an API key that has been "
+                        "revoked (or before API keys were required); get a new one.",
+                        error="invalid_token",
+                    )
+            elif keyed and claims is None:
                 raise _unauthorized(
                     "The subscription token is invalid or has expired; get a new one.",
                     error="invalid_token",
                 )
-            if keyed:
+            elif keyed:
                 raise _unauthorized(
                     "This subscription token is for another job's stream.", error="invalid_token"
                 )
@@ -390,7 +550,7 @@ class Authenticator:
                     "No API key is active on this server; create one with "
                     "`pressroom keys create --tenant NAME`."
                 )
-            request[TENANT], request[VIA] = DEV_TENANT, VIA_DEV
+            request[TENANT], request[VIA], request[KEY_ID] = DEV_TENANT, VIA_DEV, NO_KEY
             return
         raise _unauthorized(
             "This server requires an API key: send `Authorization: Bearer KEY`"
@@ -405,6 +565,17 @@ def _normal_job_id(raw: str | None) -> str | None:
         return str(uuid.UUID(raw))
     except ValueError:
         return raw
+
+
+def key_id_of(request: web.Request) -> int:
+    """The id of the key behind a request (its own, or its token's minter), else NO_KEY."""
+    key_id: int = request.get(KEY_ID, NO_KEY)
+    return key_id
+
+
+def revoked(detail: str = f"The wait ended: {REVOKED_REASON}.") -> Problem:
+    """The 401 of a credential whose key was revoked: a long-poll's while it waited, a link's."""
+    return _unauthorized(detail, error="invalid_token")
 
 
 def token_response(token: str, expires_at: int) -> dict[str, Any]:

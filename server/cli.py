@@ -1,4 +1,4 @@
-"""pressroom serve | web | worker | migrate | keys | submit | jobs | watch | batch."""
+"""pressroom serve | web | worker | migrate | keys | tenants | submit | jobs | watch | batch."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
-from server import auth, db
+from server import auth, db, tenants
 from server.app import create_app
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.keys import CHROMIUM, WORKERS
@@ -80,7 +81,9 @@ async def run_server(settings: Settings) -> None:
         raise
     if settings.webhook_secret_generated:
         log.warning(
-            "generated a webhook signing secret (kept in %s); give it to your receivers: %s",
+            "generated a webhook signing secret for dev mode (kept in %s); give it to your "
+            "receivers: %s. Tenants with API keys have their own: "
+            "pressroom tenants webhook-secret TENANT",
             settings.data_dir / "webhook_secret",
             settings.webhook_secret,
         )
@@ -118,8 +121,9 @@ async def run_migrate(settings: Settings) -> None:
             await embedded.stop()
 
 
-async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
-    """keys create | list | revoke, on the database `pressroom serve` would use."""
+@contextlib.asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    """A migrated connection to the database `pressroom serve` would use."""
     embedded = None
     dsn = settings.database_url
     if dsn is None:
@@ -128,6 +132,16 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
     conn = await db.connect(dsn)
     try:
         await db.migrate(conn)
+        yield conn
+    finally:
+        await conn.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
+    """keys create | list | revoke, on the database `pressroom serve` would use."""
+    async with _database(settings) as conn:
         if args.keys_command == "create":
             row, key = await auth.create_key(conn, args.tenant, args.name)
             print(
@@ -147,11 +161,43 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
             if revoked is None:
                 print(f"pressroom: no API key with id {args.id}", file=sys.stderr)
                 return 1
-            print(f"revoked API key {revoked.id} of tenant {revoked.tenant!r}", file=sys.stderr)
-    finally:
-        await conn.close()
-        if embedded is not None:
-            await embedded.stop()
+            print(
+                f"revoked API key {revoked.id} of tenant {revoked.tenant!r}; servers refuse "
+                "it, its tokens and links, and close its streams within PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+    return 0
+
+
+async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants webhook-secret TENANT [--rotate]: the secret that signs a tenant's webhooks."""
+    overlap_s = settings.webhook_rotation_overlap_s
+    async with _database(settings) as conn:
+        if args.rotate:
+            found = await tenants.rotate_webhook_secret(conn, args.tenant, overlap_s=overlap_s)
+        else:
+            found = await tenants.webhook_secrets(conn, args.tenant, overlap_s=overlap_s)
+    if found is None:
+        print(
+            f"pressroom: tenant {args.tenant!r} has no API key, so no webhook secret of its "
+            "own (the dev-mode tenant's webhooks are signed with PRESSROOM_WEBHOOK_SECRET); "
+            f"create a key first: pressroom keys create --tenant {args.tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.rotate:
+        print(
+            f"rotated the webhook signing secret of tenant {args.tenant!r}; give the new one "
+            "to its receivers:",
+            file=sys.stderr,
+        )
+    if found.previous_until is not None:
+        print(
+            f"deliveries carry a signature with the previous secret too until "
+            f"{_cell(found.previous_until)} (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S={overlap_s:g})",
+            file=sys.stderr,
+        )
+    print(found.current)  # alone on stdout, as with keys create
     return 0
 
 
@@ -189,6 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
     keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
     revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id", type=int, help="the key's id (see keys list)")
+    tenants_cmd = commands.add_parser("tenants", help="a tenant's webhook signing secret")
+    tenants_commands = tenants_cmd.add_subparsers(dest="tenants_command", required=True)
+    secret = tenants_commands.add_parser(
+        "webhook-secret", help="print the secret that signs a tenant's webhooks"
+    )
+    secret.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    secret.add_argument(
+        "--rotate",
+        action="store_true",
+        help="make a new secret and print it; the old one also signs for "
+        "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S (24 h)",
+    )
     add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser
 
@@ -217,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(run_migrate(settings))
         elif args.command == "keys":
             return asyncio.run(run_keys(settings, args))
+        elif args.command == "tenants":
+            return asyncio.run(run_tenants(settings, args))
         else:
             try:
                 asyncio.run(run_server(settings))

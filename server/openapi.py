@@ -95,8 +95,9 @@ TYPE_FILTER = {
 
 SSE = {
     "description": "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as "
-    "JSON; `reset` when the cursor is no longer kept, `closed` when the server drops a slow "
-    "consumer.",
+    "JSON; `reset` when the cursor is no longer kept, `closed` (then the stream ends) when the "
+    "server drops a slow consumer, shuts down, or the API key behind the stream (its own, or "
+    "its token's) is revoked.",
     "content": {
         "text/event-stream": {
             "schema": {
@@ -524,7 +525,7 @@ def build(settings: Settings) -> JsonSchema:
                         "in": "query",
                         "schema": {"type": "number", "minimum": 0, "maximum": api.MAX_WAIT_S},
                         "description": "Hold the answer up to this many seconds until the job "
-                        "changes.",
+                        "changes; a wait whose API key is revoked meanwhile is answered 401.",
                     },
                     {"name": "since", "in": "query", "schema": {"type": "integer", "minimum": 0}},
                     {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
@@ -555,6 +556,10 @@ def build(settings: Settings) -> JsonSchema:
                         "content": {"application/pdf": {"schema": {"type": "string"}}},
                     },
                     "302": {"description": "Redirect to a presigned S3 URL."},
+                    "401": _problem(
+                        "The signed link was minted for an API key that has been revoked.",
+                        "WWW-Authenticate",
+                    ),
                     "403": _problem("The signed link is invalid or has expired."),
                     "404": not_found,
                     "409": _problem("The job is not done."),
@@ -562,6 +567,13 @@ def build(settings: Settings) -> JsonSchema:
                 },
                 parameters=[
                     {"name": "expires", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "key",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "The id of the API key the link was minted for (0: none, "
+                        "as in webhook deliveries); signed with the rest.",
+                    },
                     {"name": "sig", "in": "query", "schema": {"type": "string"}},
                 ],
                 security=[{"bearer": []}, {}],

@@ -94,6 +94,11 @@ def _webhook_secret(raw: str) -> str:
     return raw
 
 
+def new_webhook_secret() -> str:
+    """A fresh `whsec_<base64>` signing secret: 32 random bytes, as Standard Webhooks allows."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
 def _schedule(raw: str) -> tuple[float, ...]:
     delays = tuple(float(part) for part in raw.split(","))
     if any(delay <= 0 for delay in delays):
@@ -160,6 +165,8 @@ class Settings:
     s3_prefix: str = ""
     s3_path_style: bool = True
     secret: str = ""
+    #: Signs the webhooks of the open dev mode's tenant only; tenants with API keys have their
+    #: own secrets (server/tenants.py).
     webhook_secret: str = ""
     #: True on the start that generated the webhook secret (dev mode): it is printed once.
     webhook_secret_generated: bool = False
@@ -199,6 +206,9 @@ class Settings:
     webhook_timeout_s: float = 10.0
     #: Delays before each retry; one attempt more than entries. About a day in total.
     webhook_schedule_s: tuple[float, ...] = DEFAULT_WEBHOOK_SCHEDULE_S
+    #: After a tenant's webhook secret is rotated, deliveries are signed with the old one too
+    #: for this long, so that receivers can switch without refusing a delivery.
+    webhook_rotation_overlap_s: float = 24 * 3600.0
     #: Concurrent webhook POSTs from this process (0 = this process sends none).
     webhook_concurrency: int = 8
     #: Finished jobs and their files are deleted after this many days (0 = kept forever).
@@ -278,6 +288,9 @@ class Settings:
             webhook_schedule_s=_parse(
                 e, "PRESSROOM_WEBHOOK_SCHEDULE_S", DEFAULT_WEBHOOK_SCHEDULE_S, _schedule
             ),
+            webhook_rotation_overlap_s=_parse(
+                e, "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S", 24 * 3600.0, _non_negative_float
+            ),
             webhook_concurrency=_parse(e, "PRESSROOM_WEBHOOK_CONCURRENCY", 8, _non_negative_int),
             retention_days=_parse(e, "PRESSROOM_RETENTION_DAYS", 0, _non_negative_int),
         )
@@ -290,10 +303,7 @@ class Settings:
         if not webhook_secret:
             secret_file = data_dir / "webhook_secret"
             values.setdefault("webhook_secret_generated", not secret_file.exists())
-            webhook_secret = _read_or_create_secret(
-                secret_file,
-                lambda: "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode(),
-            )
+            webhook_secret = _read_or_create_secret(secret_file, new_webhook_secret)
         values.setdefault("secret", secret)
         values.setdefault("webhook_secret", webhook_secret)
         settings = cls(**values)

@@ -167,6 +167,7 @@ class Grant:
 
     tenant: str
     job_id: str | None = None
+    key_id: int = auth.NO_KEY  # the key it proved, or that minted its token
 
     def allows(self, job_id: uuid.UUID | None) -> bool:
         return self.job_id is None or (job_id is not None and str(job_id) == self.job_id)
@@ -188,13 +189,13 @@ async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | 
         scheme, _, bearer = request.headers.get("Authorization", "").strip().partition(" ")
         key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
     if isinstance(token, str):
-        claims = auth.check_token(settings.secret, token)
+        claims = await authenticator.token_claims(token)
         if claims is not None:
-            return Grant(claims.tenant, claims.job_id)
+            return Grant(claims.tenant, claims.job_id, claims.key_id)
     if isinstance(key, str):
-        tenant = await authenticator.tenant_for_key(key)
-        if tenant is not None:
-            return Grant(tenant)
+        known = await authenticator.lookup(key)
+        if known is not None:
+            return Grant(known.tenant, key_id=known.id)
     if not keyed and auth.is_loopback(settings.host):
         return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
     return None
@@ -224,6 +225,7 @@ class _Client:
     base_url: URL
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
+    key: auth.Watch | None = None
 
 
 def _error(problem: Problem) -> dict[str, Any]:
@@ -388,13 +390,18 @@ class PushServer:
             )
         request: web.Request = environ["aiohttp.request"]
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
-        self.clients[sid] = _Client(sid, eio_sid, grant, request.url)
+        client = self.clients[sid] = _Client(sid, eio_sid, grant, request.url)
+        client.key = self.app[AUTH].watch(
+            grant.key_id, lambda reason: self._revoked(client, reason)
+        )
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
         client = self.clients.pop(sid, None)
         if client is None:
             return
         client.closing = True
+        if client.key is not None:
+            client.key.close()
         for stream in list(client.streams.values()):
             self._end(client, stream)
         socket = self.sio.eio.sockets.get(client.eio_sid)
@@ -513,7 +520,7 @@ class PushServer:
                 }
                 if job is not None:
                     body["job"] = await api.present_job(
-                        self.app, client.base_url, job, client.grant.tenant
+                        self.app, client.base_url, job, client.grant.tenant, client.grant.key_id
                     )
                 await self._emit(client, "reset", body)
             last_type = None
@@ -553,7 +560,7 @@ class PushServer:
             self._end(client, stream)
 
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
-        wire = await api.event_wire(self.app, client.base_url, event)
+        wire = await api.event_wire(self.app, client.base_url, event, client.grant.key_id)
         await self._emit(client, "batch" if "batch" in wire else "job", wire)
         await self._drain(client, sub)
 
@@ -575,6 +582,14 @@ class PushServer:
     def _transport(self, client: _Client) -> Any:
         eio_sid = self.manager.eio_sid_from_sid(client.sid, NAMESPACE)
         return self.sio.eio.sockets.get(eio_sid) if eio_sid is not None else None
+
+    def _revoked(self, client: _Client, reason: str) -> None:
+        """The key the client connected with was revoked: its streams stop at once (nothing
+        more is sent), then it gets `closed` and is disconnected."""
+        for stream in list(client.streams.values()):
+            if stream.task is not None:
+                stream.task.cancel()
+        self._cut_off(client, reason)
 
     def _cut_off(self, client: _Client, reason: str) -> None:
         """End this client's connection with a reason it can act on; it reconnects and

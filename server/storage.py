@@ -40,8 +40,10 @@ class Storage(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int) -> str:
-        """A download URL valid for ttl_s seconds (relative to the API for local storage)."""
+    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
+        """A download URL valid for ttl_s seconds (relative to the API for local storage);
+        one Pressroom serves names the API key it is minted for (`minted_by`, auth.NO_KEY for
+        none) and stops working when that key is revoked."""
         ...
 
     async def check(self) -> None:
@@ -105,10 +107,11 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int) -> str:
+    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
         expires = int(time.time()) + ttl_s
-        signature = auth.sign_download(self._secret, job_id, expires)
-        return f"/v1/jobs/{job_id}/pdf?" + urlencode({"expires": expires, "sig": signature})
+        signature = auth.sign_download(self._secret, job_id, expires, minted_by)
+        query = {"expires": expires, "key": minted_by, "sig": signature}
+        return f"/v1/jobs/{job_id}/pdf?" + urlencode(query)
 
     async def check(self) -> None:
         try:
@@ -271,8 +274,9 @@ class S3Storage:
         except _S3_ERRORS as exc:
             raise self._error(f"could not delete {object_key}", exc) from exc
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int) -> str:
-        """A presigned GET URL with the PDF type and `filename` signed in as response headers."""
+    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
+        """A presigned GET URL with the PDF type and `filename` signed in as response headers.
+        The bucket checks it, not Pressroom: it lasts ttl_s whatever becomes of `minted_by`."""
         if not 1 <= ttl_s <= S3_MAX_URL_TTL_S:
             raise StorageError(f"presigned URL lifetime must be 1 to {S3_MAX_URL_TTL_S} s: {ttl_s}")
         object_key = self.object_key(key)

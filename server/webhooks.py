@@ -8,13 +8,11 @@ a lease, POSTs outside any transaction, then records the attempt.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import datetime as dt
 import email.utils
 import functools
-import hashlib
 import hmac
 import json
 import logging
@@ -27,11 +25,13 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import standardwebhooks
 from aiohttp.abc import ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from server import jobs
+from server import jobs, tenants
+from server.auth import NO_KEY
 from server.errors import StorageError
 from server.netpolicy import NetworkPolicy
 from server.settings import Settings
@@ -40,7 +40,6 @@ from server.storage import Storage
 
 log = logging.getLogger(__name__)
 
-SECRET_PREFIX = "whsec_"
 DEFAULT_TOLERANCE_S = 300
 #: How much of a failed response's body is kept in `last_error`.
 MAX_ERROR_BODY_CHARS = 200
@@ -56,20 +55,18 @@ class WebhookVerificationError(Exception):
     """A delivery's signature, headers or timestamp do not check out."""
 
 
-def _key(secret: str) -> bytes:
-    """The HMAC key: the base64 part of `whsec_<base64>`, decoded, as Standard Webhooks does."""
-    encoded = secret.removeprefix(SECRET_PREFIX)
-    try:
-        return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except ValueError:
-        raise ValueError("webhook secret must look like whsec_<base64>") from None
-
-
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes | str) -> str:
     """The `webhook-signature` value: `v1,` + base64 HMAC-SHA256 over `id.timestamp.body`."""
-    raw = body.encode() if isinstance(body, str) else body
-    digest = hmac.new(_key(secret), f"{msg_id}.{timestamp}.".encode() + raw, hashlib.sha256)
-    return "v1," + base64.b64encode(digest.digest()).decode()
+    text = body.decode() if isinstance(body, bytes) else body
+    at = dt.datetime.fromtimestamp(timestamp, dt.UTC)
+    signature: str = standardwebhooks.Webhook(secret).sign(msg_id, at, text)
+    return signature
+
+
+def sign_all(secrets: list[str], msg_id: str, timestamp: int, body: bytes | str) -> str:
+    """One signature per secret, space-separated (Standard Webhooks): during a rotation's
+    overlap, receivers that know either the old or the new secret accept the delivery."""
+    return " ".join(sign(secret, msg_id, timestamp, body) for secret in secrets)
 
 
 def verify(
@@ -450,14 +447,16 @@ class WebhookSender:
             body = await self.body(delivery)
         except (StorageError, FileNotFoundError) as exc:
             return result("pending", f"could not make the download URL: {exc}")
+        try:
+            signing = await self.signing_secrets(delivery.tenant)
+        except DB_ERRORS as exc:
+            return result("pending", f"could not read the signing secret: {_describe(exc)}")
         timestamp = int(time.time())
         headers = {
             "Content-Type": "application/json",
             "webhook-id": str(delivery.id),
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(
-                self._settings.webhook_secret, str(delivery.id), timestamp, body
-            ),
+            "webhook-signature": sign_all(signing, str(delivery.id), timestamp, body),
         }
         timeout_s = self._settings.webhook_timeout_s
         try:
@@ -496,6 +495,15 @@ class WebhookSender:
             error += " (redirects are not followed; configure the final URL)"
         return result("failed", error, status)
 
+    async def signing_secrets(self, tenant: str) -> list[str]:
+        """The tenant's own secrets (both during a rotation's overlap), read for every
+        delivery so that a rotation takes effect at once; the deployment's secret for the
+        dev-mode tenant, which has no key."""
+        found = await tenants.webhook_secrets(
+            self._pool, tenant, overlap_s=self._settings.webhook_rotation_overlap_s
+        )
+        return [self._settings.webhook_secret] if found is None else found.signing
+
     async def body(self, delivery: Delivery) -> bytes:
         """`{type, timestamp, data: {job}}`; the job as the API shows it, with a fresh URL."""
         job = dict(delivery.payload)
@@ -507,8 +515,14 @@ class WebhookSender:
         }
         if job.get("status") == jobs.JobState.DONE:
             key = jobs.object_key(delivery.tenant, job_id, job["attempts"])
+            # Minted by the server for the tenant's own endpoint, not with a key: revoking the
+            # key that submitted the job does not void it (it expires as any link does).
             url = await self._storage.url(
-                key, job_id=job_id, filename=f"{job_id}.pdf", ttl_s=self._settings.url_ttl_s
+                key,
+                job_id=job_id,
+                filename=f"{job_id}.pdf",
+                ttl_s=self._settings.url_ttl_s,
+                minted_by=NO_KEY,
             )
             # Local storage signs a path on this server; the receiver needs the whole URL.
             job["url"] = self._settings.public_base_url + url if url.startswith("/") else url

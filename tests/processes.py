@@ -64,3 +64,25 @@ async def wait_until(dsn: str, query: str, expected: object, timeout_s: float) -
                     pass
     finally:
         await conn.close()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def admin_cli(dsn: str, data_dir: Path, *args: str) -> tuple[int, str, str]:
+    """`python -m server ARGS` (keys, tenants) against a database, as an operator runs it:
+    (exit code, stdout, stderr)."""
+    env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server",
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -429,6 +429,10 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM jobs WHERE id = ANY($1::uuid[]);
 
 -- api_key_create --
+-- A tenant's first key makes its row too, with its own webhook signing secret ($5).
+WITH tenant AS (
+    INSERT INTO tenants (name, webhook_secret) VALUES ($1, $5) ON CONFLICT (name) DO NOTHING
+)
 INSERT INTO api_keys (tenant, name, key_hash, prefix) VALUES ($1, $2, $3, $4)
 RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
 
@@ -441,8 +445,13 @@ FROM api_keys ORDER BY id;
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
 RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
 
--- api_keys_active --
-SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL);
+-- api_keys_active_ids --
+-- Every unrevoked key: none means dev mode; a stream or token whose key is missing here is
+-- closed or refused (a key made since is looked up alone: api_key_is_active).
+SELECT id FROM api_keys WHERE revoked_at IS NULL;
+
+-- api_key_is_active --
+SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1 AND revoked_at IS NULL);
 
 -- api_key_lookup --
 -- The tenants of active keys ($1 = their hashes: one key as a request presents it, or the keys
@@ -456,6 +465,31 @@ WITH found AS (
     WHERE k.id = f.id AND (f.last_used_at IS NULL OR f.last_used_at < now() - interval '1 minute')
 )
 SELECT id, tenant, key_hash FROM found;
+
+-- tenant_webhook_secrets --
+-- A tenant's ($1) signing secrets: the current one, and the one before it while the overlap
+-- ($2 s) after the rotation lasts. has_keys tells a tenant without a row yet (its keys predate
+-- the tenants table: make one) from the dev-mode tenant (no keys: the deployment's secret).
+SELECT t.webhook_secret,
+       CASE WHEN t.rotated_at > now() - make_interval(secs => $2::float8)
+            THEN t.previous_webhook_secret END AS previous_webhook_secret,
+       t.rotated_at + make_interval(secs => $2::float8) AS previous_until,
+       CASE WHEN t.name IS NOT NULL THEN true
+            ELSE EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant = $1) END AS has_keys
+FROM (VALUES ($1::text)) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
+
+-- tenant_create --
+-- The row of a tenant that has keys ($1), with its first webhook signing secret ($2).
+INSERT INTO tenants (name, webhook_secret)
+SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
+ON CONFLICT (name) DO NOTHING;
+
+-- tenant_rotate_webhook_secret --
+-- The new secret ($2) signs from now on; the current one becomes the previous one, and the
+-- one before that (a second rotation within the overlap) is dropped.
+UPDATE tenants
+SET previous_webhook_secret = webhook_secret, webhook_secret = $2, rotated_at = now()
+WHERE name = $1;
 
 -- tenant_in_flight --
 SELECT count(*) FROM jobs WHERE tenant = $1 AND status IN ('queued', 'running');

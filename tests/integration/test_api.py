@@ -74,7 +74,8 @@ async def test_download_link_tampered_or_expired_is_refused(api: RunningApp) -> 
     settings = api.app[SETTINGS]
     expired_at = int(time.time()) - 1
     expired = url.update_query(
-        expires=expired_at, sig=auth.sign_download(settings.secret, job["id"], expired_at)
+        expires=expired_at,
+        sig=auth.sign_download(settings.secret, job["id"], expired_at, auth.NO_KEY),
     )
     async with api.http.get(expired) as resp:
         assert resp.status == 403

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import standardwebhooks
 from aiohttp import ClientSession
 from yarl import URL
 
@@ -19,6 +20,7 @@ from server import auth
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
+from tests.processes import admin_cli
 from tests.sse import collect, messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,21 +29,7 @@ SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
 
 async def keys_cli(dsn: str, tmp_path: Path, *args: str) -> tuple[int, str, str]:
     """`python -m server keys ...` against the test database, as an operator would run it."""
-    env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(tmp_path / "cli")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "server",
-        "keys",
-        *args,
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await admin_cli(dsn, tmp_path / "cli", "keys", *args)
 
 
 async def new_key(dsn: str, tmp_path: Path, tenant: str) -> str:
@@ -102,6 +90,50 @@ async def test_keys_cli_prints_key_once_lists_and_revokes(
     code, _out, err = await keys_cli(dsn, tmp_path, "revoke", "999")
     assert code == 1 and "no API key with id 999" in err
     code, out, err = await keys_cli(dsn, tmp_path, "create", "--tenant", "../etc")
+    assert code == 2 and out == "" and "tenant" in err
+
+
+async def tenants_cli(dsn: str, tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    return await admin_cli(dsn, tmp_path / "cli", "tenants", *args)
+
+
+async def test_tenants_cli_shows_and_rotates_each_tenants_webhook_secret(
+    dsn: str, tmp_path: Path, pool: asyncpg.Pool
+) -> None:
+    await new_key(dsn, tmp_path, "acme")  # the tenant's first key makes its secret
+    made = await pool.fetchval("SELECT webhook_secret FROM tenants WHERE name = 'acme'")
+    code, out, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "acme")
+    assert code == 0, err
+    assert out == made + "\n", "the secret must be alone on stdout"
+    assert made.startswith("whsec_") and standardwebhooks.Webhook(made)
+
+    await new_key(dsn, tmp_path, "acme")
+    await new_key(dsn, tmp_path, "bob")
+    _code, again, _err = await tenants_cli(dsn, tmp_path, "webhook-secret", "acme")
+    _code, bobs, _err = await tenants_cli(dsn, tmp_path, "webhook-secret", "bob")
+    assert again == out, "a second key keeps the tenant's secret"
+    assert bobs.startswith("whsec_") and bobs != out
+
+    code, rotated, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "acme", "--rotate")
+    assert code == 0, err
+    assert rotated.startswith("whsec_") and rotated.strip() not in (made, bobs.strip())
+    assert "rotated" in err and "previous secret too until" in err
+    code, shown, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "acme")
+    assert (code, shown) == (0, rotated) and "previous secret too until" in err
+    _code, bobs_after, _err = await tenants_cli(dsn, tmp_path, "webhook-secret", "bob")
+    assert bobs_after == bobs, "rotating one tenant's secret leaves the others alone"
+
+    # A tenant whose keys predate the tenants table gets its secret on first need.
+    await pool.execute("DELETE FROM tenants WHERE name = 'bob'")
+    code, remade, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "bob")
+    assert code == 0 and remade.startswith("whsec_") and remade != bobs, err
+    stored = await pool.fetchval("SELECT webhook_secret FROM tenants WHERE name = 'bob'")
+    assert remade == stored + "\n"
+
+    code, out, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "nobody")
+    assert (code, out) == (1, "") and "no API key" in err and "PRESSROOM_WEBHOOK_SECRET" in err
+    assert await pool.fetchval("SELECT count(*) FROM tenants WHERE name = 'nobody'") == 0
+    code, out, err = await tenants_cli(dsn, tmp_path, "webhook-secret", "../etc")
     assert code == 2 and out == "" and "tenant" in err
 
 
@@ -279,17 +311,19 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
         assert {m.json["job"]["id"] for m in all_jobs} <= {job["id"], other["id"]}
 
         secret = app.app[SETTINGS].secret
-        expired, _ = auth.make_token(secret, "alice", job_id=None, ttl_s=-1)
-        forged, _ = auth.make_token("not-the-secret", "alice", job_id=None, ttl_s=60)
+        expired, _ = auth.make_token(secret, "alice", job_id=None, key_id=1, ttl_s=-1)
+        forged, _ = auth.make_token("not-the-secret", "alice", job_id=None, key_id=1, ttl_s=60)
         body, _, sig = issued["token"].partition(".")
-        swapped = auth.make_token(secret, "bob", job_id=None, ttl_s=60)[0].split(".")[0]
-        for bad in (expired, forged, f"{body}.{sig[:-2]}AA", f"{swapped}.{sig}", "garbage", ""):
+        swapped = auth.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)[0].split(".")[0]
+        unkeyed, _ = auth.make_token(secret, "alice", job_id=None, key_id=auth.NO_KEY, ttl_s=60)
+        tampered = (f"{body}.{sig[:-2]}AA", f"{swapped}.{sig}", "garbage", "")
+        for bad in (expired, forged, unkeyed, *tampered):
             async with browser.get(app.url("/v1/events"), params={"token": bad}) as resp:
                 assert resp.status == 401, bad
                 assert 'error="invalid_token"' in resp.headers["WWW-Authenticate"]
 
     # Another tenant's token reaches none of alice's jobs.
-    bobs_token, _ = auth.make_token(secret, "bob", job_id=None, ttl_s=60)
+    bobs_token, _ = auth.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)
     async with app.http.get(
         app.url(f"/v1/jobs/{job['id']}/events"), params={"token": bobs_token}
     ) as resp:
@@ -302,13 +336,13 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
 
 
 def test_check_token_claims() -> None:
-    token, expires_at = auth.make_token("s3cret", "acme", job_id=None, ttl_s=60)
+    token, expires_at = auth.make_token("s3cret", "acme", job_id=None, key_id=3, ttl_s=60)
     claims = auth.check_token("s3cret", token)
-    assert claims == auth.TokenClaims(tenant="acme", job_id=None, expires_at=expires_at)
+    assert claims == auth.TokenClaims(tenant="acme", job_id=None, expires_at=expires_at, key_id=3)
     assert claims.allows(None) and claims.allows(uuid.uuid4())
     job_id = uuid.uuid4()
     scoped = auth.check_token(
-        "s3cret", auth.make_token("s3cret", "acme", job_id=job_id, ttl_s=60)[0]
+        "s3cret", auth.make_token("s3cret", "acme", job_id=job_id, key_id=3, ttl_s=60)[0]
     )
     assert scoped is not None and scoped.allows(job_id) and not scoped.allows(None)
     assert auth.check_token("other", token) is None

@@ -189,7 +189,9 @@ async def test_an_expired_link_is_replaced_by_a_fresh_one(api: RunningApp, tmp_p
     async with AsyncClient(base(api)) as client:
         done = await client.wait((await client.submit(**HELLO))["id"], timeout_s=20)
         expired_at = int(time.time()) - 10
-        signature = auth.sign_download(api.app[SETTINGS].secret, done["id"], expired_at)
+        signature = auth.sign_download(
+            api.app[SETTINGS].secret, done["id"], expired_at, auth.NO_KEY
+        )
         stale = {
             **done,
             "url": str(URL(done["url"]).update_query(expires=expired_at, sig=signature)),

@@ -133,7 +133,9 @@ async def test_presigned_url_downloads_the_stored_pdf(
 ) -> None:
     await storage.put("jobs/job_1.pdf", pdf, filename="invoice-42.pdf")
 
-    url = await storage.url("jobs/job_1.pdf", job_id="job_1", filename="invoice-42.pdf", ttl_s=900)
+    url = await storage.url(
+        "jobs/job_1.pdf", job_id="job_1", filename="invoice-42.pdf", ttl_s=900, minted_by=1
+    )
     status, headers, body = await download(url)
 
     assert status == 200
@@ -153,7 +155,9 @@ async def test_presigned_url_downloads_the_stored_pdf(
 
 async def test_url_refuses_a_lifetime_sigv4_cannot_sign(storage: S3Storage) -> None:
     with pytest.raises(StorageError, match="lifetime"):
-        await storage.url("job_1.pdf", job_id="job_1", filename="a.pdf", ttl_s=8 * 24 * 3600)
+        await storage.url(
+            "job_1.pdf", job_id="job_1", filename="a.pdf", ttl_s=8 * 24 * 3600, minted_by=1
+        )
 
 
 async def test_prefix_is_applied_to_object_keys(
@@ -177,7 +181,7 @@ async def test_non_ascii_filename_gets_an_ascii_fallback_and_filename_star(
     )
     stored = await admin.head_object(Bucket=bucket, Key=f"{PREFIX}job_3.pdf")
     assert stored["ContentDisposition"] == expected
-    url = await storage.url("job_3.pdf", job_id="job_3", filename=filename, ttl_s=60)
+    url = await storage.url("job_3.pdf", job_id="job_3", filename=filename, ttl_s=60, minted_by=1)
     _, headers, _ = await download(url)
     assert headers["Content-Disposition"] == expected
 

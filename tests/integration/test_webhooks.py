@@ -9,16 +9,18 @@ import datetime as dt
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 import standardwebhooks
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from server import jobs, webhooks
+from server import auth, jobs, tenants, webhooks
 from server.errors import PermanentError
 from server.keys import METRICS, POOL, SETTINGS, WEBHOOKS
 from server.netpolicy import NetworkPolicy
@@ -32,6 +34,7 @@ from server.webhooks import (
 )
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
+from tests.processes import admin_cli
 from tests.sse import collect
 
 SECRET = "whsec_" + base64.b64encode(b"pressroom webhook test secret 32").decode()
@@ -238,6 +241,88 @@ async def test_tampered_body_or_replayed_old_delivery_fails_verification(
         verify(SECRET, replayed, body)
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError, match="too old"):
         standardwebhooks.Webhook(SECRET).verify(body, replayed)
+
+
+async def submit_with_key(hooked: Hooked, key: str, url: str) -> dict[str, Any]:
+    body = {"template": "<p>Hi</p>", "webhook_url": url}
+    headers = {"Authorization": f"Bearer {key}"}
+    async with hooked.app.http.post(hooked.app.url("/v1/jobs"), json=body, headers=headers) as resp:
+        assert resp.status == 202, await resp.text()
+        job: dict[str, Any] = await resp.json()
+        return job
+
+
+def refused_by(secret: str, received: Received) -> bool:
+    """Whether both verifiers refuse the delivery with this secret."""
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(secret).verify(received.body, received.headers)
+    with pytest.raises(WebhookVerificationError):
+        verify(secret, received.headers, received.body)
+    return True
+
+
+async def test_each_tenant_signs_its_deliveries_with_a_secret_of_its_own(
+    start_hooked: StartHooked, receiver: Receiver, pool: asyncpg.Pool
+) -> None:
+    _acme_row, acme_key = await auth.create_key(pool, "acme")
+    _bob_row, bob_key = await auth.create_key(pool, "bob")
+    hooked = await start_hooked(FakeRenderer())
+    # The dev-mode tenant has no key, so no secret of its own: PRESSROOM_WEBHOOK_SECRET signs.
+    assert await tenants.webhook_secrets(pool, "default", overlap_s=0) is None
+    secrets = {}
+    for tenant in ("acme", "bob"):
+        mine = await tenants.webhook_secrets(pool, tenant, overlap_s=0)
+        assert mine is not None
+        secrets[tenant] = mine.current
+    assert secrets["acme"] != secrets["bob"] and SECRET not in secrets.values()
+
+    for tenant, key, other in (("acme", acme_key, "bob"), ("bob", bob_key, "acme")):
+        job = await submit_with_key(hooked, key, receiver.url)
+        received = await receiver.next()
+        payload = standardwebhooks.Webhook(secrets[tenant]).verify(received.body, received.headers)
+        assert payload["data"]["job"]["id"] == job["id"]
+        assert verify(secrets[tenant], received.headers, received.body) == payload
+        assert " " not in received.headers["webhook-signature"], "one secret, one signature"
+        # Neither the other tenant's secret nor the deployment's can have made it.
+        assert refused_by(secrets[other], received) and refused_by(SECRET, received)
+
+
+async def test_a_rotated_secret_signs_alongside_the_old_one_until_the_overlap_ends(
+    start_hooked: StartHooked, receiver: Receiver, pool: asyncpg.Pool, dsn: str, tmp_path: Path
+) -> None:
+    _row, key = await auth.create_key(pool, "acme")
+    hooked = await start_hooked(FakeRenderer())
+    before = await tenants.webhook_secrets(pool, "acme", overlap_s=0)
+    assert before is not None
+    old = before.current
+    await submit_with_key(hooked, key, receiver.url)
+    first = await receiver.next()
+    assert standardwebhooks.Webhook(old).verify(first.body, first.headers)
+
+    code, out, err = await admin_cli(
+        dsn, tmp_path / "cli", "tenants", "webhook-secret", "acme", "--rotate"
+    )
+    assert code == 0, err
+    new = out.strip()
+    await submit_with_key(hooked, key, receiver.url)
+    during = await receiver.next()
+    headers = during.headers
+    signatures = headers["webhook-signature"].split(" ")
+    at = int(headers["webhook-timestamp"])
+    msg_id = headers["webhook-id"]
+    assert signatures == [sign(new, msg_id, at, during.body), sign(old, msg_id, at, during.body)]
+    for secret in (old, new):  # receivers that know either one accept it
+        assert standardwebhooks.Webhook(secret).verify(during.body, headers)
+        assert verify(secret, headers, during.body)
+
+    # The overlap (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S, a day here) ends: moved into the past
+    # rather than waited out.
+    await pool.execute("UPDATE tenants SET rotated_at = now() - interval '1 day 1 second'")
+    await submit_with_key(hooked, key, receiver.url)
+    after = await receiver.next()
+    assert " " not in after.headers["webhook-signature"]
+    assert standardwebhooks.Webhook(new).verify(after.body, after.headers)
+    assert refused_by(old, after)
 
 
 async def test_receiver_down_then_up_gets_it_with_the_same_id(start_hooked: StartHooked) -> None:

@@ -22,18 +22,25 @@ def test_sql_blocks_are_named_once_and_all_present() -> None:
     assert next(v for v, _ in sql.migrations()) == "0001_jobs_and_events"
 
 
-def test_download_signatures_expire_and_bind_the_job() -> None:
+def test_download_signatures_expire_and_bind_the_job_and_the_key() -> None:
     expires = int(time.time()) + 60
-    signature = auth.sign_download("secret", "job-1", expires)
-    assert auth.check_download("secret", "job-1", str(expires), signature)
-    assert not auth.check_download("secret", "job-2", str(expires), signature)
-    assert not auth.check_download("other", "job-1", str(expires), signature)
-    assert not auth.check_download("secret", "job-1", str(expires + 1), signature)
+    signature = auth.sign_download("secret", "job-1", expires, 7)
+    assert auth.check_download("secret", "job-1", str(expires), "7", signature) == 7
+    assert auth.check_download("secret", "job-2", str(expires), "7", signature) is None
+    assert auth.check_download("other", "job-1", str(expires), "7", signature) is None
+    assert auth.check_download("secret", "job-1", str(expires + 1), "7", signature) is None
+    assert auth.check_download("secret", "job-1", str(expires), "8", signature) is None
+    assert auth.check_download("secret", "job-1", str(expires), "", signature) is None
     past = int(time.time()) - 1
-    assert not auth.check_download(
-        "secret", "job-1", str(past), auth.sign_download("secret", "job-1", past)
+    assert (
+        auth.check_download(
+            "secret", "job-1", str(past), "7", auth.sign_download("secret", "job-1", past, 7)
+        )
+        is None
     )
-    assert not auth.check_download("secret", "job-1", "soon", signature)
+    assert auth.check_download("secret", "job-1", "soon", "7", signature) is None
+    unkeyed = auth.sign_download("secret", "job-1", expires, auth.NO_KEY)
+    assert auth.check_download("secret", "job-1", str(expires), "0", unkeyed) == auth.NO_KEY
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_ceiling() -> None:

@@ -1,0 +1,64 @@
+"""Each tenant's webhook signing secrets: made with its first API key, shown and rotated by
+`pressroom tenants webhook-secret`, read by the webhook sender for every delivery (so that a
+rotation signs the next delivery already).
+
+The open dev mode's tenant has no key and no row; its deliveries are signed with
+PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import asyncpg
+
+from server.settings import new_webhook_secret
+from server.sql import query
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WebhookSecrets:
+    """The secret that signs a tenant's deliveries, and the previous one during the overlap
+    that follows a rotation."""
+
+    current: str
+    previous: str | None = None
+    #: When the previous secret stops signing (None: no rotation is in its overlap).
+    previous_until: dt.datetime | None = None
+
+    @property
+    def signing(self) -> list[str]:
+        """Every secret a delivery is signed with now, the current one first."""
+        return [self.current] if self.previous is None else [self.current, self.previous]
+
+
+async def webhook_secrets(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, *, overlap_s: float
+) -> WebhookSecrets | None:
+    """The tenant's secrets, made now for a tenant whose keys predate them; None for a tenant
+    without keys (the dev-mode tenant), whose deliveries the deployment's secret signs."""
+    row = await conn.fetchrow(query("tenant_webhook_secrets"), tenant, overlap_s)
+    if row["webhook_secret"] is None:
+        if not row["has_keys"]:
+            return None
+        await conn.execute(query("tenant_create"), tenant, new_webhook_secret())
+        row = await conn.fetchrow(query("tenant_webhook_secrets"), tenant, overlap_s)
+        if row["webhook_secret"] is None:
+            return None  # its keys were deleted in between
+    return WebhookSecrets(
+        current=row["webhook_secret"],
+        previous=row["previous_webhook_secret"],
+        previous_until=row["previous_until"] if row["previous_webhook_secret"] else None,
+    )
+
+
+async def rotate_webhook_secret(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, *, overlap_s: float
+) -> WebhookSecrets | None:
+    """Give the tenant a new secret; the one it replaces keeps signing for overlap_s. None for
+    a tenant without keys."""
+    if await webhook_secrets(conn, tenant, overlap_s=overlap_s) is None:
+        return None
+    await conn.execute(query("tenant_rotate_webhook_secret"), tenant, new_webhook_secret())
+    return await webhook_secrets(conn, tenant, overlap_s=overlap_s)
