@@ -592,7 +592,9 @@ def _requested_cursor(request: web.Request) -> int | None:
         return None
     parsed = event_id(raw)
     if parsed is None:
-        raise Problem(400, "Bad cursor", "Last-Event-ID must be an event id.", kind="bad-cursor")
+        # Refused as the long-poll's `since` and Socket.IO's are: 422, naming the field.
+        field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
+        raise invalid([(field, "must be an event id")], "The event cursor is not valid.")
     return parsed
 
 

@@ -446,6 +446,9 @@ def build(settings: Settings) -> JsonSchema:
     not_found = _problem("No such job (or another tenant's).")
     conflict = _problem("The job is not in a state that allows this.")
     invalid_query = _problem("A query parameter is not valid (see errors).")
+    bad_stream_query = _problem(
+        "Last-Event-ID (or last_event_id) is not an event id, or a type is unknown (see errors)."
+    )
     paths: dict[str, JsonSchema] = {
         "/v1/jobs": {
             "post": _operation(
@@ -573,9 +576,8 @@ def build(settings: Settings) -> JsonSchema:
                 "Server-Sent Events of one job; ends after its final event",
                 {
                     "200": SSE,
-                    "400": _problem("Last-Event-ID is not an event id."),
                     "404": not_found,
-                    "422": _problem("An unknown event type (see errors)."),
+                    "422": bad_stream_query,
                 },
                 parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],
@@ -587,8 +589,7 @@ def build(settings: Settings) -> JsonSchema:
                 "Server-Sent Events of all the tenant's jobs",
                 {
                     "200": SSE,
-                    "400": _problem("Last-Event-ID is not an event id."),
-                    "422": _problem("An unknown event type (see errors)."),
+                    "422": bad_stream_query,
                 },
                 parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],

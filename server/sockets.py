@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -25,6 +25,7 @@ from socketio.async_pubsub_manager import AsyncPubSubManager
 from yarl import URL
 
 from server import api, auth, events, jobs, listener
+from server.api import MAX_EVENT_ID
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
@@ -258,7 +259,9 @@ def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[st
     since = data.get("since")
     if isinstance(since, str) and since.isascii() and since.isdigit() and len(since) <= 19:
         since = int(since)
-    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+    if since is not None and (
+        isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_EVENT_ID
+    ):
         errors.append(("since", "must be an event id"))
     types = data.get("types")
     if types is not None:
@@ -269,6 +272,51 @@ def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[st
     if errors:
         raise invalid(errors, "The subscription is not valid.")
     return job_id, since, frozenset(types) if types else None
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+INTERNAL_ERROR = Problem(
+    500, "Internal error", "The server failed; the error was logged.", kind="internal"
+)
+
+
+def _answering_on_error(name: str, handler: Handler) -> Handler:
+    """`handler`, acknowledging whatever it fails with: python-socketio sends no ack when a
+    handler raises, so the client's call would wait for its own timeout."""
+
+    async def answer(sid: str, *args: Any) -> Any:
+        try:
+            return await handler(sid, *args)
+        except Exception:
+            log.exception("Socket.IO %s failed", name, extra={"sid": sid})
+            return _error(INTERNAL_ERROR)
+
+    return answer
+
+
+def _refusing_on_error(handler: Handler) -> Handler:
+    """The connect handler, refusing with a reason when it fails: python-socketio answers
+    nothing then, and the client waits out its connect timeout."""
+
+    async def connect(sid: str, *args: Any) -> Any:
+        try:
+            return await handler(sid, *args)
+        except socketio.exceptions.ConnectionRefusedError:
+            raise
+        except Exception:
+            log.exception("Socket.IO connect failed", extra={"sid": sid})
+            raise socketio.exceptions.ConnectionRefusedError(
+                "internal error", {"status": 500, "detail": INTERNAL_ERROR.detail}
+            ) from None
+
+    return connect
+
+
+async def _unknown_event(_event: str, _sid: str, *_args: Any) -> dict[str, Any]:
+    """Any event without a handler: a call for it still gets an answer."""
+    detail = "The events a client may send are subscribe and unsubscribe."
+    return _error(Problem(404, "Unknown event", detail, kind="unknown-event"))
 
 
 class PushServer:
@@ -283,10 +331,11 @@ class PushServer:
             logger=False,
             engineio_logger=False,
         )
-        self.sio.on("connect", self._connect)
+        self.sio.on("connect", _refusing_on_error(self._connect))
         self.sio.on("disconnect", self._disconnect)
-        self.sio.on("subscribe", self._subscribe)
-        self.sio.on("unsubscribe", self._unsubscribe)
+        self.sio.on("subscribe", _answering_on_error("subscribe", self._subscribe))
+        self.sio.on("unsubscribe", _answering_on_error("unsubscribe", self._unsubscribe))
+        self.sio.on("*", _unknown_event)
         self.clients: dict[str, _Client] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Open websocket transports by handler task, to cut those whose client stops reading.
@@ -549,6 +598,10 @@ class PushServer:
         except DB_ERRORS as exc:
             log.warning("Socket.IO stream ended, database unavailable: %s", exc)
             self._cut_off(client, "database unavailable; reconnect and resume by event id")
+        except Exception:
+            # Left alone, the task would end unseen and the client wait for events forever.
+            log.exception("Socket.IO stream failed", extra={"sid": client.sid})
+            self._cut_off(client, "internal error; reconnect and resume by event id")
         finally:
             self._end(client, stream)
 

@@ -141,9 +141,12 @@ GET_REFUSED = [
     ("/v1/jobs?cursor=junk", {}, 422, "cursor"),
     ("/v1/jobs?created_from=yesterday", {}, 422, "created_from"),
     ("/v1/jobs?limit=%00", {}, 400, "NUL"),
-    ("/v1/events", {"Last-Event-ID": "\u00b2"}, 400, "event id"),
-    ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 400, "event id"),
-    ("/v1/events?last_event_id=-1", {}, 400, "event id"),
+    ("/v1/events", {"Last-Event-ID": "\u00b2"}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": str(2**63)}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": "-1"}, 422, "Last-Event-ID"),
+    ("/v1/events?last_event_id=-1", {}, 422, "last_event_id"),
+    (f"/v1/events?last_event_id={2**63}", {}, 422, "last_event_id"),
     ("/v1/events?type=job.finished", {}, 422, "unknown event type 'job.finished'"),
     ("/v1/events?type=job.done,", {}, 422, "unknown event type ''"),
     ("/v1/events?type=job.done&type=JOB.DONE", {}, 422, "unknown event type 'JOB.DONE'"),
@@ -213,6 +216,29 @@ async def test_bad_queries_are_refused_clearly(
         assert resp.status == status, await resp.text()
         assert resp.content_type == "application/problem+json"
         assert mentions in await resp.text()
+
+
+async def test_cursors_out_of_the_event_id_range_are_422_on_every_stream(
+    api: RunningApp,
+) -> None:
+    async with api.http.post(api.url("/v1/jobs"), json=SEED) as resp:
+        job = await resp.json()
+    # Event ids are PostgreSQL bigints: 2**63 would be refused by the database, not here.
+    huge, negative = str(2**63), "-1"
+    streams = ["/v1/events", f"/v1/jobs/{job['id']}/events"]
+    asked: list[tuple[str, dict[str, str], str]] = []
+    for path in streams:
+        for cursor in (huge, negative, "1" * 40):
+            asked.append((path, {"Last-Event-ID": cursor}, "Last-Event-ID"))
+            asked.append((f"{path}?last_event_id={cursor}", {}, "last_event_id"))
+    for cursor in (huge, negative):
+        asked.append((f"/v1/jobs/{job['id']}?wait=1&since={cursor}", {}, "since"))
+    for path, headers, field in asked:
+        async with api.http.get(api.url(path), headers=headers) as resp:
+            assert resp.status == 422, (path, headers, await resp.text())
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json()
+        assert problem["errors"] == [{"field": field, "message": "must be an event id"}], path
 
 
 async def test_broken_and_hostile_templates_fail_their_job_once(api: RunningApp) -> None:
