@@ -436,7 +436,15 @@ def _preview_responses(settings: Settings) -> dict[str, JsonSchema]:
         "400": _problem("The body is not JSON or not UTF-8."),
         "413": _problem(f"The body is over {settings.max_body_bytes} bytes."),
         "415": _problem("The body is not application/json."),
-        "422": _problem("Invalid fields, or the template cannot be rendered (see detail)."),
+        "422": _problem(
+            "Invalid fields, or the template cannot be rendered (see detail): a template error "
+            "or limit, as the same template's job would fail with."
+        ),
+        "503": _problem(
+            "No renderer in this process (PRESSROOM_RENDER_SLOTS=0), the database is "
+            "unreachable, or the browser failed, timed out or had no slot free: try again.",
+            "Retry-After",
+        ),
     }
 
 
