@@ -15,7 +15,6 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
-from yarl import URL
 
 from server import (
     admission,
@@ -243,18 +242,12 @@ def links(request: web.Request | None, job_id: str) -> dict[str, str]:
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
     """The job as clients see it: links, and a signed download URL once it is done."""
-    # request.url is built on first use, at some cost: only a done job's download needs it.
-    base_url = request.url if job["status"] == JobState.DONE else _UNUSED_BASE
-    return await present_job(request.app, base_url, job, tenant)
+    return await present_job(request.app, job, tenant)
 
 
-_UNUSED_BASE = URL("/")
-
-
-async def present_job(
-    app: web.Application, base_url: URL, job: dict[str, Any], tenant: str
-) -> dict[str, Any]:
-    """`present` without a request (Socket.IO); a local download URL is joined to base_url."""
+async def present_job(app: web.Application, job: dict[str, Any], tenant: str) -> dict[str, Any]:
+    """`present` without a request (Socket.IO). A local download URL is made absolute with
+    PRESSROOM_PUBLIC_URL, never with the request's Host, which the client chooses."""
     shown = dict(job)
     shown["links"] = links(None, job["id"])
     if job["status"] == JobState.DONE:
@@ -263,7 +256,7 @@ async def present_job(
         url = await app[STORAGE].url(
             key, job_id=job["id"], filename=f"{job['id']}.pdf", ttl_s=settings.url_ttl_s
         )
-        shown["url"] = str(base_url.join(URL(url, encoded=True))) if url.startswith("/") else url
+        shown["url"] = settings.public_base_url + url if url.startswith("/") else url
     return shown
 
 
@@ -613,6 +606,7 @@ def _requested_types(request: web.Request) -> frozenset[str] | None:
 
 
 MAX_EVENT_ID = 2**63 - 1  # bigint
+SSE_FRAME = "sse"  # JobEvent.encoded key
 
 
 def _ascii_digits(raw: str) -> bool:
@@ -627,28 +621,25 @@ def event_id(raw: str) -> int | None:
     return int(raw)
 
 
-async def event_wire(app: web.Application, base_url: URL, event: JobEvent) -> dict[str, Any]:
+async def event_wire(app: web.Application, event: JobEvent) -> dict[str, Any]:
     """What every transport sends for an event: a job event carries the job as presented
     (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
     wire = event.wire()
     if event.type.startswith("batch."):
         wire["batch"] = wire.pop("job")
     else:
-        wire["job"] = await present_job(app, base_url, event.job, event.tenant)
+        wire["job"] = await present_job(app, event.job, event.tenant)
     return wire
 
 
-async def _send(
-    resp: EventSourceResponse, request: web.Request, origin: str, event: JobEvent
-) -> None:
-    # The whole SSE frame is built once per event (and origin: the stream's own, worked out
-    # once) and shared by every subscriber of this process: fan-out to thousands of streams
-    # is then one write each.
-    frame = event.encoded.get(origin)
+async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+    # The whole SSE frame is built once per event and shared by every subscriber of this
+    # process: fan-out to thousands of streams is then one write each.
+    frame = event.encoded.get(SSE_FRAME)
     if frame is None:
-        data = jsontext.dumps(await event_wire(request.app, request.url, event))
+        data = jsontext.dumps(await event_wire(request.app, event))
         frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
-        event.encoded[origin] = frame
+        event.encoded[SSE_FRAME] = frame
     await resp.write(frame.encode())
 
 
@@ -692,7 +683,6 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     # The log is filtered by type for the all-jobs stream; a job's stream reads all of its few
     # events, since its final one ends the stream whether it is sent or not.
     log_types = types if job_id is None else None
-    origin = str(request.url.origin())
     with hub.subscription(tenant=tenant, job_id=job_id) as sub:
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
             app[STREAMS_KEY].add(resp)
@@ -709,7 +699,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         )
                         for event in batch:
                             if types is None or event.type in types:
-                                await _send(resp, request, origin, event)
+                                await _send(resp, request, event)
                             position, last_type = event.position, event.type
                         if len(batch) < events.REPLAY_PAGE:
                             break
@@ -727,7 +717,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     if live is None or (position is not None and live.position <= position):
                         continue
                     if types is None or live.type in types:
-                        await _send(resp, request, origin, live)
+                        await _send(resp, request, live)
                     position = live.position
                     if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp

@@ -88,7 +88,18 @@ async def run_server(settings: Settings) -> None:
         if settings.run_web:
             site = web.TCPSite(runner, settings.host, settings.port)
             await site.start()
-            log.info("Pressroom listening on http://%s:%s", settings.host, settings.port)
+            log.info(
+                "Pressroom listening on http://%s:%s; links name %s",
+                settings.host,
+                settings.port,
+                settings.public_base_url,
+            )
+            if settings.listens_everywhere and not settings.public_url:
+                log.warning(
+                    "links name %s, which only this machine reaches: set PRESSROOM_PUBLIC_URL "
+                    "to the URL clients use",
+                    settings.public_base_url,
+                )
         if WORKERS in app:
             chromium = (
                 f" with {app[CHROMIUM].executable or 'Playwright Chromium'}"

@@ -22,7 +22,6 @@ import socketio
 from aiohttp import WSCloseCode, web
 from engineio import packet as eio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
-from yarl import URL
 
 from server import api, auth, events, jobs, listener
 from server.api import MAX_EVENT_ID
@@ -222,7 +221,6 @@ class _Client:
     sid: str
     eio_sid: str
     grant: Grant
-    base_url: URL
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
 
@@ -435,9 +433,8 @@ class PushServer:
                     "detail": 'send a valid {"token": …} or {"api_key": …} as the auth payload',
                 },
             )
-        request: web.Request = environ["aiohttp.request"]
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
-        self.clients[sid] = _Client(sid, eio_sid, grant, request.url)
+        self.clients[sid] = _Client(sid, eio_sid, grant)
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
         client = self.clients.pop(sid, None)
@@ -561,9 +558,7 @@ class PushServer:
                     "reason": "the requested event is no longer kept; reload state",
                 }
                 if job is not None:
-                    body["job"] = await api.present_job(
-                        self.app, client.base_url, job, client.grant.tenant
-                    )
+                    body["job"] = await api.present_job(self.app, job, client.grant.tenant)
                 await self._emit(client, "reset", body)
             last_type = None
             if position is not None:
@@ -606,7 +601,7 @@ class PushServer:
             self._end(client, stream)
 
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
-        wire = await api.event_wire(self.app, client.base_url, event)
+        wire = await api.event_wire(self.app, event)
         await self._emit(client, "batch" if "batch" in wire else "job", wire)
         await self._drain(client, sub)
 

@@ -47,10 +47,10 @@ def free_port() -> int:
 class FixedPortApp:
     """The app on 127.0.0.1:port through AppRunner/TCPSite, so it can be restarted in place."""
 
-    def __init__(self, settings: Settings, port: int, renderer: Any = None) -> None:
+    def __init__(self, settings: Settings, renderer: Any = None) -> None:
         factory = (lambda _settings: renderer) if renderer is not None else None
         self.app = create_app(settings, renderer_factory=factory)
-        self.port = port
+        self.port = settings.port
         self.runner = web.AppRunner(self.app, shutdown_timeout=10)
         self.http = ClientSession()
 
