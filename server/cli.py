@@ -19,6 +19,7 @@ from server import auth, db
 from server.app import create_app
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.keys import CHROMIUM, WORKERS
+from server.protocol import AppRunner
 from server.settings import Settings, SettingsError
 
 log = logging.getLogger("server")
@@ -68,7 +69,7 @@ def setup_logging(settings: Settings) -> None:
 async def run_server(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
+    runner = AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -775,7 +775,11 @@ def build(settings: Settings) -> JsonSchema:
                 "WWW-Authenticate": {"schema": {"type": "string"}},
             },
             "responses": {
-                "BadRequest": _problem("A malformed request (a NUL character in the URL)."),
+                "BadRequest": _problem(
+                    "A malformed request: a NUL character in the URL, or HTTP the server cannot "
+                    "parse (a line or header over 8190 bytes, a bad method or request line, "
+                    "Content-Length with Transfer-Encoding, a broken chunked body)."
+                ),
                 "Unauthorized": _problem("No, unknown or revoked credentials.", "WWW-Authenticate"),
                 "TooManyRequests": _problem(
                     "The key's rate limit or the tenant's jobs-in-flight cap.", "Retry-After"

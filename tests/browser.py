@@ -13,6 +13,7 @@ from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from server.app import create_app
+from server.protocol import AppRunner
 from server.render import CHROMIUM_ARGS, find_system_chromium
 from server.settings import Settings
 
@@ -51,7 +52,7 @@ class FixedPortApp:
         factory = (lambda _settings: renderer) if renderer is not None else None
         self.app = create_app(settings, renderer_factory=factory)
         self.port = settings.port
-        self.runner = web.AppRunner(self.app, shutdown_timeout=10)
+        self.runner = AppRunner(self.app, shutdown_timeout=10)
         self.http = ClientSession()
 
     def url(self, path: str) -> str:

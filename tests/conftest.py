@@ -15,11 +15,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-from aiohttp import ClientSession, web
-from aiohttp.test_utils import TestServer, get_port_socket
+from aiohttp import ClientSession, test_utils, web
+from aiohttp.test_utils import get_port_socket
 
 from server import db
 from server.app import create_app
+from server.protocol import AppRunner
 from server.settings import Settings
 from tests.pdfs import FakeRenderer
 
@@ -112,6 +113,13 @@ def make_settings(dsn: str, tmp_path: Path) -> Callable[..., Settings]:
         return Settings.from_env(env, **overrides)
 
     return make
+
+
+class TestServer(test_utils.TestServer):
+    """aiohttp's test server, running the app as `pressroom serve` does (server.protocol)."""
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return AppRunner(self.app, **kwargs)
 
 
 class RunningApp:

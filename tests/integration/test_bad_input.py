@@ -3,7 +3,9 @@ fails with a clear error, nothing is half-created, and the server stays healthy 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
 import asyncpg
@@ -267,3 +269,67 @@ async def test_malformed_ids_are_404(api: RunningApp, path: str) -> None:
     async with api.http.get(api.url(path)) as resp:
         assert resp.status == 404
         assert (await resp.json())["type"].endswith("/not-found")
+
+
+MARK = b"quoted-back-" + b"x" * 20  # in every request below: the answer must not echo it
+POST_JOBS = b"POST /v1/jobs HTTP/1.1\r\nHost: pressroom\r\nContent-Type: application/json\r\n"
+# What aiohttp's HTTP parser refuses before any handler runs.
+UNPARSEABLE: list[tuple[str, bytes]] = [
+    ("header too long", b"GET /healthz HTTP/1.1\r\nHost: p\r\nX-" + MARK + b": " + MARK * 300),
+    ("request line too long", b"GET /" + MARK * 300 + b" HTTP/1.1\r\nHost: p\r\n\r\n"),
+    ("bad method", b"G(" + MARK + b" / HTTP/1.1\r\nHost: p\r\n\r\n"),
+    ("bad request line", MARK + b"\r\n\r\n"),
+    ("bad version", b"GET /" + MARK + b" HTTP/9.9\r\nHost: p\r\n\r\n"),
+    ("bad header name", b"GET / HTTP/1.1\r\nHost: p\r\nBad " + MARK + b": y\r\n\r\n"),
+    ("TLS to the HTTP port", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + MARK),
+    (
+        "Content-Length and Transfer-Encoding",
+        POST_JOBS + b"Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + MARK,
+    ),
+    ("two Content-Lengths", POST_JOBS + b"Content-Length: 32\r\nContent-Length: 3\r\n\r\n" + MARK),
+    ("bad chunk size", POST_JOBS + b"Transfer-Encoding: chunked\r\n\r\n" + MARK + b"\r\nab\r\n"),
+    (
+        "chunk without its CRLF",
+        POST_JOBS + b"Transfer-Encoding: chunked\r\n\r\n2\r\n" + MARK + b"\r\n0\r\n\r\n",
+    ),
+]
+
+
+async def _raw_exchange(api: RunningApp, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it is and read the answer until the server closes the connection."""
+    reader, writer = await asyncio.open_connection(api.server.host, api.server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize(("name", "request_bytes"), UNPARSEABLE, ids=_ids(UNPARSEABLE))
+async def test_requests_the_http_parser_refuses_get_problem_json_and_one_log_line(
+    api: RunningApp, caplog: pytest.LogCaptureFixture, name: str, request_bytes: bytes
+) -> None:
+    caplog.clear()
+    status, headers, body = await _raw_exchange(api, request_bytes)
+    assert status == 400, (name, body)
+    assert headers["content-type"].startswith("application/problem+json"), headers
+    problem = json.loads(body)
+    assert set(problem) == {"type", "title", "status", "detail"}, problem
+    assert problem["status"] == 400 and problem["type"].endswith("/malformed-request")
+    assert problem["title"] == "Bad request" and problem["detail"].endswith("."), problem
+    assert MARK not in body and b"quoted-back" not in body, body
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.levelname) for r in logged] == [("server.protocol", "WARNING")], [
+        (r.name, r.levelname, r.getMessage()) for r in logged
+    ]
+    [line] = logged
+    assert line.exc_info is None and "\n" not in line.getMessage(), line.getMessage()
+    assert "quoted-back" not in line.getMessage()
+    async with api.http.get(api.url("/healthz")) as resp:
+        assert resp.status == 200
