@@ -120,6 +120,11 @@ REFUSED: list[tuple[str, bytes, dict[str, str], int, str, str]] = [
         "validation",
         "webhook_url",
     ),
+    *(
+        (f"webhook {url} without a host", body, JSON, 422, "validation", "webhook_url")
+        for url in ("http:///hook", "https:///x", "http://", "http://:80/", "http:hook")
+        for body in [json.dumps({"template": "x", "webhook_url": url}).encode()]
+    ),
 ]
 
 # Accepted at submission, then the job fails at once (no retry) with this in its error.
