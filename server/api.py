@@ -15,7 +15,6 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
-from yarl import URL
 
 from server import (
     admission,
@@ -243,19 +242,15 @@ def links(request: web.Request | None, job_id: str) -> dict[str, str]:
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
     """The job as clients see it: links, and a signed download URL once it is done."""
-    # request.url is built on first use, at some cost: only a done job's download needs it.
-    base_url = request.url if job["status"] == JobState.DONE else _UNUSED_BASE
-    return await present_job(request.app, base_url, job, tenant, auth.key_id_of(request))
-
-
-_UNUSED_BASE = URL("/")
+    return await present_job(request.app, job, tenant, auth.key_id_of(request))
 
 
 async def present_job(
-    app: web.Application, base_url: URL, job: dict[str, Any], tenant: str, minted_by: int
+    app: web.Application, job: dict[str, Any], tenant: str, minted_by: int
 ) -> dict[str, Any]:
-    """`present` without a request (Socket.IO); a local download URL is joined to base_url
-    and names the key `minted_by` (it stops working when that key is revoked)."""
+    """`present` without a request (Socket.IO). A local download URL is made absolute with
+    PRESSROOM_PUBLIC_URL, never with the request's Host, which the client chooses, and names
+    the key `minted_by` (it stops working when that key is revoked)."""
     shown = dict(job)
     shown["links"] = links(None, job["id"])
     if job["status"] == JobState.DONE:
@@ -268,7 +263,7 @@ async def present_job(
             ttl_s=settings.url_ttl_s,
             minted_by=minted_by,
         )
-        shown["url"] = str(base_url.join(URL(url, encoded=True))) if url.startswith("/") else url
+        shown["url"] = settings.public_base_url + url if url.startswith("/") else url
     return shown
 
 
@@ -616,7 +611,9 @@ def _requested_cursor(request: web.Request) -> int | None:
         return None
     parsed = event_id(raw)
     if parsed is None:
-        raise Problem(400, "Bad cursor", "Last-Event-ID must be an event id.", kind="bad-cursor")
+        # Refused as the long-poll's `since` and Socket.IO's are: 422, naming the field.
+        field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
+        raise invalid([(field, "must be an event id")], "The event cursor is not valid.")
     return parsed
 
 
@@ -649,31 +646,28 @@ def event_id(raw: str) -> int | None:
     return int(raw)
 
 
-async def event_wire(
-    app: web.Application, base_url: URL, event: JobEvent, minted_by: int
-) -> dict[str, Any]:
+async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> dict[str, Any]:
     """What every transport sends for an event: a job event carries the job as presented
     (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
     wire = event.wire()
     if event.type.startswith("batch."):
         wire["batch"] = wire.pop("job")
     else:
-        wire["job"] = await present_job(app, base_url, event.job, event.tenant, minted_by)
+        wire["job"] = await present_job(app, event.job, event.tenant, minted_by)
     return wire
 
 
-async def _send(
-    resp: EventSourceResponse, request: web.Request, origin: str, event: JobEvent
-) -> None:
-    # The whole SSE frame is built once per event (and origin: the stream's own, worked out
-    # once) and shared by every subscriber of this process: fan-out to thousands of streams
-    # is then one write each.
-    frame = event.encoded.get(origin)
+async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+    # The whole SSE frame is built once per event and key (download links name the key) and
+    # shared by every subscriber of this process: fan-out to thousands of streams is then one
+    # write each.
+    key_id = auth.key_id_of(request)
+    cached = f"sse {key_id}"  # JobEvent.encoded key
+    frame = event.encoded.get(cached)
     if frame is None:
-        wire = await event_wire(request.app, request.url, event, auth.key_id_of(request))
-        data = jsontext.dumps(wire)
+        data = jsontext.dumps(await event_wire(request.app, event, key_id))
         frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
-        event.encoded[origin] = frame
+        event.encoded[cached] = frame
     await resp.write(frame.encode())
 
 
@@ -717,8 +711,6 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     # The log is filtered by type for the all-jobs stream; a job's stream reads all of its few
     # events, since its final one ends the stream whether it is sent or not.
     log_types = types if job_id is None else None
-    # Frames are shared by the streams of one origin and one key: download links name the key.
-    origin = f"{request.url.origin()} {auth.key_id_of(request)}"
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     with (
         hub.subscription(tenant=tenant, job_id=job_id) as sub,
@@ -739,7 +731,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                         )
                         for event in batch:
                             if types is None or event.type in types:
-                                await _send(resp, request, origin, event)
+                                await _send(resp, request, event)
                             position, last_type = event.position, event.type
                         if len(batch) < events.REPLAY_PAGE:
                             break
@@ -757,7 +749,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                     if live is None or (position is not None and live.position <= position):
                         continue
                     if types is None or live.type in types:
-                        await _send(resp, request, origin, live)
+                        await _send(resp, request, live)
                     position = live.position
                     if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
                         return resp

@@ -20,6 +20,7 @@ from server import auth, db, tenants
 from server.app import create_app
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.keys import CHROMIUM, WORKERS
+from server.protocol import AppRunner
 from server.settings import Settings, SettingsError
 
 log = logging.getLogger("server")
@@ -69,7 +70,7 @@ def setup_logging(settings: Settings) -> None:
 async def run_server(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
+    runner = AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -91,7 +92,18 @@ async def run_server(settings: Settings) -> None:
         if settings.run_web:
             site = web.TCPSite(runner, settings.host, settings.port)
             await site.start()
-            log.info("Pressroom listening on http://%s:%s", settings.host, settings.port)
+            log.info(
+                "Pressroom listening on http://%s:%s; links name %s",
+                settings.host,
+                settings.port,
+                settings.public_base_url,
+            )
+            if settings.listens_everywhere and not settings.public_url:
+                log.warning(
+                    "links name %s, which only this machine reaches: set PRESSROOM_PUBLIC_URL "
+                    "to the URL clients use",
+                    settings.public_base_url,
+                )
         if WORKERS in app:
             chromium = (
                 f" with {app[CHROMIUM].executable or 'Playwright Chromium'}"

@@ -59,8 +59,8 @@ class JobEvent:
     type: str
     job: dict[str, Any]
     at: dt.datetime
-    #: The SSE frame, per origin it was presented for: every subscriber of this process
-    #: shares one encoding instead of presenting and encoding the event again.
+    #: Encodings by format (the SSE frame): every subscriber of this process shares one
+    #: instead of presenting and encoding the event again.
     encoded: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:

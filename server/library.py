@@ -319,22 +319,24 @@ async def _preview(
             kind="no-renderer",
         )
     timeout_s = settings.render_timeout_s
+    previews = app[PREVIEWS]
     try:
         async with asyncio.timeout(timeout_s):
-            async with app[PREVIEWS]:
-                page = await templates.render_async(html, data, timeout_s=timeout_s)
-                result = await app[RENDERER].render(page, render_options, timeout_s=timeout_s)
+            await previews.acquire()
+    except TimeoutError:
+        raise _try_again(f"no render slot came free within {timeout_s:g} s") from None
+    try:
+        # The template meets its own deadline (its sandbox's): a template that runs too long
+        # is then the template limit its job would fail with, not a timeout worth retrying.
+        page = await templates.render_async(html, data, timeout_s=timeout_s)
+        async with asyncio.timeout(timeout_s):
+            result = await app[RENDERER].render(page, render_options, timeout_s=timeout_s)
     except PermanentError as exc:
         raise Problem(422, "Cannot render", str(exc), kind="render-failed") from None
     except (RenderError, TimeoutError) as exc:
-        detail = str(exc) or f"the preview took longer than {timeout_s:g} s"
-        raise Problem(
-            503,
-            "Preview failed",
-            f"{detail}; try again.",
-            kind="preview-failed",
-            headers={"Retry-After": str(PREVIEW_RETRY_S)},
-        ) from None
+        raise _try_again(str(exc) or f"the preview took longer than {timeout_s:g} s") from None
+    finally:
+        previews.release()
     if result.pages > settings.max_pages:
         raise Problem(
             422,
@@ -350,4 +352,15 @@ async def _preview(
             "Cache-Control": "no-store",
             "Pressroom-Pages": str(result.pages),
         },
+    )
+
+
+def _try_again(detail: str) -> Problem:
+    """503 for a preview that may well work next time (a busy or failing browser)."""
+    return Problem(
+        503,
+        "Preview failed",
+        f"{detail}; try again.",
+        kind="preview-failed",
+        headers={"Retry-After": str(PREVIEW_RETRY_S)},
     )

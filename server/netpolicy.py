@@ -39,6 +39,8 @@ _LOCALHOST_ADDRESSES = (IPv4Address("127.0.0.1"), _V6_LOOPBACK)
 
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/\\?#]")
+# "scheme://" and the first character of a host, as a webhook URL must be written.
+_WRITTEN_AUTHORITY = re.compile(r"[a-zA-Z][a-zA-Z0-9+.\-]*://[^/?#]")
 # Stricter than WHATWG on purpose: anything odd in a host is refused rather than interpreted.
 _HOST_NAME = re.compile(r"[a-z0-9._\-]+")
 _C0_AND_SPACE = "".join(chr(code) for code in range(0x21))
@@ -476,6 +478,10 @@ class NetworkPolicy:
             return f"webhook URL {error}"
         if target.scheme not in _NETWORK_SCHEMES:
             return "webhook URL must use http or https"
+        if not _WRITTEN_AUTHORITY.match(url):
+            # WHATWG reads "http:///hook" and "http:hook" as http://hook/, HTTP clients as
+            # URLs without a host: neither reading is the sender's to pick.
+            return "webhook URL has no host (write it as https://host/path)"
         if target.has_userinfo:
             return "webhook URL must not contain credentials (user:password@)"
         verdict = self._check_static(target)

@@ -437,7 +437,15 @@ def _preview_responses(settings: Settings) -> dict[str, JsonSchema]:
         "400": _problem("The body is not JSON or not UTF-8."),
         "413": _problem(f"The body is over {settings.max_body_bytes} bytes."),
         "415": _problem("The body is not application/json."),
-        "422": _problem("Invalid fields, or the template cannot be rendered (see detail)."),
+        "422": _problem(
+            "Invalid fields, or the template cannot be rendered (see detail): a template error "
+            "or limit, as the same template's job would fail with."
+        ),
+        "503": _problem(
+            "No renderer in this process (PRESSROOM_RENDER_SLOTS=0), the database is "
+            "unreachable, or the browser failed, timed out or had no slot free: try again.",
+            "Retry-After",
+        ),
     }
 
 
@@ -447,6 +455,9 @@ def build(settings: Settings) -> JsonSchema:
     not_found = _problem("No such job (or another tenant's).")
     conflict = _problem("The job is not in a state that allows this.")
     invalid_query = _problem("A query parameter is not valid (see errors).")
+    bad_stream_query = _problem(
+        "Last-Event-ID (or last_event_id) is not an event id, or a type is unknown (see errors)."
+    )
     paths: dict[str, JsonSchema] = {
         "/v1/jobs": {
             "post": _operation(
@@ -585,9 +596,8 @@ def build(settings: Settings) -> JsonSchema:
                 "Server-Sent Events of one job; ends after its final event",
                 {
                     "200": SSE,
-                    "400": _problem("Last-Event-ID is not an event id."),
                     "404": not_found,
-                    "422": _problem("An unknown event type (see errors)."),
+                    "422": bad_stream_query,
                 },
                 parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],
@@ -599,8 +609,7 @@ def build(settings: Settings) -> JsonSchema:
                 "Server-Sent Events of all the tenant's jobs",
                 {
                     "200": SSE,
-                    "400": _problem("Last-Event-ID is not an event id."),
-                    "422": _problem("An unknown event type (see errors)."),
+                    "422": bad_stream_query,
                 },
                 parameters=[*STREAM_PARAMETERS, TYPE_FILTER],
                 security=[{"bearer": []}, {"subscriptionToken": []}],
@@ -778,7 +787,11 @@ def build(settings: Settings) -> JsonSchema:
                 "WWW-Authenticate": {"schema": {"type": "string"}},
             },
             "responses": {
-                "BadRequest": _problem("A malformed request (a NUL character in the URL)."),
+                "BadRequest": _problem(
+                    "A malformed request: a NUL character in the URL, or HTTP the server cannot "
+                    "parse (a line or header over 8190 bytes, a bad method or request line, "
+                    "Content-Length with Transfer-Encoding, a broken chunked body)."
+                ),
                 "Unauthorized": _problem("No, unknown or revoked credentials.", "WWW-Authenticate"),
                 "TooManyRequests": _problem(
                     "The key's rate limit or the tenant's jobs-in-flight cap.", "Retry-After"

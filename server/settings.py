@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+from yarl import URL
 
 T = TypeVar("T")
 
@@ -106,10 +110,44 @@ def _schedule(raw: str) -> tuple[float, ...]:
     return delays
 
 
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
+
+
 def _public_url(raw: str) -> str:
-    if not raw.startswith(("http://", "https://")) or len(raw.split("://", 1)[1]) == 0:
-        raise ValueError("must be an absolute http(s) URL")
-    return raw.rstrip("/")
+    """An origin such as https://pdf.example.com, normalised (lower case, no default port)."""
+    shape = "must be an origin such as https://pdf.example.com"
+    try:
+        url = URL(raw)
+    except ValueError as exc:
+        raise ValueError(f"{shape} ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.raw_host or not url.absolute:
+        raise ValueError(shape)
+    if url.raw_user is not None or url.raw_password is not None:
+        raise ValueError(f"{shape}, without user or password")
+    if url.raw_path not in ("", "/") or url.raw_query_string or url.raw_fragment:
+        # Links are paths from the root (/v1/jobs/…): a prefix here would be dropped by them.
+        raise ValueError(f"{shape}, without path, query or fragment")
+    host = url.raw_host
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(host):
+            raise ValueError(f"{shape}; {host!r} is not a host name") from None
+    if url.explicit_port == 0:
+        raise ValueError(f"{shape}; port 0 is not a port clients can reach")
+    return str(url.origin())
+
+
+def _url_host(host: str) -> str:
+    """A listen address as a URL's host: every-address binds become loopback, IPv6 bracketed."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if bare == "::":
+        return "[::1]"
+    if ":" in bare:
+        return "[" + bare.replace("%", "%25") + "]"  # a zone id is percent-encoded (RFC 6874)
+    return bare
 
 
 #: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
@@ -201,7 +239,8 @@ class Settings:
     rescue_interval_s: float = 5.0
     shutdown_grace_s: float = 20.0
     log_json: bool = False
-    #: Where clients reach this server; makes local download URLs in webhooks absolute.
+    #: Where clients reach this server: every absolute link (download URLs in answers,
+    #: streams and webhooks) starts with it, never with a request's Host header.
     public_url: str = ""
     webhook_timeout_s: float = 10.0
     #: Delays before each retry; one attempt more than entries. About a day in total.
@@ -220,11 +259,15 @@ class Settings:
 
     @property
     def public_base_url(self) -> str:
-        """PRESSROOM_PUBLIC_URL, else http://host:port."""
+        """PRESSROOM_PUBLIC_URL, else http://host:port of the listen address."""
         if self.public_url:
             return self.public_url
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{_url_host(self.host)}:{self.port}"
+
+    @property
+    def listens_everywhere(self) -> bool:
+        """Bound to every address: the default public URL (loopback) suits local clients only."""
+        return self.host.strip("[]") in ("", "0.0.0.0", "::")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -22,9 +22,9 @@ import socketio
 from aiohttp import WSCloseCode, web
 from engineio import packet as eio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
-from yarl import URL
 
 from server import api, auth, events, jobs, listener
+from server.api import MAX_EVENT_ID
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
@@ -222,7 +222,6 @@ class _Client:
     sid: str
     eio_sid: str
     grant: Grant
-    base_url: URL
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
     key: auth.Watch | None = None
@@ -260,7 +259,9 @@ def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[st
     since = data.get("since")
     if isinstance(since, str) and since.isascii() and since.isdigit() and len(since) <= 19:
         since = int(since)
-    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+    if since is not None and (
+        isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_EVENT_ID
+    ):
         errors.append(("since", "must be an event id"))
     types = data.get("types")
     if types is not None:
@@ -271,6 +272,51 @@ def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[st
     if errors:
         raise invalid(errors, "The subscription is not valid.")
     return job_id, since, frozenset(types) if types else None
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+INTERNAL_ERROR = Problem(
+    500, "Internal error", "The server failed; the error was logged.", kind="internal"
+)
+
+
+def _answering_on_error(name: str, handler: Handler) -> Handler:
+    """`handler`, acknowledging whatever it fails with: python-socketio sends no ack when a
+    handler raises, so the client's call would wait for its own timeout."""
+
+    async def answer(sid: str, *args: Any) -> Any:
+        try:
+            return await handler(sid, *args)
+        except Exception:
+            log.exception("Socket.IO %s failed", name, extra={"sid": sid})
+            return _error(INTERNAL_ERROR)
+
+    return answer
+
+
+def _refusing_on_error(handler: Handler) -> Handler:
+    """The connect handler, refusing with a reason when it fails: python-socketio answers
+    nothing then, and the client waits out its connect timeout."""
+
+    async def connect(sid: str, *args: Any) -> Any:
+        try:
+            return await handler(sid, *args)
+        except socketio.exceptions.ConnectionRefusedError:
+            raise
+        except Exception:
+            log.exception("Socket.IO connect failed", extra={"sid": sid})
+            raise socketio.exceptions.ConnectionRefusedError(
+                "internal error", {"status": 500, "detail": INTERNAL_ERROR.detail}
+            ) from None
+
+    return connect
+
+
+async def _unknown_event(_event: str, _sid: str, *_args: Any) -> dict[str, Any]:
+    """Any event without a handler: a call for it still gets an answer."""
+    detail = "The events a client may send are subscribe and unsubscribe."
+    return _error(Problem(404, "Unknown event", detail, kind="unknown-event"))
 
 
 class PushServer:
@@ -285,10 +331,11 @@ class PushServer:
             logger=False,
             engineio_logger=False,
         )
-        self.sio.on("connect", self._connect)
+        self.sio.on("connect", _refusing_on_error(self._connect))
         self.sio.on("disconnect", self._disconnect)
-        self.sio.on("subscribe", self._subscribe)
-        self.sio.on("unsubscribe", self._unsubscribe)
+        self.sio.on("subscribe", _answering_on_error("subscribe", self._subscribe))
+        self.sio.on("unsubscribe", _answering_on_error("unsubscribe", self._unsubscribe))
+        self.sio.on("*", _unknown_event)
         self.clients: dict[str, _Client] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Open websocket transports by handler task, to cut those whose client stops reading.
@@ -388,9 +435,8 @@ class PushServer:
                     "detail": 'send a valid {"token": …} or {"api_key": …} as the auth payload',
                 },
             )
-        request: web.Request = environ["aiohttp.request"]
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
-        client = self.clients[sid] = _Client(sid, eio_sid, grant, request.url)
+        client = self.clients[sid] = _Client(sid, eio_sid, grant)
         client.key = self.app[AUTH].watch(
             grant.key_id, lambda reason: self._revoked(client, reason)
         )
@@ -520,7 +566,7 @@ class PushServer:
                 }
                 if job is not None:
                     body["job"] = await api.present_job(
-                        self.app, client.base_url, job, client.grant.tenant, client.grant.key_id
+                        self.app, job, client.grant.tenant, client.grant.key_id
                     )
                 await self._emit(client, "reset", body)
             last_type = None
@@ -556,11 +602,15 @@ class PushServer:
         except DB_ERRORS as exc:
             log.warning("Socket.IO stream ended, database unavailable: %s", exc)
             self._cut_off(client, "database unavailable; reconnect and resume by event id")
+        except Exception:
+            # Left alone, the task would end unseen and the client wait for events forever.
+            log.exception("Socket.IO stream failed", extra={"sid": client.sid})
+            self._cut_off(client, "internal error; reconnect and resume by event id")
         finally:
             self._end(client, stream)
 
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
-        wire = await api.event_wire(self.app, client.base_url, event, client.grant.key_id)
+        wire = await api.event_wire(self.app, event, client.grant.key_id)
         await self._emit(client, "batch" if "batch" in wire else "job", wire)
         await self._drain(client, sub)
 

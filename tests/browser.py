@@ -13,6 +13,7 @@ from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from server.app import create_app
+from server.protocol import AppRunner
 from server.render import CHROMIUM_ARGS, find_system_chromium
 from server.settings import Settings
 
@@ -47,11 +48,11 @@ def free_port() -> int:
 class FixedPortApp:
     """The app on 127.0.0.1:port through AppRunner/TCPSite, so it can be restarted in place."""
 
-    def __init__(self, settings: Settings, port: int, renderer: Any = None) -> None:
+    def __init__(self, settings: Settings, renderer: Any = None) -> None:
         factory = (lambda _settings: renderer) if renderer is not None else None
         self.app = create_app(settings, renderer_factory=factory)
-        self.port = port
-        self.runner = web.AppRunner(self.app, shutdown_timeout=10)
+        self.port = settings.port
+        self.runner = AppRunner(self.app, shutdown_timeout=10)
         self.http = ClientSession()
 
     def url(self, path: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,11 +15,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-from aiohttp import ClientSession, web
-from aiohttp.test_utils import TestServer
+from aiohttp import ClientSession, test_utils, web
+from aiohttp.test_utils import get_port_socket
 
 from server import db
 from server.app import create_app
+from server.protocol import AppRunner
 from server.settings import Settings
 from tests.pdfs import FakeRenderer
 
@@ -113,6 +115,13 @@ def make_settings(dsn: str, tmp_path: Path) -> Callable[..., Settings]:
     return make
 
 
+class TestServer(test_utils.TestServer):
+    """aiohttp's test server, running the app as `pressroom serve` does (server.protocol)."""
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return AppRunner(self.app, **kwargs)
+
+
 class RunningApp:
     """The app on a real socket, with a client session pointed at it."""
 
@@ -133,10 +142,17 @@ async def start_app(
     running: list[RunningApp] = []
 
     async def start(renderer: Any = None, **overrides: Any) -> RunningApp:
-        settings = make_settings(**overrides)
+        # Absolute links come from the settings (PRESSROOM_PUBLIC_URL, by default the listen
+        # address): the socket is bound first, so that they name the port it listens on.
+        sock = get_port_socket("127.0.0.1", 0, socket.AF_INET)
+        try:
+            settings = make_settings(**{"port": sock.getsockname()[1], **overrides})
+        except BaseException:
+            sock.close()
+            raise
         factory = (lambda _settings: renderer) if renderer is not None else None
         app = create_app(settings, renderer_factory=factory)
-        server = TestServer(app, host="127.0.0.1")
+        server = TestServer(app, host="127.0.0.1", socket_factory=lambda *_: sock)
         await server.start_server()
         session = ClientSession()
         handle = RunningApp(server, session)

@@ -34,6 +34,7 @@ class Server:
     dsn: str
     env: dict[str, str]
     log: list[str]
+    logged: asyncio.Event  # set at each line added to `log`
 
 
 @dataclasses.dataclass
@@ -84,7 +85,9 @@ async def server(dsn: str, tmp_path: Path) -> AsyncIterator[Server]:
         assert proc.stderr is not None
         while line := await proc.stderr.readline():
             log.append(line.decode(errors="replace"))
+            logged.set()
 
+    logged = asyncio.Event()
     drainer = asyncio.create_task(drain())
     client_env = {k: v for k, v in os.environ.items() if not k.startswith("PRESSROOM_")}
     yield Server(
@@ -92,6 +95,7 @@ async def server(dsn: str, tmp_path: Path) -> AsyncIterator[Server]:
         dsn,
         {**client_env, "PRESSROOM_URL": f"http://127.0.0.1:{port}"},
         log,
+        logged,
     )
     proc.send_signal(signal.SIGTERM)
     try:
@@ -342,3 +346,26 @@ async def test_batch_lists_failed_items_and_exits_non_zero(server: Server, tmp_p
     write(tmp_path, "good.html", "<p>{{word}}!</p>")
     refused = await pressroom(server, "batch", str(manifest), str(outdir))
     assert refused.code == 2 and "'good' was already used with different content" in refused.err
+
+
+async def test_serve_answers_a_request_it_cannot_parse_with_problem_json(server: Server) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /v1/jobs HTTP/1.1\r\nHost: p\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    async with asyncio.timeout(10):
+        answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 400 ") and b"application/problem+json" in head, head
+    assert json.loads(body)["type"].endswith("/malformed-request")
+    async with asyncio.timeout(10):
+        while True:
+            server.logged.clear()  # before looking, so a line added meanwhile still wakes us
+            if any("refused a malformed HTTP request" in line for line in server.log):
+                break
+            await server.logged.wait()
+    [line] = [line for line in server.log if "malformed HTTP request" in line]
+    assert " WARNING server.protocol: " in line and "Traceback" not in "".join(server.log)

@@ -190,7 +190,7 @@ async def test_after_a_restart_the_dashboard_catches_up_by_itself(
     pool: asyncpg.Pool,
 ) -> None:
     port = free_port()
-    first = await FixedPortApp(make_settings(render_slots=1), port, FakeRenderer()).start()
+    first = await FixedPortApp(make_settings(render_slots=1, port=port), FakeRenderer()).start()
     second: FixedPortApp | None = None
     try:
         page = await browser.new_page()
@@ -220,7 +220,7 @@ async def test_after_a_restart_the_dashboard_catches_up_by_itself(
         done_query = f"SELECT status FROM jobs WHERE id = '{while_down['id']}'"
         await wait_until(dsn, done_query, "done", timeout_s=30)
 
-        second = await FixedPortApp(make_settings(render_slots=0), port).start()
+        second = await FixedPortApp(make_settings(render_slots=0, port=port)).start()
         await page.wait_for_selector(row(while_down["id"], "done"), timeout=60_000)
         await page.wait_for_selector(LIVE)
         assert await page.locator(row(before, "done")).count() == 1

@@ -16,6 +16,7 @@ from server.errors import PermanentError, TransientError
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
+from tests.sio import SioClient
 from tests.sse import collect
 
 SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
@@ -241,3 +242,46 @@ async def test_readyz_and_healthz(api: RunningApp) -> None:
         body = await resp.json()
         assert resp.status == 200, body
     assert body["checks"] == {"database": "ok", "listener": "ok", "storage": "ok", "browser": "ok"}
+
+
+async def test_absolute_links_come_from_the_public_url_never_from_the_host_header(
+    start_app: Any,
+) -> None:
+    public = "https://pdf.example.com"
+    app: RunningApp = await start_app(
+        renderer=FakeRenderer(), render_slots=1, env={"PRESSROOM_PUBLIC_URL": public + "/"}
+    )
+    evil = {"Host": "evil.example", "X-Forwarded-Host": "evil.example"}
+    async with app.http.post(app.url("/v1/jobs"), json=SEED, headers=evil) as resp:
+        assert resp.status == 202
+        job = await resp.json()
+        assert resp.headers["Location"] == f"/v1/jobs/{job['id']}"
+    async with app.http.post(
+        app.url("/v1/batches"), json={"items": [{"key": "k", **SEED}]}, headers=evil
+    ) as resp:
+        assert resp.status == 202, await resp.text()
+        batch = await resp.json()
+    streamed = await collect(
+        app.http, app.url(f"/v1/jobs/{job['id']}/events"), until="job.done", headers=evil
+    )
+    await collect(app.http, app.url(f"/v1/jobs/{batch['items'][0]['job_id']}/events"))
+    sio = SioClient()
+    await sio.client.connect(app.url("/"), headers=evil, transports=["polling"], wait_timeout=10)
+    try:
+        await sio.subscribe(job_id=job["id"])
+        pushed = await sio.take(3)
+    finally:
+        await sio.close()
+
+    answers = [streamed[-1].json["job"], pushed[-1][1]["job"]]
+    for path in (f"/v1/jobs/{job['id']}", "/v1/jobs", f"/v1/batches/{batch['id']}"):
+        async with app.http.get(app.url(path), headers=evil) as resp:
+            text = await resp.text()
+            assert "evil.example" not in text, path
+            body = await resp.json()
+            answers.extend(body.get("items", [body]))
+    urls = [answer["url"] for answer in answers]
+    assert len(urls) == 6 and all(url.startswith(f"{public}/v1/jobs/") for url in urls), urls
+    # The link works once its origin is where clients reach this server (here, the test's).
+    async with app.http.get(app.url(URL(urls[0]).raw_path_qs)) as resp:
+        assert resp.status == 200 and (await resp.read()).startswith(b"%PDF-")

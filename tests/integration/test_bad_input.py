@@ -3,7 +3,9 @@ fails with a clear error, nothing is half-created, and the server stays healthy 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
 import asyncpg
@@ -118,6 +120,11 @@ REFUSED: list[tuple[str, bytes, dict[str, str], int, str, str]] = [
         "validation",
         "webhook_url",
     ),
+    *(
+        (f"webhook {url} without a host", body, JSON, 422, "validation", "webhook_url")
+        for url in ("http:///hook", "https:///x", "http://", "http://:80/", "http:hook")
+        for body in [json.dumps({"template": "x", "webhook_url": url}).encode()]
+    ),
 ]
 
 # Accepted at submission, then the job fails at once (no retry) with this in its error.
@@ -141,9 +148,12 @@ GET_REFUSED = [
     ("/v1/jobs?cursor=junk", {}, 422, "cursor"),
     ("/v1/jobs?created_from=yesterday", {}, 422, "created_from"),
     ("/v1/jobs?limit=%00", {}, 400, "NUL"),
-    ("/v1/events", {"Last-Event-ID": "\u00b2"}, 400, "event id"),
-    ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 400, "event id"),
-    ("/v1/events?last_event_id=-1", {}, 400, "event id"),
+    ("/v1/events", {"Last-Event-ID": "\u00b2"}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": "99999999999999999999999999"}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": str(2**63)}, 422, "Last-Event-ID"),
+    ("/v1/events", {"Last-Event-ID": "-1"}, 422, "Last-Event-ID"),
+    ("/v1/events?last_event_id=-1", {}, 422, "last_event_id"),
+    (f"/v1/events?last_event_id={2**63}", {}, 422, "last_event_id"),
     ("/v1/events?type=job.finished", {}, 422, "unknown event type 'job.finished'"),
     ("/v1/events?type=job.done,", {}, 422, "unknown event type ''"),
     ("/v1/events?type=job.done&type=JOB.DONE", {}, 422, "unknown event type 'JOB.DONE'"),
@@ -215,6 +225,29 @@ async def test_bad_queries_are_refused_clearly(
         assert mentions in await resp.text()
 
 
+async def test_cursors_out_of_the_event_id_range_are_422_on_every_stream(
+    api: RunningApp,
+) -> None:
+    async with api.http.post(api.url("/v1/jobs"), json=SEED) as resp:
+        job = await resp.json()
+    # Event ids are PostgreSQL bigints: 2**63 would be refused by the database, not here.
+    huge, negative = str(2**63), "-1"
+    streams = ["/v1/events", f"/v1/jobs/{job['id']}/events"]
+    asked: list[tuple[str, dict[str, str], str]] = []
+    for path in streams:
+        for cursor in (huge, negative, "1" * 40):
+            asked.append((path, {"Last-Event-ID": cursor}, "Last-Event-ID"))
+            asked.append((f"{path}?last_event_id={cursor}", {}, "last_event_id"))
+    for cursor in (huge, negative):
+        asked.append((f"/v1/jobs/{job['id']}?wait=1&since={cursor}", {}, "since"))
+    for path, headers, field in asked:
+        async with api.http.get(api.url(path), headers=headers) as resp:
+            assert resp.status == 422, (path, headers, await resp.text())
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json()
+        assert problem["errors"] == [{"field": field, "message": "must be an event id"}], path
+
+
 async def test_broken_and_hostile_templates_fail_their_job_once(api: RunningApp) -> None:
     jobs = {}
     for template in FAILING_JOBS:
@@ -241,3 +274,67 @@ async def test_malformed_ids_are_404(api: RunningApp, path: str) -> None:
     async with api.http.get(api.url(path)) as resp:
         assert resp.status == 404
         assert (await resp.json())["type"].endswith("/not-found")
+
+
+MARK = b"quoted-back-" + b"x" * 20  # in every request below: the answer must not echo it
+POST_JOBS = b"POST /v1/jobs HTTP/1.1\r\nHost: pressroom\r\nContent-Type: application/json\r\n"
+# What aiohttp's HTTP parser refuses before any handler runs.
+UNPARSEABLE: list[tuple[str, bytes]] = [
+    ("header too long", b"GET /healthz HTTP/1.1\r\nHost: p\r\nX-" + MARK + b": " + MARK * 300),
+    ("request line too long", b"GET /" + MARK * 300 + b" HTTP/1.1\r\nHost: p\r\n\r\n"),
+    ("bad method", b"G(" + MARK + b" / HTTP/1.1\r\nHost: p\r\n\r\n"),
+    ("bad request line", MARK + b"\r\n\r\n"),
+    ("bad version", b"GET /" + MARK + b" HTTP/9.9\r\nHost: p\r\n\r\n"),
+    ("bad header name", b"GET / HTTP/1.1\r\nHost: p\r\nBad " + MARK + b": y\r\n\r\n"),
+    ("TLS to the HTTP port", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + MARK),
+    (
+        "Content-Length and Transfer-Encoding",
+        POST_JOBS + b"Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + MARK,
+    ),
+    ("two Content-Lengths", POST_JOBS + b"Content-Length: 32\r\nContent-Length: 3\r\n\r\n" + MARK),
+    ("bad chunk size", POST_JOBS + b"Transfer-Encoding: chunked\r\n\r\n" + MARK + b"\r\nab\r\n"),
+    (
+        "chunk without its CRLF",
+        POST_JOBS + b"Transfer-Encoding: chunked\r\n\r\n2\r\n" + MARK + b"\r\n0\r\n\r\n",
+    ),
+]
+
+
+async def _raw_exchange(api: RunningApp, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it is and read the answer until the server closes the connection."""
+    reader, writer = await asyncio.open_connection(api.server.host, api.server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize(("name", "request_bytes"), UNPARSEABLE, ids=_ids(UNPARSEABLE))
+async def test_requests_the_http_parser_refuses_get_problem_json_and_one_log_line(
+    api: RunningApp, caplog: pytest.LogCaptureFixture, name: str, request_bytes: bytes
+) -> None:
+    caplog.clear()
+    status, headers, body = await _raw_exchange(api, request_bytes)
+    assert status == 400, (name, body)
+    assert headers["content-type"].startswith("application/problem+json"), headers
+    problem = json.loads(body)
+    assert set(problem) == {"type", "title", "status", "detail"}, problem
+    assert problem["status"] == 400 and problem["type"].endswith("/malformed-request")
+    assert problem["title"] == "Bad request" and problem["detail"].endswith("."), problem
+    assert MARK not in body and b"quoted-back" not in body, body
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.levelname) for r in logged] == [("server.protocol", "WARNING")], [
+        (r.name, r.levelname, r.getMessage()) for r in logged
+    ]
+    [line] = logged
+    assert line.exc_info is None and "\n" not in line.getMessage(), line.getMessage()
+    assert "quoted-back" not in line.getMessage()
+    async with api.http.get(api.url("/healthz")) as resp:
+        assert resp.status == 200

@@ -157,6 +157,17 @@ async def test_every_invalid_item_is_reported_with_its_index(api: RunningApp) ->
     assert await job_count(api) == 0
     status, problem = await post_batch(api, {"items": []})
     assert status == 422 and problem["errors"][0]["field"] == "items"
+    status, problem = await post_batch(
+        api, {"items": [{"key": "a", "template": "<p>ok</p>"}], "webhook_url": "http:///hook"}
+    )
+    assert status == 422, problem
+    assert problem["errors"] == [
+        {
+            "field": "webhook_url",
+            "message": "webhook URL has no host (write it as https://host/path)",
+        }
+    ]
+    assert await job_count(api) == 0
 
 
 async def test_a_batch_is_one_transaction_with_one_notify(

@@ -177,6 +177,85 @@ async def test_subscribe_refusals_are_problems(
     assert client.received.empty()
 
 
+async def test_cursors_past_the_event_id_range_are_refused(
+    api: RunningApp, sio: Callable[[], SioClient]
+) -> None:
+    client = sio()
+    await client.connect(api.url("/"))
+    # bigint ends at 2**63 - 1: past it PostgreSQL would refuse the cursor, not this check.
+    for since in (2**63, str(2**63), 10**30, -(2**63) - 1):
+        ack = await client.client.call("subscribe", {"all": True, "since": since}, timeout=5)
+        assert ack["ok"] is False and ack["error"]["status"] == 422, (since, ack)
+        assert [e["field"] for e in ack["error"]["errors"]] == ["since"], ack
+    await client.subscribe(all=True, since=2**63 - 1)  # the last event id there can be
+
+
+async def test_a_handler_that_fails_still_answers_once_and_says_nothing_internal(
+    api: RunningApp,
+    pool: asyncpg.Pool,
+    sio: Callable[[], SioClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = await submit(api)
+    # Done first, so that only the subscription meets the failure below.
+    await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"), until="job.done")
+    client = sio()
+    await client.connect(api.url("/"))
+    ack = await client.client.call("unheard-of", {}, timeout=5)
+    assert ack["ok"] is False and ack["error"]["status"] == 404, ack
+
+    # A real failure nobody planned for: the table the subscription reads is gone.
+    await pool.execute("ALTER TABLE jobs RENAME TO jobs_elsewhere")
+    await pool.execute("ALTER TABLE api_keys RENAME TO api_keys_elsewhere")
+    caplog.clear()
+    ack = await client.client.call("subscribe", {"job_id": job["id"]}, timeout=5)
+    assert ack == {
+        "ok": False,
+        "error": {
+            "type": "https://pressroom.dev/problems/internal",
+            "title": "Internal error",
+            "status": 500,
+            "detail": "The server failed; the error was logged.",
+        },
+    }
+    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    assert [r.getMessage() for r in failures] == ["Socket.IO subscribe failed"]
+
+    caplog.clear()
+    refusals: list[Any] = []
+    late = SioClient()
+    late.client.on("connect_error", refusals.append)
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await late.client.connect(
+            api.url("/"),
+            auth={"api_key": "prk_" + "x" * 40},
+            transports=["websocket"],
+            wait_timeout=5,
+        )
+    assert refusals == [
+        {"message": "internal error", "data": {"status": 500, "detail": ack["error"]["detail"]}}
+    ]
+    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    assert [r.getMessage() for r in failures] == ["Socket.IO connect failed"]
+
+
+async def test_a_stream_that_fails_is_closed_with_a_reason(
+    api: RunningApp,
+    pool: asyncpg.Pool,
+    sio: Callable[[], SioClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = sio()
+    await client.connect(api.url("/"))
+    await pool.execute("ALTER TABLE job_events RENAME TO job_events_elsewhere")
+    caplog.clear()
+    await client.subscribe(all=True, since=0)  # accepted; the replay then fails
+    [(name, data)] = await client.take(1)
+    assert name == "closed" and data["reason"].startswith("internal error"), data
+    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    assert [r.getMessage() for r in failures] == ["Socket.IO stream failed"]
+
+
 async def test_forgotten_cursor_gets_reset_then_job_history(
     api: RunningApp, sio: Callable[[], SioClient]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -202,3 +203,34 @@ async def test_preview_needs_a_process_that_renders(start_app: Callable[..., Any
     app: RunningApp = await start_app(render_slots=0)
     status, problem = await post(app, "/v1/templates/preview", {"html": "<p>hi</p>"})
     assert status == 503 and "PRESSROOM_RENDER_SLOTS=0" in problem["detail"]
+
+
+ENDLESS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+async def test_a_template_past_its_limits_is_a_422_on_both_previews_as_its_job_fails(
+    start_app: Callable[..., Any],
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, render_timeout_s=1)
+    status, job = await post(app, "/v1/jobs", {"template": ENDLESS})
+    assert status == 202, job
+    failed = await finished(app, job)
+    assert failed["status"] == "failed" and "template limit" in failed["error"], failed
+
+    await post(app, "/v1/templates", {"name": "endless", "html": ENDLESS})
+    for path, body in (
+        ("/v1/templates/preview", {"html": ENDLESS}),
+        ("/v1/templates/endless/preview", {}),
+    ):
+        status, problem = await post(app, path, body)
+        assert status == 422, (path, problem)
+        assert problem["type"].endswith("/render-failed")
+        assert problem["detail"] == failed["error"], path
+    assert renderer.calls == [], "the browser never saw a page of it"
+
+    # The browser taking too long is still a 503 worth retrying.
+    renderer.gate = asyncio.Event()
+    async with app.http.post(app.url("/v1/templates/preview"), json={"html": "<p>hi</p>"}) as resp:
+        assert resp.status == 503 and resp.headers["Retry-After"]
+        assert "try again" in (await resp.json())["detail"]

@@ -55,6 +55,14 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None
         ("PRESSROOM_STORAGE", "ftp", "one of local, s3"),
         ("PRESSROOM_WEBHOOK_SECRET", "hunter2", "whsec_"),
         ("PRESSROOM_ALLOW_HOSTS", "10.0.0.0/33", "PRESSROOM_ALLOW_HOSTS"),
+        ("PRESSROOM_PUBLIC_URL", "pdf.example.com", "PRESSROOM_PUBLIC_URL='pdf.example.com'"),
+        ("PRESSROOM_PUBLIC_URL", "ftp://pdf.example.com", "must be an origin"),
+        ("PRESSROOM_PUBLIC_URL", "http:///pdf", "must be an origin"),
+        ("PRESSROOM_PUBLIC_URL", "https://pdf.example.com/pdf", "without path"),
+        ("PRESSROOM_PUBLIC_URL", "https://pdf.example.com?a=1", "without path, query"),
+        ("PRESSROOM_PUBLIC_URL", "https://me:pw@pdf.example.com", "without user"),
+        ("PRESSROOM_PUBLIC_URL", "https://pdf.example.com:99999", "Port out of range"),
+        ("PRESSROOM_PUBLIC_URL", "https://pdf example.com", "is not a host name"),
     ],
 )
 def test_a_bad_value_stops_the_start_with_one_clear_message(
@@ -78,3 +86,22 @@ def test_a_generated_webhook_secret_is_flagged_once_so_it_can_be_printed(tmp_pat
     assert first.webhook_secret_generated and not again.webhook_secret_generated
     assert first.webhook_secret == again.webhook_secret
     assert not given.webhook_secret_generated and given.webhook_secret == "whsec_c2VjcmV0"
+
+
+@pytest.mark.parametrize(
+    ("env", "public"),
+    [
+        ({}, "http://127.0.0.1:8080"),
+        ({"PRESSROOM_HOST": "0.0.0.0", "PRESSROOM_PORT": "9000"}, "http://127.0.0.1:9000"),
+        ({"PRESSROOM_HOST": "::"}, "http://[::1]:8080"),
+        ({"PRESSROOM_HOST": "fe80::1%eth0"}, "http://[fe80::1%25eth0]:8080"),
+        ({"PRESSROOM_HOST": "pdf.internal"}, "http://pdf.internal:8080"),
+        ({"PRESSROOM_PUBLIC_URL": "HTTPS://PDF.Example.com:443/"}, "https://pdf.example.com"),
+        ({"PRESSROOM_PUBLIC_URL": "http://[2001:db8::1]:8443"}, "http://[2001:db8::1]:8443"),
+    ],
+)
+def test_the_public_url_defaults_to_the_listen_address(
+    tmp_path: Path, env: dict[str, str], public: str
+) -> None:
+    settings = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), **env})
+    assert settings.public_base_url == public
