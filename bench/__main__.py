@@ -5,7 +5,7 @@ and everything goes to --out (a new temporary folder by default), so a quick run
 overwrites the committed report. --tiny shrinks the quick sizes further (the suite's test).
 bench/push.py, when present, runs as `python -m bench.push` (--quick in quick mode).
 
-    python -m bench [--out DIR] [--only accept,queue,render,soak,push,profile] [--tiny]
+    python -m bench [--out DIR] [--only accept,queue,render,egress,soak,push,profile] [--tiny]
 """
 
 from __future__ import annotations
@@ -24,17 +24,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import accept, profile, queue, render, report, soak
+from bench import accept, egress, profile, queue, render, report, soak
 from bench.common import QUICK, ROOT, machine, postgres, server_version
 from server.render import find_system_chromium
 
-ALL = ["accept", "queue", "render", "soak", "push", "profile"]
+ALL = ["accept", "queue", "render", "egress", "soak", "push", "profile"]
 
 #: Arguments per benchmark in --tiny mode (on top of the quick defaults).
 TINY = {
     "accept": ["--duration", "1"],
     "queue": ["--jobs", "300", "--slots", "4,16", "--latency-jobs", "20"],
     "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
+    "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "profile": ["--duration", "1"],
 }
@@ -114,6 +115,7 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         await step("accept", lambda: accept.run(arguments("accept", accept)))
         await step("queue", lambda: queue.run(arguments("queue", queue)))
         await step("render", lambda: render.run(arguments("render", render)))
+        await step("egress", lambda: egress.run(arguments("egress", egress)))
         await step("soak", lambda: soak.run(arguments("soak", soak)))
         if (ROOT / "bench" / "push.py").exists():
             await step("push", lambda: asyncio.to_thread(push, args.tiny))

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.common import INVOICE, command, invoice_data
+from bench.common import INVOICE, QUICK, command, invoice_data
 from bench.render import RawLoop
 from server import templates
 from server.netpolicy import NetworkPolicy
@@ -109,16 +109,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "document and slot",
         flush=True,
     )
-    return {"command": command(NAME), "args": vars(args), "row": row, "rounds": rounds}
+    argv = ["--docs", args.docs, "--images", args.images, "--slots", args.slots]
+    return {
+        "command": command(NAME, *argv, "--rounds", args.rounds),
+        "args": vars(args),
+        "row": row,
+        "rounds": rounds,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=20 if QUICK else 60)
+    parser.add_argument("--images", type=int, default=10)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2 if QUICK else 5)
+    return parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=60)
-    parser.add_argument("--images", type=int, default=10)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
-    print(json.dumps(asyncio.run(run(parser.parse_args())), indent=2))
+    print(json.dumps(asyncio.run(run(parser().parse_args())), indent=2))
 
 
 if __name__ == "__main__":

@@ -303,6 +303,20 @@ def summary_rows(results: Result) -> list[list[str]]:
                     "-",
                 ]
             )
+    egress = results.get("egress")
+    if egress:
+        row = egress["row"]
+        rows.append(
+            [
+                f"P3 render through the egress gate: the invoice with "
+                f"{egress['args']['images'] + 1} subresources, {egress['args']['slots']} slots",
+                f"{row['pressroom']:.1f} PDFs/s",
+                f"{row['raw']:.1f} PDFs/s (raw Playwright, direct connections)",
+                f"{row['ratio']:.2f}",
+                "-",
+                "-",
+            ]
+        )
     soak = results.get("soak")
     if soak:
         jobs = soak["samples"][-1]["jobs"]
@@ -654,6 +668,49 @@ def render_section(render: Result) -> str:
     )
 
 
+def egress_section(egress: Result) -> str:
+    row, args = egress["row"], egress["args"]
+    each = ", ".join(f"{r['ratio']:.2f}" for r in egress["rounds"])
+    cost_ms = (1 / row["pressroom"] - 1 / row["raw"]) * 1000 * args["slots"]
+    return "\n".join(
+        [
+            "## Egress gate",
+            "",
+            "Every connection Chromium opens for Pressroom goes through its egress gate (an HTTP "
+            "proxy per render slot that checks the address it connects to). A template without "
+            "subresources opens none, so the render path above pays nothing for it; this "
+            f"measures a page that does: the invoice with a stylesheet and {args['images']} "
+            "images from an allow-listed server on 127.0.0.1, each document's own URLs (nothing "
+            "from Chromium's cache), printed by Pressroom's renderer and by a raw Playwright "
+            "loop whose Chromium connects directly, in alternating rounds in one process.",
+            "",
+            table(
+                [
+                    "slots",
+                    "documents per round",
+                    "raw Playwright PDFs/s",
+                    "Pressroom PDFs/s",
+                    "ratio (every round)",
+                    "ms per document and slot",
+                ],
+                [
+                    [
+                        str(args["slots"]),
+                        str(args["docs"]),
+                        f"{row['raw']:.1f}",
+                        f"{row['pressroom']:.1f}",
+                        f"{row['ratio']:.2f} ({each})",
+                        f"{cost_ms:+.1f}",
+                    ]
+                ],
+            ),
+            "",
+            _command(egress),
+            "",
+        ]
+    )
+
+
 def soak_section(soak: Result) -> str:
     first, last = soak["samples"][0], soak["samples"][-1]
     base = next(s for s in soak["samples"] if s["jobs"] >= soak["from_job"])
@@ -868,6 +925,7 @@ def markdown(results: Result) -> str:
         accept_section(results["accept"]) if "accept" in results else "",
         queue_section(results["queue"]) if "queue" in results else "",
         render_section(results["render"]) if "render" in results else "",
+        egress_section(results["egress"]) if "egress" in results else "",
         soak_section(results["soak"]) if "soak" in results else "",
         push_section(results.get("push")),
         profile_section(results["profile"]) if "profile" in results else "",

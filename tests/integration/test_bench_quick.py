@@ -16,6 +16,7 @@ SECTIONS = [
     "## Accept path (P1)",
     "## Queue path (P4)",
     "## Render path (P3)",
+    "## Egress gate",
     "## Soak (P6)",
     "## Push (Socket.IO, SSE)",
     "## Profile",
