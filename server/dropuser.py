@@ -51,6 +51,7 @@ def launcher(chromium: str, user: str) -> tuple[Launcher | None, str]:
     if setpriv is None:
         raise RuntimeError("running as root needs setpriv (util-linux) to start Chromium")
     folder = Path(tempfile.mkdtemp(prefix="pressroom-chromium-"))
+    folder.chmod(0o711)  # the user must reach its home below it (and read nothing else here)
     home = folder / "home"
     home.mkdir()
     os.chown(home, entry.pw_uid, entry.pw_gid)
