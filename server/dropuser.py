@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+PREFIX = "pressroom-chromium-"
 _SCRIPT = """#!/bin/sh
 # Written by Pressroom: runs Chromium as {user}, not as root.
 for arg in "$@"; do
@@ -50,7 +51,8 @@ def launcher(chromium: str, user: str) -> tuple[Launcher | None, str]:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         raise RuntimeError("running as root needs setpriv (util-linux) to start Chromium")
-    folder = Path(tempfile.mkdtemp(prefix="pressroom-chromium-"))
+    _remove_stale()
+    folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     folder.chmod(0o711)  # the user must reach its home below it (and read nothing else here)
     home = folder / "home"
     home.mkdir()
@@ -68,3 +70,11 @@ def launcher(chromium: str, user: str) -> tuple[Launcher | None, str]:
     )
     script.chmod(0o700)
     return Launcher(str(script), user, folder), user
+
+
+def _remove_stale() -> None:
+    """Launchers of Pressroom processes that ended without removing theirs (killed)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+        pid = folder.name.removeprefix(PREFIX).partition("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
