@@ -23,6 +23,7 @@ from server.app import create_app
 from server.protocol import AppRunner
 from server.settings import Settings
 from tests.pdfs import FakeRenderer
+from tests.sio import SioClient
 
 TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
 
@@ -177,3 +178,17 @@ async def api(start_app: Callable[..., Any], fake_renderer: FakeRenderer) -> Run
     covers PRESSROOM_PREFETCH=1, one job claimed ahead)."""
     app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, prefetch=0)
     return app
+
+
+@pytest.fixture
+async def sio() -> AsyncIterator[Callable[[], SioClient]]:
+    """Socket.IO clients made on demand, all closed at the end."""
+    clients: list[SioClient] = []
+
+    def make() -> SioClient:
+        clients.append(SioClient())
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        await client.close()

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from pypdf import PdfReader
 
 from tests.conftest import RunningApp
-from tests.sse import collect
+from tests.e2e.test_ssrf import render, text_of
 
 pytestmark = pytest.mark.browser
 
@@ -172,18 +172,9 @@ def scripted_page(canary: Canary, redirector: str) -> str:
 
 
 async def run_job(app: RunningApp, template: str, **options: Any) -> dict[str, Any]:
-    body = {"template": template, "options": options}
-    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
-        assert resp.status == 202, await resp.text()
-        job = await resp.json()
-    got = await collect(app.http, app.url(job["links"]["events"]), timeout_s=60)
-    final: dict[str, Any] = got[-1].json["job"]
-    assert final["status"] == "done", final
-    async with app.http.get(final["url"]) as resp:
-        final["text"] = "\n".join(
-            page.extract_text() for page in PdfReader(BytesIO(await resp.read())).pages
-        )
-    return final
+    job, pdf = await render(app, template, **options)
+    job["text"] = text_of(pdf)
+    return job
 
 
 @pytest.mark.parametrize("scripts", [False, True], ids=["javascript-off", "javascript-on"])

@@ -76,8 +76,12 @@ async def intranet() -> AsyncIterator[Intranet]:
     await server.close()
 
 
-async def render(app: RunningApp, template: str) -> tuple[dict[str, Any], PdfReader]:
-    async with app.http.post(app.url("/v1/jobs"), json={"template": template}) as resp:
+async def render(
+    app: RunningApp, template: str, **options: Any
+) -> tuple[dict[str, Any], PdfReader]:
+    """Submit a job, wait for it to be done, and read its PDF."""
+    body = {"template": template, "options": options}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
         assert resp.status == 202, await resp.text()
         job = await resp.json()
     got = await collect(app.http, app.url(job["links"]["events"]), timeout_s=60)

@@ -6,7 +6,7 @@ database (the CLI's, or another connection's): every server notices it by itself
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,19 +60,6 @@ async def since_revoked_s(pool: asyncpg.Pool, key_id: int) -> float:
 async def status_of(session: ClientSession, url: str, **kwargs: Any) -> int:
     async with session.get(url, **kwargs) as resp:
         return resp.status
-
-
-@pytest.fixture
-async def sio() -> AsyncIterator[Callable[[], SioClient]]:
-    clients: list[SioClient] = []
-
-    def make() -> SioClient:
-        clients.append(SioClient())
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        await client.close()
 
 
 async def test_sse_streams_of_a_revoked_key_get_closed_and_its_tokens_and_links_401(

@@ -40,19 +40,6 @@ def is_done(name: str, data: Any) -> bool:
     return name == "job" and data["type"] == "job.done"
 
 
-@pytest.fixture
-async def sio() -> Any:
-    clients: list[SioClient] = []
-
-    def make() -> SioClient:
-        clients.append(SioClient())
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        await client.close()
-
-
 @pytest.mark.parametrize("transport", ["websocket", "polling"])
 async def test_job_subscription_gets_history_then_live_same_as_sse(
     api: RunningApp, fake_renderer: FakeRenderer, sio: Callable[[], SioClient], transport: str
