@@ -47,7 +47,7 @@ from bench.common import (
 )
 from server import templates
 from server.options import RenderOptions
-from server.render import CHROMIUM_ARGS, PRINT_VIEWPORT, find_system_chromium
+from server.render import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium
 
 NAME = "bench.render"
 
@@ -101,12 +101,12 @@ class RawLoop:
 
     async def __aenter__(self) -> RawLoop:
         playwright = await self._stack.enter_async_context(async_playwright())
-        try:
-            browser = await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
-        except Exception:
-            browser = await playwright.chromium.launch(
-                executable_path=find_system_chromium(), args=list(CHROMIUM_ARGS)
-            )
+        # A launch that fails for want of Playwright's own build leaves its profile folder
+        # behind: choose the executable first.
+        browser = await playwright.chromium.launch(
+            executable_path=choose_chromium(playwright.chromium.executable_path),
+            args=list(CHROMIUM_ARGS),
+        )
         self._stack.push_async_callback(browser.close)
         self._pages = [await browser.new_page(viewport=self._viewport) for _ in range(self._slots)]
         return self

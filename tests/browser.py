@@ -10,23 +10,16 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, web
 from playwright.async_api import Browser, Playwright, async_playwright
-from playwright.async_api import Error as PlaywrightError
 
 from server.app import create_app
 from server.protocol import AppRunner
-from server.render import CHROMIUM_ARGS, find_system_chromium
+from server.render import CHROMIUM_ARGS, choose_chromium
 from server.settings import Settings
 
 
 async def launch(playwright: Playwright) -> Browser:
     """Playwright's Chromium, else the system one (as the renderer does)."""
-    try:
-        return await playwright.chromium.launch(args=list(CHROMIUM_ARGS))
-    except PlaywrightError as exc:
-        if "Executable doesn't exist" not in str(exc):
-            raise
-    executable = find_system_chromium()
-    assert executable is not None, "no Chromium: install Playwright's or a system one"
+    executable = choose_chromium(playwright.chromium.executable_path)
     return await playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS))
 
 
