@@ -31,13 +31,16 @@ if timeout 300 "$py" -m playwright install chromium >/dev/null 2>&1; then
 fi
 
 echo "install-browser: Playwright's browser download is not available here; using a system Chromium"
-for name in "${PRESSROOM_CHROMIUM:-}" chromium chromium-browser google-chrome; do
+# Debian's headless shell first (what Pressroom prefers: the same PDFs for about half the CPU),
+# and the full chromium beside it (the fallback, and what the dashboard tests drive).
+if ! command -v chromium-headless-shell >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 ||
+  fonts_missing; then
+  apt_install chromium-headless-shell chromium $fonts || true
+fi
+found=""
+for name in "${PRESSROOM_CHROMIUM:-}" chromium-headless-shell chromium chromium-browser google-chrome; do
   [ -n "$name" ] && command -v "$name" >/dev/null 2>&1 && found=$(command -v "$name") && break
 done
-if [ -z "${found:-}" ] || fonts_missing; then
-  apt_install chromium $fonts || true
-  found=$(command -v chromium || command -v chromium-browser || true)
-fi
 if [ -z "$found" ]; then
   echo "install-browser: no Chromium found; install one and set PRESSROOM_CHROMIUM=/path/to/chrome" >&2
   exit 1

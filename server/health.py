@@ -51,13 +51,7 @@ async def readyz(request: web.Request) -> web.Response:
     ready = all(value == "ok" for value in results.values())
     body: dict[str, Any] = {"ready": ready, "checks": results}
     if CHROMIUM in app:
-        chromium = app[CHROMIUM]
-        body["browser"] = {
-            "engine": chromium.engine,
-            "user": chromium.user,
-            "sandbox": chromium.sandbox,
-            "memory_bound": chromium.memory_bound,
-        }
+        body["browser"] = app[CHROMIUM].about()
     return web.json_response(body, status=200 if ready else 503)
 
 

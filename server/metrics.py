@@ -9,7 +9,12 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from server.jobs import JobState
@@ -121,6 +126,10 @@ class _Snapshot(Collector):
             "Chromium relaunches after a crash, hang or recycle.",
             value=max(snap.get("launches", 0) - 1, 0),
         )
+        if "browser" in snap:
+            browser = InfoMetricFamily("pressroom_browser", "The browser that renders.")
+            browser.add_metric([], snap["browser"])
+            yield browser
         yield GaugeMetricFamily(
             "pressroom_db_pool_size", "Connections in the pool.", value=snap.get("pool_size", 0)
         )
@@ -154,5 +163,10 @@ async def refresh(app: web.Application, metrics: Metrics) -> None:
         "at": time.time(),
     }
     if keys.CHROMIUM in app:
-        snapshot["launches"] = app[keys.CHROMIUM].launches
+        chromium = app[keys.CHROMIUM]
+        snapshot["launches"] = chromium.launches
+        snapshot["browser"] = {
+            key: str(value).lower() if isinstance(value, bool) else value
+            for key, value in chromium.about().items()
+        }
     metrics.snapshot = snapshot

@@ -61,7 +61,9 @@ CHROMIUM_ARGS = (
     # QUIC and WebRTC's UDP; and Chromium resolves no name itself (a proxied request needs
     # none), so DNS prefetch and anything that would bypass the gate find no address.
     "--disable-quic",
+    # The full browser reads the first, the headless shell the second (each ignores the other).
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
     "--no-pings",
     # A job's frames share its renderer process, so one memory bound covers all of them
@@ -69,7 +71,15 @@ CHROMIUM_ARGS = (
     "--disable-site-isolation-trials",
     "--disable-features=IsolateOrigins,site-per-process",
 )
-SYSTEM_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# After Playwright's own build (itself the headless shell), in this order: the headless shell
+# prints what the full browser prints with about half its CPU; the full browser after it.
+SYSTEM_CHROMIUM_NAMES = (
+    "chromium-headless-shell",
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+    "google-chrome-stable",
+)
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 CLOSE_TIMEOUT_S = 5.0
 # Reading PSS walks every mapping of every Chromium process (about 50 ms of CPU with two
@@ -125,7 +135,10 @@ def choose_chromium(playwright_build: str) -> str:
         return playwright_build
     found = find_system_chromium()
     if found is None:
-        raise RuntimeError("no Chromium found: run `make install` or set PRESSROOM_CHROMIUM")
+        raise RuntimeError(
+            "no Chromium found: run `make install` (Playwright's browser, else Debian's "
+            "chromium-headless-shell or chromium) or set PRESSROOM_CHROMIUM"
+        )
     log.info("Playwright's Chromium is not installed; using %s", found)
     return found
 
@@ -258,6 +271,15 @@ class ChromiumRenderer:
         """The user Chromium runs as."""
         return self._user
 
+    def about(self) -> dict[str, str | bool]:
+        """What runs the renders, for /readyz and /metrics."""
+        return {
+            "engine": self.engine,
+            "user": self._user,
+            "sandbox": self.sandbox,
+            "memory_bound": self.memory_bound,
+        }
+
     @property
     def driver_pid(self) -> int | None:
         """Playwright's driver process, below which this renderer's Chromium runs."""
@@ -317,7 +339,8 @@ class ChromiumRenderer:
             log.warning("Chromium's sandbox is not available here: %s", _first_line(exc))
             browser = await self._playwright.chromium.launch(chromium_sandbox=False, **options)
             self.sandbox = False
-        self.engine = f"Chromium {browser.version} ({self._executable})"
+        kind = "headless shell" if "headless" in os.path.basename(self._executable) else "Chromium"
+        self.engine = f"{kind} {browser.version} ({self._executable})"
         self._browser = browser
         self._generation += 1
         self._idle = []

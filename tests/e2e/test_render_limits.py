@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import Callable
+from io import BytesIO
 from typing import Any
 
 import pytest
+from pypdf import PdfReader
 
 from server.cgroups import RenderCgroups
 from server.keys import CHROMIUM
@@ -98,7 +101,7 @@ async def test_chromium_runs_unprivileged_with_its_sandbox(
     assert (await final_state(app, job))["status"] == "done"
     async with app.http.get(app.url("/readyz")) as resp:
         browser = (await resp.json())["browser"]
-    assert browser["engine"].startswith("Chromium ")
+    assert browser["engine"].startswith(("Chromium ", "headless shell "))
     assert browser["user"] != "root"
     processes = browser_processes(app.app[CHROMIUM].driver_pid)
     assert processes and all(process.uids().real != 0 for process in processes)
@@ -119,3 +122,26 @@ async def test_printing_stops_one_page_past_the_limit() -> None:
         assert short.pages == 1
     finally:
         await renderer.close()
+
+
+async def test_the_headless_shell_is_preferred_and_runs_scripts(
+    start_app: Callable[..., Any],
+) -> None:
+    if shutil.which("chromium-headless-shell") is None:
+        pytest.skip("Debian's chromium-headless-shell is not installed (make install installs it)")
+    app: RunningApp = await start_app(render_slots=1)
+    job_id = await submit(
+        app,
+        '<h1 id="t">static</h1><script>document.getElementById("t").textContent = '
+        '"written by a script";</script>',
+    )
+    job = await final_state(app, job_id)
+    assert job["status"] == "done"
+    async with app.http.get(job["url"]) as resp:
+        text = PdfReader(BytesIO(await resp.read())).pages[0].extract_text()
+    assert "written by a script" in text
+    async with app.http.get(app.url("/readyz")) as resp:
+        engine = (await resp.json())["browser"]["engine"]
+    assert engine.startswith("headless shell ") and "chromium-headless-shell" in engine
+    async with app.http.get(app.url("/metrics")) as resp:
+        assert f'pressroom_browser_info{{engine="{engine}"' in await resp.text()
