@@ -472,6 +472,8 @@ class ChromiumRenderer:
             before = await asyncio.to_thread(renderer_pids, self._driver)
             page = await context.new_page()
             started = await asyncio.to_thread(renderer_pids, self._driver) - before
+            if not started:
+                log.warning("no renderer process appeared for a new page; it is not bounded")
             try:
                 return page, [self._cgroups.confine(pid) for pid in started]
             except OSError as exc:
