@@ -420,14 +420,8 @@ class NetworkPolicy:
         verdict = self._check_static(target)
         if verdict is not None:
             return verdict
-        addresses = await self._lookup(target.host, resolve)
-        if not addresses:
-            return _blocked(f"cannot resolve {target.name}")
-        for address in addresses:
-            verdict = self.check_address(address, target.name)
-            if not verdict.allowed:
-                return verdict
-        return ALLOWED
+        verdict, _addresses = await self.resolve(target.host, resolve=resolve)
+        return verdict
 
     async def resolve(
         self, host: str, *, resolve: Resolver | None = None
