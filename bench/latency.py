@@ -1,0 +1,140 @@
+"""Submit→PDF latency on an idle server, one job at a time, against a raw loop printing the
+same page one at a time.
+
+Pressroom: a client in a process of its own follows the all-jobs stream live (`job.done`,
+`job.failed` only), then for each document takes the time, POSTs it and waits for its
+`job.done`: that span is the latency a user waiting on SSE sees, the file stored and the
+event committed. The floor: one reused page of the same engine, `set_content` then `pdf`
+with Pressroom's PDF arguments, timed per document. Both are started once and warmed, then
+alternate in --rounds rounds of --docs documents; the report gives the medians of the rounds'
+p50 and p99, and the difference Pressroom adds.
+
+    python -m bench.latency [--docs 100] [--rounds 3]
+    python -m bench.latency --client URL --docs N   (the client; prints one JSON line)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+from aiohttp import ClientSession
+
+from bench.common import (
+    FINAL_TYPES,
+    INVOICE,
+    QUICK,
+    checkpoint,
+    command,
+    database,
+    invoice_data,
+    machine,
+    percentile,
+    postgres,
+    run_module,
+    running_app,
+    until_done,
+)
+from bench.render import RawLoop
+from server import templates
+from server.render import PRINT_VIEWPORT
+
+NAME = "bench.latency"
+
+
+async def client(url: str, docs: int) -> list[float]:
+    """Milliseconds from each POST to its job.done on the stream, one job at a time."""
+    latencies: list[float] = []
+    async with ClientSession() as session:
+        async with session.get(f"{url}/v1/events?type={FINAL_TYPES}") as stream:
+            for n in range(docs):
+                body = {"template": INVOICE, "data": invoice_data(n)}
+                started = time.perf_counter()
+                async with session.post(f"{url}/v1/jobs", json=body) as resp:
+                    assert resp.status == 202, await resp.text()
+                    job_id = str((await resp.json())["id"])
+                await until_done(stream, {job_id})
+                latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
+    """Milliseconds per document for the raw loop's single page."""
+    latencies: list[float] = []
+    for doc in html:
+        started = time.perf_counter()
+        await raw.run([doc])
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+def summary(latencies: list[float]) -> dict[str, float]:
+    return {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
+    rounds: list[dict[str, float]] = []
+    async with (
+        postgres(),
+        RawLoop(1, PRINT_VIEWPORT) as raw,
+        database() as dsn,
+        running_app(dsn) as (base, _app),
+    ):
+        await raw.warm(html)
+        await run_module(NAME, "--client", base, "--docs", "4")
+        await checkpoint(dsn)
+        for _ in range(args.rounds):
+            floor = summary(await raw_latencies(raw, html))
+            ours = summary(await run_module(NAME, "--client", base, "--docs", str(args.docs)))
+            rounds.append(
+                {
+                    "raw_p50": floor["p50"],
+                    "raw_p99": floor["p99"],
+                    "p50": ours["p50"],
+                    "p99": ours["p99"],
+                    "added_p50": ours["p50"] - floor["p50"],
+                    "added_p99": ours["p99"] - floor["p99"],
+                }
+            )
+    row = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    print(
+        f"latency docs={args.docs}: raw print p50 {row['raw_p50']:.1f} ms p99 "
+        f"{row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 {row['p50']:.1f} ms p99 "
+        f"{row['p99']:.1f} ms; added p50 {row['added_p50']:+.1f} ms p99 {row['added_p99']:+.1f} ms "
+        f"(median of {args.rounds} rounds)",
+        flush=True,
+    )
+    return {
+        "args": vars(args),
+        "command": command(NAME, f"--docs {args.docs}", f"--rounds {args.rounds}"),
+        "row": row,
+        "rounds": rounds,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs", type=int, default=20 if QUICK else 100, help="per round")
+    parser.add_argument("--rounds", type=int, default=1 if QUICK else 3)
+    parser.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.client:
+        print(json.dumps(asyncio.run(client(args.client, args.docs))))
+        return
+    print(f"machine: {machine()}")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
