@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from server import jobs
+from server.errors import DB_OR_QUERY_ERRORS
 from server.jobs import NewJob
 from server.problems import Problem
 from server.sql import query
@@ -182,7 +183,7 @@ class InFlight:
     async def _refresh(self, pool: asyncpg.Pool, tenant: str, seen_at: float) -> int:
         try:
             return await self._read(pool, tenant, seen_at)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DB_OR_QUERY_ERRORS as exc:
             log.warning("could not read jobs in flight: %s", exc)  # the next admission tries again
             return -1
 
