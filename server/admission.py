@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from server import jobs
+from server.errors import DB_OR_QUERY_ERRORS
 from server.jobs import NewJob
 from server.problems import Problem
 from server.sql import query
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 IN_FLIGHT_RETRY_S = 5
 IDEMPOTENCY_BUSY_RETRY_S = 1
 MAX_IDEMPOTENCY_KEY_CHARS = 255
-PRUNE_INTERVAL_S = 600.0
 
 
 class RateLimiter:
@@ -183,7 +183,7 @@ class InFlight:
     async def _refresh(self, pool: asyncpg.Pool, tenant: str, seen_at: float) -> int:
         try:
             return await self._read(pool, tenant, seen_at)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DB_OR_QUERY_ERRORS as exc:
             log.warning("could not read jobs in flight: %s", exc)  # the next admission tries again
             return -1
 
@@ -218,14 +218,7 @@ async def _check_in_flight(
         raise _too_many(count, max_in_flight)
 
 
-async def prune_loop(pool: asyncpg.Pool, *, key_ttl_s: int) -> None:
+async def prune_keys(pool: asyncpg.Pool, *, key_ttl_s: int) -> None:
     """Forget Idempotency-Keys older than their retention, so they can be used again."""
-    while True:
-        try:
-            while (
-                pruned := await pool.execute(query("idempotency_prune"), key_ttl_s)
-            ) != "UPDATE 0":
-                log.info("forgot expired idempotency keys: %s", pruned)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("idempotency key pruning failed: %s", exc)
-        await asyncio.sleep(PRUNE_INTERVAL_S)
+    while (pruned := await pool.execute(query("idempotency_prune"), key_ttl_s)) != "UPDATE 0":
+        log.info("forgot expired idempotency keys: %s", pruned)

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import logging
 import math
-import re
 import uuid
 from typing import Any
 
@@ -27,11 +26,13 @@ from server import (
     templates,
     webhooks,
 )
+from server.errors import DB_ERRORS
 from server.events import JobEvent, Position
+from server.http_common import json_response, read_json, tenant_of
 from server.hub import SubscriberDropped, Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
 from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
-from server.problems import DB_ERRORS, Problem, invalid, not_found
+from server.problems import Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
 
@@ -53,89 +54,11 @@ MAX_WAIT_S = 60
 routes = web.RouteTableDef()
 
 
-def tenant_of(request: web.Request) -> str:
-    """The tenant every query of this request is scoped to."""
-    tenant: str = request.get(auth.TENANT, auth.DEV_TENANT)
-    return tenant
-
-
 def parse_job_id(request: web.Request) -> uuid.UUID:
     try:
         return uuid.UUID(request.match_info["job_id"])
     except ValueError:
         raise not_found() from None
-
-
-async def read_json(request: web.Request) -> Any:
-    if request.content_type not in ("application/json", "") and not request.content_type.endswith(
-        "+json"
-    ):
-        raise Problem(415, "Unsupported media type", "Send the body as application/json.")
-    raw = await request.read()
-    try:
-        body = jsontext.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
-        # NUL and lone surrogates can only arrive as \u escapes: most bodies have none.
-        if _SUSPECT_ESCAPE.search(raw):
-            _check_text(body)
-        return body
-    except UnicodeDecodeError:
-        raise Problem(
-            400, "Malformed body", "The body is not valid UTF-8.", kind="malformed-body"
-        ) from None
-    except RecursionError:
-        raise Problem(
-            400, "Malformed body", "The JSON is nested too deeply.", kind="malformed-body"
-        ) from None
-    except ValueError as exc:
-        raise Problem(
-            400, "Malformed body", f"The body is not valid JSON: {exc}", kind="malformed-body"
-        ) from None
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range for a number")
-    return value
-
-
-# \u0000 or \uD800-\uDFFF (an escaped backslash before "u" also matches: then the walk decides).
-_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
-
-
-def _check_text(body: Any) -> None:
-    """PostgreSQL stores neither NUL characters nor unpaired surrogates (valid JSON escapes)."""
-    pending = [body]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-        elif isinstance(value, str) and ("\x00" in value or not _encodable(value)):
-            raise Problem(
-                400,
-                "Malformed body",
-                "Strings must not contain NUL (\\u0000) or unpaired surrogate characters.",
-                kind="malformed-body",
-            )
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def json_response(body: Any, **kwargs: Any) -> web.Response:
-    return web.json_response(body, dumps=jsontext.dumps, **kwargs)
 
 
 def validate_job(

@@ -11,7 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from server import admission, api, batches, db, events, health, library, openapi, retention, sockets
+from server import api, batches, db, health, library, openapi, sockets
+from server import maintenance as services
 from server.admission import InFlight
 from server.auth import Authenticator
 from server.hub import Hub
@@ -38,36 +39,19 @@ from server.metrics import Metrics
 from server.netpolicy import NetworkPolicy
 from server.problems import middleware as problem_middleware
 from server.render import ChromiumRenderer, Renderer
+from server.s3 import open_s3_storage
 from server.settings import Settings
-from server.storage import LocalStorage, open_s3_storage
+from server.storage import LocalStorage
+from server.tasks import background
 from server.webhooks import WebhookSender
-from server.worker import WorkerConfig, Workers, rescue_loop
+from server.worker import WorkerConfig, Workers
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
-PRUNE_INTERVAL_S = 3600.0
 LISTEN_START_TIMEOUT_S = 30.0
 
 RendererFactory = Callable[[Settings], Renderer]
-
-
-@contextlib.asynccontextmanager
-async def background(name: str, coro: Any) -> AsyncIterator[asyncio.Task[None]]:
-    """A named task owned by a cleanup context: cancelled and awaited on exit."""
-    task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_report_crash)
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def _report_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.critical("background task %s crashed", task.get_name(), exc_info=task.exception())
 
 
 def create_app(
@@ -87,28 +71,17 @@ def create_app(
     app[api.STREAMS_KEY] = set()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
-        embedded = None
-        dsn = settings.database_url
-        if dsn is None:
-            embedded = db.EmbeddedPostgres(settings.data_dir / "postgres")
-            dsn = await embedded.start()
-            log.info("embedded PostgreSQL running in %s", embedded.folder)
-        app[DSN] = dsn
-        conn = await db.connect(dsn)
-        try:
-            await db.migrate(conn)
-        finally:
-            await conn.close()
-        pool = await db.create_pool(
-            dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max
-        )
-        app[POOL] = pool
-        app[GROUP_COMMIT] = GroupCommit(pool)
-        app[IN_FLIGHT] = InFlight()
-        yield
-        await pool.close()
-        if embedded is not None:
-            await embedded.stop()
+        async with db.server(settings) as dsn:
+            app[DSN] = dsn
+            await db.migrate_at(dsn)
+            pool = await db.create_pool(
+                dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+            )
+            app[POOL] = pool
+            app[GROUP_COMMIT] = GroupCommit(pool)
+            app[IN_FLIGHT] = InFlight()
+            yield
+            await pool.close()
 
     async def storage(app: web.Application) -> AsyncIterator[None]:
         if settings.storage == "s3":
@@ -217,19 +190,11 @@ def create_app(
     async def authentication(app: web.Application) -> AsyncIterator[None]:
         # Before the browser starts: a server that must not run open stops right away.
         await authenticator.start(app[POOL])
-        pruner = admission.prune_loop(app[POOL], key_ttl_s=settings.idempotency_ttl_s)
-        async with (
-            background("idempotency-pruner", pruner),
-            background("auth-refresh", authenticator.refresh_loop()),
-        ):
+        async with background("auth-refresh", authenticator.refresh_loop()):
             yield
 
     async def maintenance(app: web.Application) -> AsyncIterator[None]:
-        async with (
-            background("rescuer", rescue_loop(app[POOL], interval_s=settings.rescue_interval_s)),
-            background("pruner", _prune_loop(app)),
-            background("retention", _retention_loop(app)),
-        ):
+        async with services.running(app[POOL], app[STORAGE], settings):
             yield
 
     app.cleanup_ctx.extend(
@@ -255,24 +220,6 @@ async def _report_storage(storage: Any) -> None:
         await storage.check()
     except Exception as exc:
         log.error("storage is not ready (/readyz fails until it is): %s", exc)
-
-
-async def _retention_loop(app: web.Application) -> None:
-    days = app[SETTINGS].retention_days
-    if days:
-        await retention.run(app[POOL], app[STORAGE], older_than_days=days)
-
-
-async def _prune_loop(app: web.Application) -> None:
-    settings = app[SETTINGS]
-    while True:
-        try:
-            pruned = await events.prune(app[POOL], older_than_s=settings.event_retention_s)
-            if pruned:
-                log.info("pruned %s events older than %s s", pruned, settings.event_retention_s)
-        except Exception as exc:
-            log.warning("event pruning failed: %s", exc)
-        await asyncio.sleep(PRUNE_INTERVAL_S)
 
 
 async def _close_streams(app: web.Application) -> None:

@@ -34,6 +34,7 @@ import asyncpg
 from aiohttp import web
 
 from server.admission import RateLimiter
+from server.errors import DB_OR_QUERY_ERRORS
 from server.problems import Problem
 from server.settings import Settings, new_webhook_secret
 from server.sql import query
@@ -419,7 +420,7 @@ class Authenticator:
             try:
                 await self._refresh_used_keys()
                 await self._read_keys_active()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DB_OR_QUERY_ERRORS as exc:
                 log.warning("could not refresh API keys: %s", exc)  # requests read them
 
     async def _refresh_used_keys(self) -> None:

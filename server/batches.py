@@ -17,6 +17,7 @@ import asyncpg
 from aiohttp import web
 
 from server import admission, api, library, templates
+from server.http_common import json_response, read_json, tenant_of
 from server.jobs import NewJob, job_columns
 from server.keys import POLICY, POOL, SETTINGS
 from server.problems import Problem, invalid, not_found
@@ -81,7 +82,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         for item in items
         if isinstance(item, dict) and (ref := library.parse_template_id(item.get("template_id")))
     ]
-    stored = await library.find(request.app[POOL], api.tenant_of(request), refs)
+    stored = await library.find(request.app[POOL], tenant_of(request), refs)
     await templates.warm(
         (item.get("template") for item in items if isinstance(item, dict)),
         max_bytes=request.app[SETTINGS].max_template_bytes,
@@ -128,8 +129,8 @@ async def create_batch(request: web.Request) -> web.Response:
     """One job per item, in one transaction with one NOTIFY; the same request again answers
     with the same batch (200) and creates nothing."""
     settings = request.app[SETTINGS]
-    tenant = api.tenant_of(request)
-    body = await api.read_json(request)
+    tenant = tenant_of(request)
+    body = await read_json(request)
     batch = await _validate(request, body)
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("batch_lock"), tenant)
@@ -145,7 +146,7 @@ async def create_batch(request: web.Request) -> web.Response:
                 extra={"batch_id": str(batch_id), "tenant": tenant, "new_jobs": created},
             )
     shown = await present_batch(request, batch_id, tenant)
-    return api.json_response(
+    return json_response(
         shown, status=200 if replayed else 202, headers={"Location": shown["links"]["self"]}
     )
 
@@ -234,4 +235,4 @@ async def get_batch(request: web.Request) -> web.Response:
         batch_id = uuid.UUID(request.match_info["batch_id"])
     except ValueError:
         raise not_found("batch") from None
-    return api.json_response(await present_batch(request, batch_id, api.tenant_of(request)))
+    return json_response(await present_batch(request, batch_id, tenant_of(request)))

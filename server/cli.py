@@ -118,37 +118,21 @@ async def run_server(settings: Settings) -> None:
 
 
 async def run_migrate(settings: Settings) -> None:
-    embedded = None
-    dsn = settings.database_url
-    if dsn is None:
-        embedded = db.EmbeddedPostgres(settings.data_dir / "postgres")
-        dsn = await embedded.start()
-    conn = await db.connect(dsn)
-    try:
-        applied = await db.migrate(conn)
-        print(f"applied {len(applied)} migrations" + (f": {', '.join(applied)}" if applied else ""))
-    finally:
-        await conn.close()
-        if embedded is not None:
-            await embedded.stop()
+    async with db.server(settings) as dsn:
+        applied = await db.migrate_at(dsn)
+    print(f"applied {len(applied)} migrations" + (f": {', '.join(applied)}" if applied else ""))
 
 
 @contextlib.asynccontextmanager
 async def _database(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
     """A migrated connection to the database `pressroom serve` would use."""
-    embedded = None
-    dsn = settings.database_url
-    if dsn is None:
-        embedded = db.EmbeddedPostgres(settings.data_dir / "postgres")
-        dsn = await embedded.start()
-    conn = await db.connect(dsn)
-    try:
-        await db.migrate(conn)
-        yield conn
-    finally:
-        await conn.close()
-        if embedded is not None:
-            await embedded.stop()
+    async with db.server(settings) as dsn:
+        conn = await db.connect(dsn)
+        try:
+            await db.migrate(conn)
+            yield conn
+        finally:
+            await conn.close()
 
 
 async def run_keys(settings: Settings, args: argparse.Namespace) -> int:

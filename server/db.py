@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from server import jsontext, sql
+
+if TYPE_CHECKING:
+    from server.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,22 @@ class EmbeddedPostgres:
         if self._server is not None:
             await asyncio.to_thread(self._server.cleanup)
             self._server = None
+
+
+@contextlib.asynccontextmanager
+async def server(settings: Settings) -> AsyncIterator[str]:
+    """The DSN of the database `settings` name: DATABASE_URL, or else the embedded server in
+    the data folder, started here (the only place Pressroom starts it) and stopped on exit."""
+    if settings.database_url is not None:
+        yield settings.database_url
+        return
+    embedded = EmbeddedPostgres(settings.data_dir / "postgres")
+    dsn = await embedded.start()
+    log.info("embedded PostgreSQL running in %s", embedded.folder)
+    try:
+        yield dsn
+    finally:
+        await embedded.stop()
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
@@ -107,6 +128,15 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
+
+
+async def migrate_at(dsn: str) -> list[str]:
+    """`migrate` over a connection of its own, closed after."""
+    conn = await connect(dsn)
+    try:
+        return await migrate(conn)
+    finally:
+        await conn.close()
 
 
 async def connect(dsn: str) -> asyncpg.Connection:

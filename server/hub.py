@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 
 from server import events
+from server.errors import DB_OR_QUERY_ERRORS
 from server.events import JobEvent, Position
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class Hub:
                     self.position = await events.head(self._pool)
                 before = self.position
                 held = await self._read_new()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DB_OR_QUERY_ERRORS as exc:
                 log.warning("event log read failed, retrying: %s", exc)
                 await asyncio.sleep(ERROR_RETRY_S)
                 continue

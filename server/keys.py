@@ -1,38 +1,44 @@
-"""Every typed key stored on the aiohttp application or request."""
+"""Every typed key stored on the aiohttp application.
+
+The types are named for the type checker only: importing this module loads none of the
+modules it names, so a module low in the house (metrics, health) can read the app's
+resources without pulling in the browser, S3 or the worker.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from typing import TYPE_CHECKING
 
-import asyncpg
 from aiohttp import web
 
-from server.admission import InFlight
-from server.auth import Authenticator
-from server.hub import Hub
-from server.jobs import GroupCommit
-from server.listener import Listener
-from server.metrics import Metrics
-from server.netpolicy import NetworkPolicy
-from server.render import ChromiumRenderer, Renderer
-from server.settings import Settings
-from server.storage import Storage
-from server.webhooks import WebhookSender
-from server.worker import Workers
+if TYPE_CHECKING:
+    import asyncpg
 
-SETTINGS = web.AppKey("settings", Settings)
-METRICS = web.AppKey("metrics", Metrics)
-AUTH = web.AppKey("auth", Authenticator)
-DSN = web.AppKey("dsn", str)
-POOL = web.AppKey("pool", asyncpg.Pool)
-GROUP_COMMIT = web.AppKey("group_commit", GroupCommit)
-IN_FLIGHT = web.AppKey("in_flight", InFlight)
-POLICY = web.AppKey("policy", NetworkPolicy)
-HUB = web.AppKey("hub", Hub)
-LISTENER = web.AppKey("listener", Listener)
-RENDERER = web.AppKey("renderer", Renderer)
-CHROMIUM = web.AppKey("chromium", ChromiumRenderer)
-STORAGE = web.AppKey("storage", Storage)
-WORKERS = web.AppKey("workers", Workers)
-WEBHOOKS = web.AppKey("webhooks", WebhookSender)
-STREAMS = web.AppKey("streams", set[asyncio.Task[None]])
+    from server.admission import InFlight
+    from server.auth import Authenticator
+    from server.hub import Hub
+    from server.jobs import GroupCommit
+    from server.listener import Listener
+    from server.metrics import Metrics
+    from server.netpolicy import NetworkPolicy
+    from server.render import ChromiumRenderer, Renderer
+    from server.settings import Settings
+    from server.storage import Storage
+    from server.webhooks import WebhookSender
+    from server.worker import Workers
+
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+AUTH: web.AppKey[Authenticator] = web.AppKey("auth")
+DSN: web.AppKey[str] = web.AppKey("dsn")
+POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
+GROUP_COMMIT: web.AppKey[GroupCommit] = web.AppKey("group_commit")
+IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("in_flight")
+POLICY: web.AppKey[NetworkPolicy] = web.AppKey("policy")
+HUB: web.AppKey[Hub] = web.AppKey("hub")
+LISTENER: web.AppKey[Listener] = web.AppKey("listener")
+RENDERER: web.AppKey[Renderer] = web.AppKey("renderer")
+CHROMIUM: web.AppKey[ChromiumRenderer] = web.AppKey("chromium")
+STORAGE: web.AppKey[Storage] = web.AppKey("storage")
+WORKERS: web.AppKey[Workers] = web.AppKey("workers")
+WEBHOOKS: web.AppKey[WebhookSender] = web.AppKey("webhooks")

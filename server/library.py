@@ -13,8 +13,9 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import api, jsontext, options, templates
+from server import jsontext, options, templates
 from server.errors import PermanentError, RenderError
+from server.http_common import json_response, read_json, tenant_of
 from server.keys import POOL, RENDERER, SETTINGS
 from server.problems import Problem, invalid, not_found
 from server.sql import query
@@ -103,7 +104,7 @@ async def lookup(request: web.Request, body: Any) -> StoredTemplate | None:
     ref = parse_template_id(body.get("template_id")) if isinstance(body, dict) else None
     if ref is None:
         return None
-    found = await find(request.app[POOL], api.tenant_of(request), [ref])
+    found = await find(request.app[POOL], tenant_of(request), [ref])
     return found.get(ref)
 
 
@@ -159,7 +160,7 @@ def _parse_options(raw: Any, errors: list[tuple[str, str]]) -> dict[str, Any]:
 async def create_template(request: web.Request) -> web.Response:
     """Store a new version of a template (the first one is version 1)."""
     settings = request.app[SETTINGS]
-    body = await api.read_json(request)
+    body = await read_json(request)
     if not isinstance(body, dict):
         raise invalid([("", "the body must be a JSON object")])
     errors = [(key, "is not a known field") for key in body if key not in TEMPLATE_FIELDS]
@@ -178,7 +179,7 @@ async def create_template(request: web.Request) -> web.Response:
     _check_object(sample_data, "sample_data", settings.max_data_bytes, errors)
     if errors:
         raise invalid(errors)
-    tenant = api.tenant_of(request)
+    tenant = tenant_of(request)
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("template_lock"), tenant, name)
         row = await conn.fetchrow(
@@ -186,7 +187,7 @@ async def create_template(request: web.Request) -> web.Response:
         )
     stored = StoredTemplate.from_row(row)
     shown = stored.public()
-    return api.json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
+    return json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
 
 
 @routes.get("/v1/templates")
@@ -205,7 +206,10 @@ async def list_templates(request: web.Request) -> web.Response:
             )
         limit = int(raw_limit)
     rows = await request.app[POOL].fetch(
-        query("template_list"), api.tenant_of(request), request.query.get("cursor"), limit + 1
+        query("template_list"),
+        tenant_of(request),
+        request.query.get("cursor"),
+        limit + 1,
     )
     items = [
         {
@@ -218,14 +222,14 @@ async def list_templates(request: web.Request) -> web.Response:
         for row in rows[:limit]
     ]
     next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
-    return api.json_response({"items": items, "next_cursor": next_cursor})
+    return json_response({"items": items, "next_cursor": next_cursor})
 
 
 async def _stored(request: web.Request, template_id: str) -> StoredTemplate:
     ref = parse_template_id(template_id)
     if ref is None:
         raise not_found("template")
-    found = await find(request.app[POOL], api.tenant_of(request), [ref])
+    found = await find(request.app[POOL], tenant_of(request), [ref])
     if ref not in found:
         raise not_found("template")
     return found[ref]
@@ -236,13 +240,13 @@ async def get_template(request: web.Request) -> web.Response:
     """A template's latest version (or `name@version`), with the list of its versions."""
     stored = await _stored(request, request.match_info["template_id"])
     rows = await request.app[POOL].fetch(
-        query("template_versions"), api.tenant_of(request), stored.name
+        query("template_versions"), tenant_of(request), stored.name
     )
     shown = stored.public()
     shown["versions"] = [
         {"version": row["version"], "created_at": row["created_at"].isoformat()} for row in rows
     ]
-    return api.json_response(shown)
+    return json_response(shown)
 
 
 @routes.post("/v1/templates/{template_id}/preview")
@@ -285,7 +289,7 @@ async def preview_inline(request: web.Request) -> web.Response:
 
 
 async def _optional_body(request: web.Request) -> dict[str, Any]:
-    body = await api.read_json(request) if request.can_read_body else {}
+    body = await read_json(request) if request.can_read_body else {}
     if body is None:
         return {}
     if not isinstance(body, dict):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Mapping
 
 import asyncpg
 
 from server import db
+from server.errors import DB_OR_QUERY_ERRORS, backoff_s
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ CHANNEL = "pressroom"
 WEBHOOK_CHANNEL = "pressroom_webhooks"
 KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
+RECONNECT_BASE_S = 0.1
 RECONNECT_MAX_S = 5.0
 
 
@@ -42,9 +43,10 @@ async def hold(
     """Hold a dedicated connection listening on `channels` until cancelled: kept alive with a
     periodic query, reconnected with jittered backoff when lost. `connected` is set while it
     listens; `on_connect` runs after every connect, reconnects included."""
-    delay_s = 0.1
+    losses = 0
     while True:
         conn: asyncpg.Connection | None = None
+        reason = "connection closed"
         try:
             conn = await db.connect(dsn)
             lost = asyncio.Event()
@@ -53,7 +55,7 @@ async def hold(
                 await conn.add_listener(channel, callback)
             connected.set()
             on_connect()
-            delay_s = 0.1
+            losses = 0
             while not lost.is_set():
                 try:
                     async with asyncio.timeout(KEEPALIVE_S):
@@ -61,14 +63,16 @@ async def hold(
                 except TimeoutError:
                     async with asyncio.timeout(KEEPALIVE_TIMEOUT_S):
                         await conn.execute("SELECT 1")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            log.warning("%s lost (%s); reconnecting in %.1f s", name, exc, delay_s)
+        except DB_OR_QUERY_ERRORS as exc:
+            reason = str(exc) or type(exc).__name__
         finally:
             connected.clear()
             if conn is not None and not conn.is_closed():
                 conn.terminate()
-        await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
-        delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+        losses += 1
+        delay_s = backoff_s(losses, base_s=RECONNECT_BASE_S, max_s=RECONNECT_MAX_S)
+        log.warning("%s lost (%s); reconnecting in %.1f s", name, reason, delay_s)
+        await asyncio.sleep(delay_s)
 
 
 class Listener:

@@ -17,6 +17,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from server import keys
 from server.jobs import JobState
 from server.sql import query
 
@@ -145,8 +146,6 @@ class _Snapshot(Collector):
 
 async def refresh(app: web.Application, metrics: Metrics) -> None:
     """Read what is only known at scrape time into the metrics snapshot."""
-    from server import keys
-
     pool = app[keys.POOL]
     rows = await pool.fetch(query("metrics_jobs"))
     states = {row["status"]: row["n"] for row in rows}

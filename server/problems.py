@@ -7,8 +7,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 from aiohttp import web
+
+from server.errors import DB_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +79,6 @@ def invalid(
 
 def not_found(what: str = "job") -> Problem:
     return Problem(404, "Not found", f"No such {what}.", kind="not-found")
-
-
-DB_ERRORS = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-)
 
 
 @web.middleware

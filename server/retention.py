@@ -1,11 +1,13 @@
-"""Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files, then rows."""
+"""Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files, then rows.
+
+server/maintenance.py runs the sweep hourly in every process; one at a time sweeps.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import random
 from pathlib import Path
 
 import asyncpg
@@ -20,10 +22,7 @@ log = logging.getLogger(__name__)
 # Any fixed number works; it only has to be the same in every Pressroom process.
 RETENTION_LOCK = 0x70726574
 BATCH = 100
-INTERVAL_S = 3600.0
 DELETE_CONCURRENCY = 8
-
-DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 
 
 def attempt_keys(row: asyncpg.Record) -> set[str]:
@@ -79,20 +78,3 @@ async def _delete_files(storage: Storage, rows: list[asyncpg.Record]) -> list[ob
 
     results = await asyncio.gather(*(delete_job(row) for row in rows))
     return [row["id"] for row, ok in zip(rows, results, strict=True) if ok]
-
-
-async def run(pool: asyncpg.Pool, storage: Storage, *, older_than_days: int) -> None:
-    """Sweep now and then hourly; every process runs this, one at a time sweeps."""
-    while True:
-        try:
-            deleted = await sweep(pool, storage, older_than_days=older_than_days)
-        except DB_ERRORS as exc:
-            log.warning("retention sweep failed: %s", exc)
-        else:
-            if deleted:
-                log.info(
-                    "retention deleted %s jobs finished more than %s days ago",
-                    deleted,
-                    older_than_days,
-                )
-        await asyncio.sleep(INTERVAL_S * random.uniform(0.9, 1.1))

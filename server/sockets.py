@@ -25,10 +25,11 @@ from socketio.async_pubsub_manager import AsyncPubSubManager
 
 from server import api, auth, events, jobs, listener
 from server.api import MAX_EVENT_ID
+from server.errors import DB_ERRORS
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
-from server.problems import DB_ERRORS, TYPE_BASE, Problem, invalid, not_found
+from server.problems import TYPE_BASE, Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from yarl import URL
 
 from server import jobs, tenants
 from server.auth import NO_KEY
-from server.errors import StorageError
+from server.errors import DB_OR_QUERY_ERRORS, StorageError, jittered
 from server.netpolicy import NetworkPolicy
 from server.settings import Settings
 from server.sql import query
@@ -48,7 +48,9 @@ LEASE_MARGIN_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 USER_AGENT = "Pressroom-Webhooks/1"
 
-DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+#: The sender works in the background: a statement the server refused is tried again later,
+#: as a lost connection is.
+DB_ERRORS = DB_OR_QUERY_ERRORS
 
 
 class WebhookVerificationError(Exception):
@@ -203,7 +205,7 @@ def next_try_in_s(
     Retry-After is honoured up to the schedule's longest step."""
     if attempt > len(schedule_s):
         return None
-    delay = schedule_s[attempt - 1] * random.uniform(0.8, 1.2)
+    delay = jittered(schedule_s[attempt - 1])
     if retry_after is not None:
         delay = max(delay, min(retry_after, max(schedule_s)))
     return delay

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import asyncpg
 
 from server import jobs, options, templates
-from server.errors import PermanentError, RenderError
+from server.errors import DB_ERRORS, PermanentError, RenderError, backoff_s
 from server.events import JobEvent
 from server.jobs import ClaimedJob, JobState
 from server.metrics import Metrics
@@ -25,7 +25,6 @@ from server.storage import Storage
 
 log = logging.getLogger(__name__)
 
-DB_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, TimeoutError)
 FINISH_RETRY_S = 0.5
 STOP_CLAIM_WAIT_S = 5.0
 
@@ -53,12 +52,6 @@ class WorkerConfig:
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
-    """Exponential backoff with jitter: attempt 1 waits about base_s, each next one twice more."""
-    ceiling = min(max_s, base_s * 2 ** (attempt - 1))
-    return random.uniform(ceiling / 2, ceiling)
 
 
 class Workers:
@@ -458,16 +451,3 @@ class Workers:
         with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
             released = await jobs.release(self._pool, job_ids, worker_id=self.worker_id)
             log.info("released %s unfinished jobs back to the queue", released)
-
-
-async def rescue_loop(pool: asyncpg.Pool, *, interval_s: float) -> None:
-    """Every process runs this; SKIP LOCKED keeps them from rescuing the same job twice."""
-    while True:
-        await asyncio.sleep(interval_s * random.uniform(0.8, 1.2))
-        try:
-            count = await jobs.rescue_expired(pool)
-        except (*DB_ERRORS, asyncpg.PostgresError) as exc:
-            log.warning("rescue failed: %s", exc)
-            continue
-        if count:
-            log.warning("rescued %s jobs whose worker stopped renewing its lease", count)

@@ -21,8 +21,8 @@ from moto.server import ThreadedMotoServer
 from pypdf import PdfWriter
 
 from server.errors import StorageError
+from server.s3 import S3Storage, open_s3_storage
 from server.settings import Settings
-from server.storage import S3Storage, open_s3_storage
 
 ACCESS_KEY_ID = "AKIAPRESSROOMTEST01"
 SECRET_ACCESS_KEY = "pressroom-test-secret-0123456789"

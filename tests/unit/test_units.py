@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from server import auth, sql
+from server.errors import backoff_s
 from server.render import count_pages
-from server.worker import backoff_s
 from tests.pdfs import minimal_pdf
 
 
@@ -103,9 +103,9 @@ def test_json_from_the_database_reads_as_json_loads_reads_it(text: str) -> None:
 def test_request_bodies_read_with_the_same_verdicts_as_the_exact_reader(text: str) -> None:
     import json
 
-    from server import api, jsontext
+    from server import http_common, jsontext
 
-    hooks = {"parse_constant": api._no_constant, "parse_float": api._finite}
+    hooks = {"parse_constant": http_common._no_constant, "parse_float": http_common._finite}
 
     def verdict(read: Any) -> str:
         try:
