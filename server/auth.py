@@ -4,11 +4,11 @@ A request's tenant comes from its API key (`Authorization: Bearer KEY`), from a 
 token (`?token=`, streams only: EventSource cannot send headers) or, while no key exists at
 all, is "default" (dev mode: open, and only on a loopback address).
 
-Tokens and download links (server/signing.py) name the key that minted them; keys are kept
-by server/apikeys.py. Each process reads which keys are
-active every auth_cache_s / 2; a revoked key, its tokens and its links are refused from then
-on, and the streams they opened (SSE, Socket.IO, long-polls) are closed: revoking is a write
-to the database from any process (`pressroom keys revoke`), noticed by every server.
+Keys are kept by server/apikeys.py; tokens and download links (server/signing.py) name the
+key that minted them. Each process reads which keys are active every auth_cache_s / 2; a
+revoked key, its tokens and its links are refused from then on, and the streams they opened
+(SSE, Socket.IO, long-polls) are closed: revoking is a write to the database from any process
+(`pressroom keys revoke`), noticed by every server.
 """
 
 from __future__ import annotations
