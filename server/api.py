@@ -23,6 +23,7 @@ from server import (
     jsontext,
     library,
     options,
+    signing,
     templates,
     webhooks,
 )
@@ -215,7 +216,7 @@ async def submit(request: web.Request) -> web.Response:
     body = await present(request, job, new.tenant)
     if request.get(auth.VIA) == auth.VIA_KEY:
         # Browsers must not hold the API key; this token opens this job's stream only.
-        token, _ = auth.make_token(
+        token, _ = signing.make_token(
             settings.secret,
             new.tenant,
             job_id=job["id"],
@@ -252,14 +253,14 @@ async def issue_token(request: web.Request) -> web.Response:
         raise invalid(errors)
     if job_id is not None and await jobs.get(request.app[POOL], job_id, tenant) is None:
         raise not_found()
-    token, expires_at = auth.make_token(
+    token, expires_at = signing.make_token(
         settings.secret,
         tenant,
         job_id=job_id,
         key_id=auth.key_id_of(request),
         ttl_s=settings.token_ttl_s,
     )
-    return json_response(auth.token_response(token, expires_at))
+    return json_response(signing.token_response(token, expires_at))
 
 
 @routes.get("/v1/jobs/{job_id}")
@@ -472,7 +473,7 @@ async def download(request: web.Request) -> web.StreamResponse:
     storage = request.app[STORAGE]
     job_id = parse_job_id(request)
     if "sig" in request.query or "expires" in request.query:
-        minted_by = auth.check_download(
+        minted_by = signing.check_download(
             settings.secret,
             str(job_id),
             request.query.get("expires", ""),
@@ -486,7 +487,7 @@ async def download(request: web.Request) -> web.StreamResponse:
                 "The download link is invalid or has expired.",
                 kind="bad-signature",
             )
-        if minted_by != auth.NO_KEY and not await request.app[AUTH].key_active(minted_by):
+        if minted_by != signing.NO_KEY and not await request.app[AUTH].key_active(minted_by):
             raise auth.revoked("The download link was made with an API key that has been revoked.")
         row = await request.app[POOL].fetchrow("SELECT tenant FROM jobs WHERE id = $1", job_id)
         if row is None:

@@ -1,57 +1,43 @@
-"""API keys, tenants, subscription tokens and signed download URLs.
+"""Who is calling: every /v1 request's tenant, and the key behind it.
 
 A request's tenant comes from its API key (`Authorization: Bearer KEY`), from a subscription
 token (`?token=`, streams only: EventSource cannot send headers) or, while no key exists at
 all, is "default" (dev mode: open, and only on a loopback address).
 
-Tokens and download links name the key that minted them. Each process reads which keys are
-active every auth_cache_s / 2; a revoked key, its tokens and its links are refused from then
-on, and the streams they opened (SSE, Socket.IO, long-polls) are closed: revoking is a write
-to the database from any process (`pressroom keys revoke`), noticed by every server.
+Keys are kept by server/apikeys.py; tokens and download links (server/signing.py) name the
+key that minted them. Each process reads which keys are active every auth_cache_s / 2; a
+revoked key, its tokens and its links are refused from then on, and the streams they opened
+(SSE, Socket.IO, long-polls) are closed: revoking is a write to the database from any process
+(`pressroom keys revoke`), noticed by every server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import dataclasses
-import datetime as dt
-import hashlib
-import hmac
 import ipaddress
-import json
 import logging
 import math
 import re
-import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import asyncpg
 from aiohttp import web
 
+from server import apikeys
 from server.admission import RateLimiter
 from server.errors import DB_OR_QUERY_ERRORS
 from server.problems import Problem
-from server.settings import Settings, new_webhook_secret
-from server.sql import query
+from server.settings import Settings
+from server.signing import NO_KEY, TokenClaims, check_token
 
 log = logging.getLogger(__name__)
 
 DEV_TENANT = "default"
-KEY_PREFIX = "prk_"
-SHOWN_PREFIX_CHARS = 12
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-MAX_KEY_CHARS = 200
 # Lookups answered from memory: revoking a key takes effect within settings.auth_cache_s.
 MAX_CACHED_KEYS = 10_000
 
-# The key id that credentials minted without an API key carry (open dev mode; the download
-# links of webhook deliveries). Key ids start at 1.
-NO_KEY = 0
 REVOKED_REASON = "the API key this stream was opened with (or its token's) has been revoked"
 KEYED_REASON = "API keys are required now; reconnect with a key or a subscription token"
 
@@ -74,152 +60,6 @@ class DevModeRefused(RuntimeError):
     """No API key exists and the server would listen beyond loopback: it must not start open."""
 
 
-# --- signatures -------------------------------------------------------------------------------
-
-
-def _mac(secret: str, message: str) -> str:
-    digest = hmac.new(secret.encode(), message.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def sign_download(secret: str, job_id: str, expires: int, key_id: int) -> str:
-    """The signature that lets anyone holding the URL download one job's PDF until `expires`,
-    as long as key `key_id`, which it was minted for, is not revoked."""
-    return _mac(secret, f"download:{job_id}:{expires}:{key_id}")
-
-
-def check_download(secret: str, job_id: str, expires: str, key: str, signature: str) -> int | None:
-    """The id of the key a link was minted for when its signature matches and it has not
-    expired (NO_KEY: none), else None. Whether that key is still active is for the caller."""
-    try:
-        expires_at, key_id = int(expires), int(key)
-    except ValueError:
-        return None
-    if expires_at < time.time() or key_id < 0:
-        return None
-    if not hmac.compare_digest(sign_download(secret, job_id, expires_at, key_id), signature):
-        return None
-    return key_id
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TokenClaims:
-    """What a subscription token grants: one tenant's streams, or one job's stream only, for
-    as long as the key that minted it is active."""
-
-    tenant: str
-    job_id: str | None
-    expires_at: int
-    key_id: int
-
-    def allows(self, job_id: str | uuid.UUID | None) -> bool:
-        """May the holder subscribe to this job's stream (None: the tenant's all-jobs stream)?"""
-        if self.job_id is None:
-            return True
-        return job_id is not None and str(job_id) == self.job_id
-
-
-def make_token(
-    secret: str, tenant: str, *, job_id: str | uuid.UUID | None, key_id: int, ttl_s: int
-) -> tuple[str, int]:
-    """A signed subscription token naming the key that mints it, and its expiry (unix s)."""
-    expires_at = int(time.time()) + ttl_s
-    claims = {
-        "t": tenant,
-        "j": str(job_id) if job_id is not None else None,
-        "k": key_id,
-        "e": expires_at,
-    }
-    payload = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).rstrip(
-        b"="
-    )
-    body = payload.decode()
-    return f"{body}.{_mac(secret, 'token:' + body)}", expires_at
-
-
-def check_token(secret: str, token: str) -> TokenClaims | None:
-    """The claims of a token this server signed and that has not expired, else None. Whether
-    the key that minted it is still active is Authenticator.key_active's to say."""
-    body, _, signature = token.partition(".")
-    if not body or not signature or len(token) > 2048:
-        return None
-    if not hmac.compare_digest(_mac(secret, "token:" + body), signature):
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        tenant, job_id, key_id, expires_at = claims["t"], claims["j"], claims["k"], claims["e"]
-    except (binascii.Error, ValueError, TypeError, KeyError):
-        return None
-    if not isinstance(tenant, str) or not isinstance(expires_at, int):
-        return None
-    if job_id is not None and not isinstance(job_id, str):
-        return None
-    if isinstance(key_id, bool) or not isinstance(key_id, int) or key_id < 0:
-        return None
-    if expires_at < time.time():
-        return None
-    return TokenClaims(tenant=tenant, job_id=job_id, expires_at=expires_at, key_id=key_id)
-
-
-# --- keys ----------------------------------------------------------------------------------
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def check_tenant(name: str) -> str | None:
-    """Why `name` cannot be a tenant, or None when it can."""
-    if TENANT_PATTERN.fullmatch(name) is None:
-        return "a tenant is 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
-    return None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ApiKey:
-    """A key as listed: never the key itself, only its first characters."""
-
-    id: int
-    tenant: str
-    name: str
-    prefix: str
-    created_at: dt.datetime
-    revoked_at: dt.datetime | None
-    last_used_at: dt.datetime | None
-
-    @classmethod
-    def from_row(cls, row: asyncpg.Record) -> ApiKey:
-        return cls(**dict(row))
-
-
-async def create_key(
-    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, name: str = ""
-) -> tuple[ApiKey, str]:
-    """A new key for `tenant`: the row, and the key itself (shown once, never stored)."""
-    if (why := check_tenant(tenant)) is not None:
-        raise ValueError(why)
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = await conn.fetchrow(
-        query("api_key_create"),
-        tenant,
-        name,
-        hash_key(key),
-        key[:SHOWN_PREFIX_CHARS],
-        new_webhook_secret(),  # the tenant's own, if this is its first key
-    )
-    return ApiKey.from_row(row), key
-
-
-async def list_keys(conn: asyncpg.Connection | asyncpg.Pool) -> list[ApiKey]:
-    return [ApiKey.from_row(row) for row in await conn.fetch(query("api_key_list"))]
-
-
-async def revoke_key(conn: asyncpg.Connection | asyncpg.Pool, key_id: int) -> ApiKey | None:
-    """Revoke a key; None when there is no such key."""
-    row = await conn.fetchrow(query("api_key_revoke"), key_id)
-    return None if row is None else ApiKey.from_row(row)
-
-
 def is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -227,14 +67,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class KnownKey:
-    """An active key as the authenticator knows it: its id and tenant."""
-
-    id: int
-    tenant: str
 
 
 class Watch:
@@ -288,7 +120,7 @@ class Authenticator:
         self._loopback = is_loopback(settings.host)
         self._keys_active = False
         self._keys_checked_until = -math.inf
-        self._known: dict[str, tuple[float, KnownKey | None]] = {}
+        self._known: dict[str, tuple[float, apikeys.KnownKey | None]] = {}
         # Keys answered from the cache since the last refresh (see refresh_loop).
         self._used: set[str] = set()
         # The ids of active keys as last read (with those found active since), ids found
@@ -332,10 +164,10 @@ class Authenticator:
         """Read which keys are active, then close the streams of every other key."""
         assert self._pool is not None, "Authenticator.start() was not called"
         now = time.monotonic()
-        rows = await self._pool.fetch(query("api_keys_active_ids"))
+        active = await apikeys.active_ids(self._pool)
         found_since = {key_id for key_id, at in self._found_active_at.items() if at >= now}
         self._found_active_at = {key_id: self._found_active_at[key_id] for key_id in found_since}
-        self._active_ids = {row["id"] for row in rows} | found_since
+        self._active_ids = active | found_since
         self._inactive_ids = set()
         self._keys_active = bool(self._active_ids)
         self._keys_checked_until = now + self._settings.auth_cache_s
@@ -364,7 +196,7 @@ class Authenticator:
             return False
         # Made since the ids were read (its token reached this process first), or revoked.
         assert self._pool is not None, "Authenticator.start() was not called"
-        if await self._pool.fetchval(query("api_key_is_active"), key_id):
+        if await apikeys.is_active(self._pool, key_id):
             self._found_active(key_id)
             return True
         if len(self._inactive_ids) >= MAX_CACHED_KEYS:
@@ -429,8 +261,7 @@ class Authenticator:
             return
         assert self._pool is not None, "Authenticator.start() was not called"
         now = time.monotonic()
-        rows = await self._pool.fetch(query("api_key_lookup"), list(used))
-        found = {row["key_hash"]: KnownKey(id=row["id"], tenant=row["tenant"]) for row in rows}
+        found = await apikeys.lookup(self._pool, list(used))
         for known in found.values():
             self._found_active(known.id)
         until = now + self._settings.auth_cache_s
@@ -443,20 +274,18 @@ class Authenticator:
         known = await self.lookup(key)
         return None if known is None else known.tenant
 
-    async def lookup(self, key: str) -> KnownKey | None:
+    async def lookup(self, key: str) -> apikeys.KnownKey | None:
         """The id and tenant of an active API key, else None."""
-        if not key.startswith(KEY_PREFIX) or len(key) > MAX_KEY_CHARS:
+        if not apikeys.could_be_key(key):
             return None
-        digest = hash_key(key)
+        digest = apikeys.hash_key(key)
         now = time.monotonic()
         cached = self._known.get(digest)
         if cached is not None and cached[0] > now:
             self._used.add(digest)
             return cached[1]
         assert self._pool is not None, "Authenticator.start() was not called"
-        rows = await self._pool.fetch(query("api_key_lookup"), [digest])
-        row = rows[0] if rows else None
-        known = None if row is None else KnownKey(id=row["id"], tenant=row["tenant"])
+        known = (await apikeys.lookup(self._pool, [digest])).get(digest)
         if known is not None:
             self._found_active(known.id)
         if self._settings.auth_cache_s > 0:
@@ -489,7 +318,7 @@ class Authenticator:
         await self._authenticate(request)
         return await handler(request)
 
-    def _check_rate(self, known: KnownKey) -> None:
+    def _check_rate(self, known: apikeys.KnownKey) -> None:
         wait_s = self._limiter.take(known.id)
         if wait_s > 0:
             raise Problem(
@@ -577,11 +406,3 @@ def key_id_of(request: web.Request) -> int:
 def revoked(detail: str = f"The wait ended: {REVOKED_REASON}.") -> Problem:
     """The 401 of a credential whose key was revoked: a long-poll's while it waited, a link's."""
     return _unauthorized(detail, error="invalid_token")
-
-
-def token_response(token: str, expires_at: int) -> dict[str, Any]:
-    """The body of POST /v1/tokens."""
-    return {
-        "token": token,
-        "expires_at": dt.datetime.fromtimestamp(expires_at, dt.UTC).isoformat(),
-    }

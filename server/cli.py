@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import auth, db, tenants
+from server import apikeys, auth, db, tenants
 from server.app import create_app
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.keys import CHROMIUM, WORKERS
@@ -139,7 +139,7 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
     """keys create | list | revoke, on the database `pressroom serve` would use."""
     async with _database(settings) as conn:
         if args.keys_command == "create":
-            row, key = await auth.create_key(conn, args.tenant, args.name)
+            row, key = await apikeys.create_key(conn, args.tenant, args.name)
             print(
                 f"created API key {row.id} for tenant {row.tenant!r} ({row.prefix}...); "
                 "it is shown only now:",
@@ -148,12 +148,12 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
             print(key)  # alone on stdout, so `KEY=$(pressroom keys create ...)` works
         elif args.keys_command == "list":
             print("id\ttenant\tname\tprefix\tcreated\trevoked\tlast_used")
-            for row in await auth.list_keys(conn):
+            for row in await apikeys.list_keys(conn):
                 cells = (row.id, row.tenant, row.name, row.prefix, row.created_at, row.revoked_at)
                 shown = [_cell(value) for value in (*cells, row.last_used_at)]
                 print("\t".join(shown))
         else:
-            revoked = await auth.revoke_key(conn, args.id)
+            revoked = await apikeys.revoke_key(conn, args.id)
             if revoked is None:
                 print(f"pressroom: no API key with id {args.id}", file=sys.stderr)
                 return 1
@@ -206,7 +206,7 @@ def _cell(value: Any) -> str:
 
 
 def _tenant(raw: str) -> str:
-    why = auth.check_tenant(raw)
+    why = tenants.check_tenant(raw)
     if why is not None:
         raise argparse.ArgumentTypeError(why)
     return raw

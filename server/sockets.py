@@ -23,7 +23,7 @@ from aiohttp import WSCloseCode, web
 from engineio import packet as eio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
 
-from server import api, auth, events, jobs, listener
+from server import api, auth, events, jobs, listener, signing
 from server.api import MAX_EVENT_ID
 from server.errors import DB_ERRORS
 from server.events import JobEvent, Position
@@ -168,7 +168,7 @@ class Grant:
 
     tenant: str
     job_id: str | None = None
-    key_id: int = auth.NO_KEY  # the key it proved, or that minted its token
+    key_id: int = signing.NO_KEY  # the key it proved, or that minted its token
 
     def allows(self, job_id: uuid.UUID | None) -> bool:
         return self.job_id is None or (job_id is not None and str(job_id) == self.job_id)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
-from server import auth
+from server import signing
 from server.errors import StorageError
 
 PDF_MAGIC = b"%PDF-"
@@ -34,7 +34,7 @@ class Storage(Protocol):
 
     async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
         """A download URL valid for ttl_s seconds (relative to the API for local storage);
-        one Pressroom serves names the API key it is minted for (`minted_by`, auth.NO_KEY for
+        one Pressroom serves names the API key it is minted for (`minted_by`, signing.NO_KEY for
         none) and stops working when that key is revoked."""
         ...
 
@@ -101,7 +101,7 @@ class LocalStorage:
 
     async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
         expires = int(time.time()) + ttl_s
-        signature = auth.sign_download(self._secret, job_id, expires, minted_by)
+        signature = signing.sign_download(self._secret, job_id, expires, minted_by)
         query = {"expires": expires, "key": minted_by, "sig": signature}
         return f"/v1/jobs/{job_id}/pdf?" + urlencode(query)
 

@@ -1,6 +1,6 @@
-"""Each tenant's webhook signing secrets: made with its first API key, shown and rotated by
-`pressroom tenants webhook-secret`, read by the webhook sender for every delivery (so that a
-rotation signs the next delivery already).
+"""Tenants: which names may be one, and each tenant's webhook signing secrets, made with its
+first API key, shown and rotated by `pressroom tenants webhook-secret`, read by the webhook
+sender for every delivery (so that a rotation signs the next delivery already).
 
 The open dev mode's tenant has no key and no row; its deliveries are signed with
 PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret).
@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 
 import asyncpg
 
 from server.settings import new_webhook_secret
 from server.sql import query
+
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def check_tenant(name: str) -> str | None:
+    """Why `name` cannot be a tenant, or None when it can."""
+    if TENANT_PATTERN.fullmatch(name) is None:
+        return "a tenant is 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

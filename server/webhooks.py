@@ -1,5 +1,8 @@
 """Webhooks: Standard Webhooks signatures, and the sender that drains the delivery outbox.
 
+Receivers verify deliveries with the standardwebhooks package (`Webhook(secret).verify`), the
+library that signs them here.
+
 Rows of `webhook_deliveries` are written by the same statement as the job's state change
 (server/sql/queries.sql). Any process may send: a sender claims due rows with SKIP LOCKED and
 a lease, POSTs outside any transaction, then records the attempt.
@@ -13,14 +16,13 @@ import dataclasses
 import datetime as dt
 import email.utils
 import functools
-import hmac
 import json
 import logging
 import random
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -31,16 +33,15 @@ from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 from server import jobs, tenants
-from server.auth import NO_KEY
 from server.errors import DB_OR_QUERY_ERRORS, StorageError, jittered
 from server.netpolicy import NetworkPolicy
 from server.settings import Settings
+from server.signing import NO_KEY
 from server.sql import query
 from server.storage import Storage
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOLERANCE_S = 300
 #: How much of a failed response's body is kept in `last_error`.
 MAX_ERROR_BODY_CHARS = 200
 #: Lease beyond the POST timeout: DNS check, presigning and recording the attempt.
@@ -53,12 +54,9 @@ USER_AGENT = "Pressroom-Webhooks/1"
 DB_ERRORS = DB_OR_QUERY_ERRORS
 
 
-class WebhookVerificationError(Exception):
-    """A delivery's signature, headers or timestamp do not check out."""
-
-
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes | str) -> str:
-    """The `webhook-signature` value: `v1,` + base64 HMAC-SHA256 over `id.timestamp.body`."""
+    """The `webhook-signature` value of one secret: `v1,` + base64 HMAC-SHA256 over
+    `id.timestamp.body`, made by the standardwebhooks library."""
     text = body.decode() if isinstance(body, bytes) else body
     at = dt.datetime.fromtimestamp(timestamp, dt.UTC)
     signature: str = standardwebhooks.Webhook(secret).sign(msg_id, at, text)
@@ -69,48 +67,6 @@ def sign_all(secrets: list[str], msg_id: str, timestamp: int, body: bytes | str)
     """One signature per secret, space-separated (Standard Webhooks): during a rotation's
     overlap, receivers that know either the old or the new secret accept the delivery."""
     return " ".join(sign(secret, msg_id, timestamp, body) for secret in secrets)
-
-
-def verify(
-    secret: str,
-    headers: Mapping[str, str],
-    body: bytes | str,
-    *,
-    tolerance_s: int = DEFAULT_TOLERANCE_S,
-) -> dict[str, Any]:
-    """Check a delivery as a receiver and return its JSON payload.
-
-    Raises WebhookVerificationError for missing headers, a timestamp more than `tolerance_s`
-    away from now (replays), or no matching `v1` signature among the space-separated ones."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    msg_id = lowered.get("webhook-id")
-    raw_timestamp = lowered.get("webhook-timestamp")
-    signatures = lowered.get("webhook-signature")
-    if not msg_id or not raw_timestamp or not signatures:
-        raise WebhookVerificationError(
-            "missing webhook-id, webhook-timestamp or webhook-signature header"
-        )
-    try:
-        timestamp = int(raw_timestamp)
-    except ValueError:
-        raise WebhookVerificationError("webhook-timestamp is not a number") from None
-    now = time.time()
-    if timestamp < now - tolerance_s:
-        raise WebhookVerificationError("webhook-timestamp is too old")
-    if timestamp > now + tolerance_s:
-        raise WebhookVerificationError("webhook-timestamp is in the future")
-    expected = sign(secret, msg_id, timestamp, body).encode()
-    if not any(
-        hmac.compare_digest(candidate.encode(), expected) for candidate in signatures.split(" ")
-    ):
-        raise WebhookVerificationError("no matching signature")
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        raise WebhookVerificationError("the body is not JSON") from None
-    if not isinstance(payload, dict):
-        raise WebhookVerificationError("the body is not a JSON object")
-    return payload
 
 
 # --- Sending ------------------------------------------------------------------------------

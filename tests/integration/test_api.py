@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from server import auth
+from server import signing
 from server.errors import PermanentError, TransientError
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
@@ -76,7 +76,7 @@ async def test_download_link_tampered_or_expired_is_refused(api: RunningApp) -> 
     expired_at = int(time.time()) - 1
     expired = url.update_query(
         expires=expired_at,
-        sig=auth.sign_download(settings.secret, job["id"], expired_at, auth.NO_KEY),
+        sig=signing.sign_download(settings.secret, job["id"], expired_at, signing.NO_KEY),
     )
     async with api.http.get(expired) as resp:
         assert resp.status == 403

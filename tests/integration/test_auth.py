@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import jwt
 import standardwebhooks
 from aiohttp import ClientSession
 from yarl import URL
 
-from server import auth
+from server import apikeys, auth, signing
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -65,13 +66,13 @@ async def test_keys_cli_prints_key_once_lists_and_revokes(
     assert code == 0, err
     key = out.strip()
     assert out == key + "\n", "the key must be alone on stdout"
-    assert key.startswith(auth.KEY_PREFIX) and len(key) > 40
+    assert key.startswith(apikeys.KEY_PREFIX) and len(key) > 40
     assert "acme" in err and "shown only now" in err
 
     stored = await pool.fetch("SELECT * FROM api_keys")
     assert len(stored) == 1
     assert key not in {str(value) for value in stored[0].values()}, "only a hash is stored"
-    assert stored[0]["key_hash"] == auth.hash_key(key)
+    assert stored[0]["key_hash"] == apikeys.hash_key(key)
 
     code, out, err = await keys_cli(dsn, tmp_path, "list")
     assert code == 0, err
@@ -79,7 +80,7 @@ async def test_keys_cli_prints_key_once_lists_and_revokes(
     assert header.split("\t")[:6] == ["id", "tenant", "name", "prefix", "created", "revoked"]
     cells = row.split("\t")
     key_id = cells[0]
-    assert cells[1:4] == ["acme", "ci", key[: auth.SHOWN_PREFIX_CHARS]]
+    assert cells[1:4] == ["acme", "ci", key[: apikeys.SHOWN_PREFIX_CHARS]]
     assert cells[5] == "-" and key not in out
 
     code, _out, err = await keys_cli(dsn, tmp_path, "revoke", key_id)
@@ -311,19 +312,30 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
         assert {m.json["job"]["id"] for m in all_jobs} <= {job["id"], other["id"]}
 
         secret = app.app[SETTINGS].secret
-        expired, _ = auth.make_token(secret, "alice", job_id=None, key_id=1, ttl_s=-1)
-        forged, _ = auth.make_token("not-the-secret", "alice", job_id=None, key_id=1, ttl_s=60)
-        body, _, sig = issued["token"].partition(".")
-        swapped = auth.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)[0].split(".")[0]
-        unkeyed, _ = auth.make_token(secret, "alice", job_id=None, key_id=auth.NO_KEY, ttl_s=60)
-        tampered = (f"{body}.{sig[:-2]}AA", f"{swapped}.{sig}", "garbage", "")
+
+        def mint(tenant: str, key_id: int, *, key: str = secret, ttl_s: int = 60) -> str:
+            return signing.make_token(key, tenant, job_id=None, key_id=key_id, ttl_s=ttl_s)[0]
+
+        expired, forged = mint("alice", 1, ttl_s=-1), mint("alice", 1, key="not-the-secret" * 3)
+        unkeyed = mint("alice", signing.NO_KEY)
+        header, body, sig = issued["token"].split(".")
+        _, bobs_body, _ = mint("bob", 2).split(".")
+        # An alg=none token with alice's claims: no signature at all.
+        unsigned = jwt.encode(jwt.decode(issued["token"], secret, ["HS256"]), None, "none")
+        tampered = (
+            f"{header}.{body}.{sig[:-2]}AA",
+            f"{header}.{bobs_body}.{sig}",
+            unsigned,
+            "garbage",
+            "",
+        )
         for bad in (expired, forged, unkeyed, *tampered):
             async with browser.get(app.url("/v1/events"), params={"token": bad}) as resp:
                 assert resp.status == 401, bad
                 assert 'error="invalid_token"' in resp.headers["WWW-Authenticate"]
 
     # Another tenant's token reaches none of alice's jobs.
-    bobs_token, _ = auth.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)
+    bobs_token, _ = signing.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)
     async with app.http.get(
         app.url(f"/v1/jobs/{job['id']}/events"), params={"token": bobs_token}
     ) as resp:
@@ -333,19 +345,6 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
     ) as resp:
         assert resp.status == 422
         assert (await resp.json())["errors"][0]["field"] == "job_id"
-
-
-def test_check_token_claims() -> None:
-    token, expires_at = auth.make_token("s3cret", "acme", job_id=None, key_id=3, ttl_s=60)
-    claims = auth.check_token("s3cret", token)
-    assert claims == auth.TokenClaims(tenant="acme", job_id=None, expires_at=expires_at, key_id=3)
-    assert claims.allows(None) and claims.allows(uuid.uuid4())
-    job_id = uuid.uuid4()
-    scoped = auth.check_token(
-        "s3cret", auth.make_token("s3cret", "acme", job_id=job_id, key_id=3, ttl_s=60)[0]
-    )
-    assert scoped is not None and scoped.allows(job_id) and not scoped.allows(None)
-    assert auth.check_token("other", token) is None
 
 
 async def test_serve_refuses_to_run_open_beyond_loopback(dsn: str, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from server import auth
+from server import apikeys, auth
 from server.settings import Settings
 
 CACHE_S = 0.4
@@ -44,8 +44,8 @@ class RecordingPool:
 async def test_cached_answers_are_renewed_before_requests_need_them(
     pool: asyncpg.Pool, make_settings: Callable[..., Settings]
 ) -> None:
-    row, key = await auth.create_key(pool, "acme")
-    await auth.create_key(pool, "other")  # keyed mode stays when the first key is revoked
+    row, key = await apikeys.create_key(pool, "acme")
+    await apikeys.create_key(pool, "other")  # keyed mode stays when the first key is revoked
     recording = RecordingPool(pool)
     authenticator = auth.Authenticator(make_settings(auth_cache_s=CACHE_S))
     await authenticator.start(cast(asyncpg.Pool, recording))
@@ -69,7 +69,7 @@ async def test_cached_answers_are_renewed_before_requests_need_them(
         assert "requests" not in recording.readers, "a request waited for a read"
         assert recording.readers.count("auth-refresh") >= 6  # keys and the key, every pass
 
-        await auth.revoke_key(pool, row.id)
+        await apikeys.revoke_key(pool, row.id)
         revoked_at = time.monotonic()
         answers = await asyncio.create_task(requests(CACHE_S + 0.1), name="requests")
         refused_at = [at for at, tenant in answers if tenant is None]

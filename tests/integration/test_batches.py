@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from server import auth
+from server import apikeys
 from server.keys import POOL
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -266,8 +266,8 @@ async def test_items_can_name_stored_templates(
 async def test_keys_and_batches_belong_to_their_tenant(
     start_app: Callable[..., Any], pool: asyncpg.Pool
 ) -> None:
-    _, acme = await auth.create_key(pool, "acme")
-    _, other = await auth.create_key(pool, "other")
+    _, acme = await apikeys.create_key(pool, "acme")
+    _, other = await apikeys.create_key(pool, "other")
     app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
     status, batch = await post_batch(app, {"items": ITEMS}, {"Authorization": f"Bearer {acme}"})
     assert status == 202

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from pypdf import PdfReader
 from yarl import URL
 
-from server import auth
+from server import signing
 from server.client import AsyncClient, Client, PressroomError, PressroomUnavailable
 from server.errors import PermanentError
 from server.keys import SETTINGS
@@ -189,8 +189,8 @@ async def test_an_expired_link_is_replaced_by_a_fresh_one(api: RunningApp, tmp_p
     async with AsyncClient(base(api)) as client:
         done = await client.wait((await client.submit(**HELLO))["id"], timeout_s=20)
         expired_at = int(time.time()) - 10
-        signature = auth.sign_download(
-            api.app[SETTINGS].secret, done["id"], expired_at, auth.NO_KEY
+        signature = signing.sign_download(
+            api.app[SETTINGS].secret, done["id"], expired_at, signing.NO_KEY
         )
         stale = {
             **done,

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from server import auth
+from server import apikeys
 from server.sql import query
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -38,7 +38,7 @@ async def job_count(pool: asyncpg.Pool) -> int:
 async def test_retry_with_same_key_and_body_returns_the_original_job(
     api: RunningApp, pool: asyncpg.Pool, fake_renderer: FakeRenderer
 ) -> None:
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     status, first, headers = await post(api, key, "order-1001")
     assert status == 202 and "Idempotent-Replayed" not in headers
     await collect(
@@ -59,7 +59,7 @@ async def test_retry_with_same_key_and_body_returns_the_original_job(
 
 
 async def test_same_key_with_another_body_is_422(api: RunningApp, pool: asyncpg.Pool) -> None:
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     assert (await post(api, key, "k1"))[0] == 202
     status, problem, _headers = await post(api, key, "k1", {**SEED, "data": {"name": "Bo"}})
     assert status == 422
@@ -69,8 +69,8 @@ async def test_same_key_with_another_body_is_422(api: RunningApp, pool: asyncpg.
 
 
 async def test_keys_are_scoped_per_tenant(api: RunningApp, pool: asyncpg.Pool) -> None:
-    _row, alice = await auth.create_key(pool, "alice")
-    _row, bob = await auth.create_key(pool, "bob")
+    _row, alice = await apikeys.create_key(pool, "alice")
+    _row, bob = await apikeys.create_key(pool, "bob")
     status_a, job_a, _ = await post(api, alice, "shared-key")
     status_b, job_b, _ = await post(api, bob, "shared-key", {**SEED, "data": {"name": "Bo"}})
     assert (status_a, status_b) == (202, 202)
@@ -84,7 +84,7 @@ async def test_twenty_concurrent_duplicates_create_one_job(
     gate = FakeRenderer()
     gate.gate = asyncio.Event()  # keep the job queued/running: replays see it in flight
     app: RunningApp = await start_app(renderer=gate, render_slots=1, db_pool_max=24)
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     results = await asyncio.gather(*(post(app, key, "burst-1") for _ in range(20)))
     gate.gate.set()
     statuses = sorted(status for status, _body, _headers in results)
@@ -100,7 +100,7 @@ async def test_twenty_concurrent_duplicates_create_one_job(
 
 
 async def test_key_held_by_a_request_in_flight_is_409(api: RunningApp, pool: asyncpg.Pool) -> None:
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     # Another request holding the key is a transaction holding its lock: be that request.
     async with pool.acquire() as conn, conn.transaction():
         assert await conn.fetchval(query("idempotency_try_lock"), "acme", "slow-1")
@@ -117,7 +117,7 @@ async def test_keys_expire_after_retention_and_are_pruned(
     app: RunningApp = await start_app(
         renderer=FakeRenderer(), render_slots=1, idempotency_ttl_s=3600
     )
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     _status, old, _ = await post(app, key, "monthly-report")
     await pool.execute("UPDATE jobs SET created_at = now() - interval '2 hours'")
     # Past retention the key is free again, even with another body.
@@ -141,7 +141,7 @@ async def test_keys_expire_after_retention_and_are_pruned(
 
 
 async def test_malformed_idempotency_keys_are_400(api: RunningApp, pool: asyncpg.Pool) -> None:
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     for bad in ("", "x" * 256, "caf\u00e9"):
         headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": bad}
         async with api.http.post(api.url("/v1/jobs"), json=SEED, headers=headers) as resp:

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from server import auth
+from server import apikeys
 from server.admission import RateLimiter
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -37,8 +37,8 @@ async def test_rate_limit_per_key_answers_429_with_retry_after(
     app: RunningApp = await start_app(
         renderer=FakeRenderer(), render_slots=1, rate_limit_rps=0.1, rate_limit_burst=3
     )
-    _row, hasty = await auth.create_key(pool, "acme", "hasty")
-    _row, calm = await auth.create_key(pool, "acme", "calm")
+    _row, hasty = await apikeys.create_key(pool, "acme", "hasty")
+    _row, calm = await apikeys.create_key(pool, "acme", "calm")
     statuses = []
     for _ in range(4):
         async with app.http.get(app.url("/v1/jobs"), headers=bearer(hasty)) as resp:
@@ -64,8 +64,8 @@ async def test_jobs_in_flight_per_tenant_are_capped(
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()
     app: RunningApp = await start_app(renderer=renderer, render_slots=1, tenant_max_inflight=2)
-    _row, alice = await auth.create_key(pool, "alice")
-    _row, bob = await auth.create_key(pool, "bob")
+    _row, alice = await apikeys.create_key(pool, "alice")
+    _row, bob = await apikeys.create_key(pool, "bob")
     ids = []
     for _ in range(2):
         async with app.http.post(app.url("/v1/jobs"), json=SEED, headers=bearer(alice)) as resp:

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import auth
+from server import apikeys
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
@@ -60,7 +60,7 @@ async def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     app: RunningApp = await start_app(
         renderer=FakeRenderer(), render_slots=1, rate_limit_rps=1000, rate_limit_burst=1000
     )
-    _row, key = await auth.create_key(pool, "fuzz")
+    _row, key = await apikeys.create_key(pool, "fuzz")
     checks = ",".join(
         (
             "not_a_server_error",

@@ -15,7 +15,7 @@ import pytest
 import socketio
 from aiohttp import ClientResponse, ClientSession
 
-from server import auth
+from server import apikeys
 from server.hub import Hub, Subscription
 from server.keys import HUB
 from tests.conftest import RunningApp
@@ -65,8 +65,8 @@ async def status_of(session: ClientSession, url: str, **kwargs: Any) -> int:
 async def test_sse_streams_of_a_revoked_key_get_closed_and_its_tokens_and_links_401(
     start_app: Callable[..., Any], pool: asyncpg.Pool, dsn: str, tmp_path: Path
 ) -> None:
-    leaked, key = await auth.create_key(pool, "acme", "leaked")
-    _kept, kept = await auth.create_key(pool, "acme", "kept")
+    leaked, key = await apikeys.create_key(pool, "acme", "leaked")
+    _kept, kept = await apikeys.create_key(pool, "acme", "kept")
     app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, auth_cache_s=CACHE_S)
     other: RunningApp = await start_app(render_slots=0, auth_cache_s=CACHE_S)  # one more server
     job = await submit(app, key)
@@ -126,8 +126,8 @@ async def test_sse_streams_of_a_revoked_key_get_closed_and_its_tokens_and_links_
 async def test_socketio_sessions_of_a_revoked_key_get_closed_and_disconnected(
     start_app: Callable[..., Any], pool: asyncpg.Pool, sio: Callable[[], SioClient]
 ) -> None:
-    leaked, key = await auth.create_key(pool, "acme", "leaked")
-    _kept, kept = await auth.create_key(pool, "acme", "kept")
+    leaked, key = await apikeys.create_key(pool, "acme", "leaked")
+    _kept, kept = await apikeys.create_key(pool, "acme", "kept")
     app: RunningApp = await start_app(render_slots=0, auth_cache_s=CACHE_S)
     token = await token_for(app, key)
     with_key, with_token, with_kept = sio(), sio(), sio()
@@ -137,7 +137,7 @@ async def test_socketio_sessions_of_a_revoked_key_get_closed_and_disconnected(
     await with_kept.connect(app.url("/"), auth={"api_key": kept})
     await with_kept.subscribe(all=True)
 
-    await auth.revoke_key(pool, leaked.id)
+    await apikeys.revoke_key(pool, leaked.id)
     for client in (with_key, with_token):
         [(name, data)] = await client.take(1)
         assert name == "closed" and "revoked" in data["reason"]
@@ -159,8 +159,8 @@ async def test_socketio_sessions_of_a_revoked_key_get_closed_and_disconnected(
 async def test_long_polls_of_a_revoked_key_are_answered_401(
     start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    leaked, key = await auth.create_key(pool, "acme", "leaked")
-    _kept_row, kept = await auth.create_key(pool, "acme", "kept")
+    leaked, key = await apikeys.create_key(pool, "acme", "leaked")
+    _kept_row, kept = await apikeys.create_key(pool, "acme", "kept")
     app: RunningApp = await start_app(render_slots=0, auth_cache_s=CACHE_S)  # jobs stay queued
     job = await submit(app, key)
     token = await token_for(app, key)
@@ -187,7 +187,7 @@ async def test_long_polls_of_a_revoked_key_are_answered_401(
         revoked_poll = asyncio.create_task(poll(key))
         kept_poll = asyncio.create_task(poll(kept))
         assert [await waiting.get(), await waiting.get()] == ["longpoll", "longpoll"]
-        await auth.revoke_key(pool, leaked.id)
+        await apikeys.revoke_key(pool, leaked.id)
         status, content_type, body = await revoked_poll
         assert await since_revoked_s(pool, leaked.id) <= CACHE_S
         assert (status, content_type) == (401, "application/problem+json")

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 import socketio
 
-from server import auth, events, jobs, sockets
+from server import apikeys, events, jobs, signing, sockets
 from server.jobs import NewJob
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
@@ -269,7 +269,7 @@ async def test_malformed_credentials_are_refused(api: RunningApp) -> None:
 async def test_keys_and_tokens_decide_what_a_client_may_follow(
     start_app: Callable[..., Any], pool: asyncpg.Pool, sio: Callable[[], SioClient]
 ) -> None:
-    row, key = await auth.create_key(pool, "acme")  # keyed mode from the start
+    row, key = await apikeys.create_key(pool, "acme")  # keyed mode from the start
     app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
     async with app.http.post(
         app.url("/v1/jobs"), json=SEED, headers={"Authorization": f"Bearer {key}"}
@@ -287,7 +287,7 @@ async def test_keys_and_tokens_decide_what_a_client_may_follow(
     got = await with_key.take_until(is_done)
     assert [d["type"] for _n, d in got] == ["job.queued", "job.running", "job.done"]
 
-    token, _expires = auth.make_token(
+    token, _expires = signing.make_token(
         app.app[SETTINGS].secret, "acme", job_id=job["id"], key_id=row.id, ttl_s=60
     )
     with_token = sio()

@@ -20,18 +20,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from server import auth, jobs, tenants, webhooks
+from server import apikeys, jobs, tenants, webhooks
 from server.errors import PermanentError
 from server.keys import METRICS, POOL, SETTINGS, WEBHOOKS
 from server.netpolicy import NetworkPolicy
-from server.webhooks import (
-    Attempt,
-    BlockedAddress,
-    WebhookVerificationError,
-    guarded_connector,
-    sign,
-    verify,
-)
+from server.webhooks import Attempt, BlockedAddress, guarded_connector, sign
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.processes import admin_cli
@@ -41,6 +34,13 @@ SECRET = "whsec_" + base64.b64encode(b"pressroom webhook test secret 32").decode
 #: Quick retries so a test sees several attempts; one more attempt than entries.
 SCHEDULE = "0.05,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1"
 WAIT_S = 15.0
+Refused = standardwebhooks.webhooks.WebhookVerificationError
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """What a receiver does, as the README shows: the standardwebhooks library checks it."""
+    payload: dict[str, Any] = standardwebhooks.Webhook(secret).verify(body, headers)
+    return payload
 
 
 @dataclasses.dataclass
@@ -193,7 +193,6 @@ async def test_job_done_is_delivered_signed_and_verifiable(
     assert headers["webhook-signature"].startswith("v1,")
     assert abs(int(headers["webhook-timestamp"]) - time.time()) < 30
     payload = verify(SECRET, headers, received.body)
-    assert payload == standardwebhooks.Webhook(SECRET).verify(received.body, headers)
     assert payload["type"] == "job.done"
     assert dt.datetime.fromisoformat(payload["timestamp"].replace("Z", "+00:00"))
     sent = payload["data"]["job"]
@@ -225,10 +224,8 @@ async def test_tampered_body_or_replayed_old_delivery_fails_verification(
 
     tampered = body.replace(b'"status":"done"', b'"status":"failed"')
     assert tampered != body
-    with pytest.raises(WebhookVerificationError):
+    with pytest.raises(Refused):
         verify(SECRET, headers, tampered)
-    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
-        standardwebhooks.Webhook(SECRET).verify(tampered, headers)
 
     # A captured delivery replayed an hour later, even with a signature that matches its time.
     old = int(time.time()) - 3600
@@ -237,10 +234,8 @@ async def test_tampered_body_or_replayed_old_delivery_fails_verification(
         "webhook-timestamp": str(old),
         "webhook-signature": sign(SECRET, headers["webhook-id"], old, body),
     }
-    with pytest.raises(WebhookVerificationError, match="too old"):
+    with pytest.raises(Refused, match="too old"):
         verify(SECRET, replayed, body)
-    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError, match="too old"):
-        standardwebhooks.Webhook(SECRET).verify(body, replayed)
 
 
 async def submit_with_key(hooked: Hooked, key: str, url: str) -> dict[str, Any]:
@@ -253,10 +248,8 @@ async def submit_with_key(hooked: Hooked, key: str, url: str) -> dict[str, Any]:
 
 
 def refused_by(secret: str, received: Received) -> bool:
-    """Whether both verifiers refuse the delivery with this secret."""
-    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
-        standardwebhooks.Webhook(secret).verify(received.body, received.headers)
-    with pytest.raises(WebhookVerificationError):
+    """Whether a receiver refuses the delivery with this secret."""
+    with pytest.raises(Refused):
         verify(secret, received.headers, received.body)
     return True
 
@@ -264,8 +257,8 @@ def refused_by(secret: str, received: Received) -> bool:
 async def test_each_tenant_signs_its_deliveries_with_a_secret_of_its_own(
     start_hooked: StartHooked, receiver: Receiver, pool: asyncpg.Pool
 ) -> None:
-    _acme_row, acme_key = await auth.create_key(pool, "acme")
-    _bob_row, bob_key = await auth.create_key(pool, "bob")
+    _acme_row, acme_key = await apikeys.create_key(pool, "acme")
+    _bob_row, bob_key = await apikeys.create_key(pool, "bob")
     hooked = await start_hooked(FakeRenderer())
     # The dev-mode tenant has no key, so no secret of its own: PRESSROOM_WEBHOOK_SECRET signs.
     assert await tenants.webhook_secrets(pool, "default", overlap_s=0) is None
@@ -279,9 +272,8 @@ async def test_each_tenant_signs_its_deliveries_with_a_secret_of_its_own(
     for tenant, key, other in (("acme", acme_key, "bob"), ("bob", bob_key, "acme")):
         job = await submit_with_key(hooked, key, receiver.url)
         received = await receiver.next()
-        payload = standardwebhooks.Webhook(secrets[tenant]).verify(received.body, received.headers)
+        payload = verify(secrets[tenant], received.headers, received.body)
         assert payload["data"]["job"]["id"] == job["id"]
-        assert verify(secrets[tenant], received.headers, received.body) == payload
         assert " " not in received.headers["webhook-signature"], "one secret, one signature"
         # Neither the other tenant's secret nor the deployment's can have made it.
         assert refused_by(secrets[other], received) and refused_by(SECRET, received)
@@ -290,14 +282,14 @@ async def test_each_tenant_signs_its_deliveries_with_a_secret_of_its_own(
 async def test_a_rotated_secret_signs_alongside_the_old_one_until_the_overlap_ends(
     start_hooked: StartHooked, receiver: Receiver, pool: asyncpg.Pool, dsn: str, tmp_path: Path
 ) -> None:
-    _row, key = await auth.create_key(pool, "acme")
+    _row, key = await apikeys.create_key(pool, "acme")
     hooked = await start_hooked(FakeRenderer())
     before = await tenants.webhook_secrets(pool, "acme", overlap_s=0)
     assert before is not None
     old = before.current
     await submit_with_key(hooked, key, receiver.url)
     first = await receiver.next()
-    assert standardwebhooks.Webhook(old).verify(first.body, first.headers)
+    assert verify(old, first.headers, first.body)
 
     code, out, err = await admin_cli(
         dsn, tmp_path / "cli", "tenants", "webhook-secret", "acme", "--rotate"
@@ -312,7 +304,6 @@ async def test_a_rotated_secret_signs_alongside_the_old_one_until_the_overlap_en
     msg_id = headers["webhook-id"]
     assert signatures == [sign(new, msg_id, at, during.body), sign(old, msg_id, at, during.body)]
     for secret in (old, new):  # receivers that know either one accept it
-        assert standardwebhooks.Webhook(secret).verify(during.body, headers)
         assert verify(secret, headers, during.body)
 
     # The overlap (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S, a day here) ends: moved into the past
@@ -321,7 +312,7 @@ async def test_a_rotated_secret_signs_alongside_the_old_one_until_the_overlap_en
     await submit_with_key(hooked, key, receiver.url)
     after = await receiver.next()
     assert " " not in after.headers["webhook-signature"]
-    assert standardwebhooks.Webhook(new).verify(after.body, after.headers)
+    assert verify(new, after.headers, after.body)
     assert refused_by(old, after)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from server import auth, sql
+from server import signing, sql
 from server.errors import backoff_s
 from server.render import count_pages
 from tests.pdfs import minimal_pdf
@@ -24,23 +24,23 @@ def test_sql_blocks_are_named_once_and_all_present() -> None:
 
 def test_download_signatures_expire_and_bind_the_job_and_the_key() -> None:
     expires = int(time.time()) + 60
-    signature = auth.sign_download("secret", "job-1", expires, 7)
-    assert auth.check_download("secret", "job-1", str(expires), "7", signature) == 7
-    assert auth.check_download("secret", "job-2", str(expires), "7", signature) is None
-    assert auth.check_download("other", "job-1", str(expires), "7", signature) is None
-    assert auth.check_download("secret", "job-1", str(expires + 1), "7", signature) is None
-    assert auth.check_download("secret", "job-1", str(expires), "8", signature) is None
-    assert auth.check_download("secret", "job-1", str(expires), "", signature) is None
+    signature = signing.sign_download("secret", "job-1", expires, 7)
+    assert signing.check_download("secret", "job-1", str(expires), "7", signature) == 7
+    assert signing.check_download("secret", "job-2", str(expires), "7", signature) is None
+    assert signing.check_download("other", "job-1", str(expires), "7", signature) is None
+    assert signing.check_download("secret", "job-1", str(expires + 1), "7", signature) is None
+    assert signing.check_download("secret", "job-1", str(expires), "8", signature) is None
+    assert signing.check_download("secret", "job-1", str(expires), "", signature) is None
     past = int(time.time()) - 1
     assert (
-        auth.check_download(
-            "secret", "job-1", str(past), "7", auth.sign_download("secret", "job-1", past, 7)
+        signing.check_download(
+            "secret", "job-1", str(past), "7", signing.sign_download("secret", "job-1", past, 7)
         )
         is None
     )
-    assert auth.check_download("secret", "job-1", "soon", "7", signature) is None
-    unkeyed = auth.sign_download("secret", "job-1", expires, auth.NO_KEY)
-    assert auth.check_download("secret", "job-1", str(expires), "0", unkeyed) == auth.NO_KEY
+    assert signing.check_download("secret", "job-1", "soon", "7", signature) is None
+    unkeyed = signing.sign_download("secret", "job-1", expires, signing.NO_KEY)
+    assert signing.check_download("secret", "job-1", str(expires), "0", unkeyed) == signing.NO_KEY
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_ceiling() -> None:
