@@ -81,19 +81,17 @@ class Phase(enum.StrEnum):
     ABORTED = "aborted"  # its task is being cancelled: nothing of it is recorded
 
     @property
-    def holds_slot(self) -> bool:
-        """Counted against the render slots: in Chromium, about to be, or still unwinding."""
-        return self in _HOLDS_SLOT
-
-    @property
     def abortable(self) -> bool:
         """Not past its render yet: cut off when cancelled, no longer held, or at shutdown. Past
         it, the final statement itself refuses a job that is no longer this attempt's."""
-        return self in _ABORTABLE
+        return Phase.ABORTED in _NEXT[self]
+
+    @property
+    def holds_slot(self) -> bool:
+        """Counted against the render slots: in Chromium, about to be, or still unwinding."""
+        return self.abortable or self is Phase.ABORTED
 
 
-_HOLDS_SLOT = frozenset({Phase.PREPARING, Phase.RENDERING, Phase.PRINTING, Phase.ABORTED})
-_ABORTABLE = frozenset({Phase.PREPARING, Phase.RENDERING, Phase.PRINTING})
 _NEXT: Mapping[Phase, frozenset[Phase]] = {
     Phase.PREPARING: frozenset({Phase.RENDERING, Phase.RECORDING, Phase.ABORTED}),
     Phase.RENDERING: frozenset({Phase.PRINTING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
@@ -506,10 +504,9 @@ class Workers:
         # go back to the queue at once: another process can take them now.
         await self._cut_off([e for e in self._jobs.values() if e.phase is Phase.PREPARING])
         if pending := _tasks(self._jobs.values()):
-            log.info(
-                "waiting up to %.0f s for %s renders", self._config.shutdown_grace_s, len(pending)
-            )
-            await asyncio.wait(pending, timeout=self._config.shutdown_grace_s)
+            grace_s = self._config.shutdown_grace_s
+            log.info("waiting up to %.0f s for %s jobs in flight", grace_s, len(self._jobs))
+            await asyncio.wait(pending, timeout=grace_s)
         # Renders still going are cut off; jobs past their render are only storing and
         # recording, so they are let finish.
         await self._cut_off(list(self._jobs.values()))
