@@ -8,7 +8,7 @@ import datetime as dt
 import enum
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
@@ -96,12 +96,9 @@ class HandOff(Protocol):
     @property
     def lease_s(self) -> float: ...
 
-    def reserve(self, wanted: int) -> int:
-        """Free slots granted to jobs about to be inserted (0 unless the worker is idle)."""
-        ...
-
-    def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
-        """Start `handed`, one per slot just reserved, while their rows are being inserted.
+    def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
+        """Start the first jobs of `due`, one per free slot (none unless the worker is idle),
+        while their rows are being inserted; return how many it took.
 
         `inserted` becomes True once the rows are committed (running, held by this worker),
         False if the insert failed: until then nothing of these jobs may be stored or
@@ -124,12 +121,12 @@ async def create(
         due = sorted(
             (i for i, job in enumerate(new) if job.run_at is None), key=lambda i: -new[i].priority
         )
-        due = due[: hand_off.reserve(len(due))]
-        if due:
-            for i in due:
+        # A generator: only the jobs the worker takes are built.
+        taken = hand_off.take((_first_attempt(new[i]) for i in due), inserted)
+        if taken:
+            for i in due[:taken]:
                 handed[i] = True
             taker = hand_off
-            taker.take([_first_attempt(new[i]) for i in due], inserted)
     try:
         if taker is not None:
             # The renders just handed over take their first step (options, template, the call

@@ -1,22 +1,30 @@
-"""Render slots: claim → render → store → finish, with heartbeats, rescue and cancellation."""
+"""Render slots: claim → render → store → finish, with heartbeats, rescue and cancellation.
+
+Each job in flight is one `InFlightJob`, held in `Workers._jobs` by id from its start until
+its task (and its final write) ended; its `phase` says what the worker does with it, and every
+count the worker acts on (free slots, slots printing) is read from those objects."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import enum
+import itertools
 import logging
 import os
 import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import asyncpg
 
 from server import jobs, options, templates
-from server.errors import DB_ERRORS, PermanentError, RenderError, backoff_s
+from server.errors import DB_ERRORS, DB_OR_QUERY_ERRORS, PermanentError, RenderError, backoff_s
 from server.events import JobEvent
 from server.jobs import ClaimedJob, JobState
 from server.metrics import Metrics
@@ -24,6 +32,7 @@ from server.render import Renderer
 from server.storage import Storage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FINISH_RETRY_S = 0.5
 STOP_CLAIM_WAIT_S = 5.0
@@ -54,6 +63,71 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class Phase(enum.StrEnum):
+    """Where a job in flight is in this worker, in the order a job moves through them."""
+
+    PREPARING = "preparing"  # options and template, then waiting for a render slot
+    RENDERING = "rendering"  # in Chromium, holding a render slot
+    PRINTING = "printing"  # the same, printing a page that loaded quickly (claim_while_printing_s)
+    STORING = "storing"  # past its render, holding no slot: waits for its row, writes the file
+    RECORDING = "recording"  # the attempt's final write (done or failed), never cut off
+    ABORTED = "aborted"  # its task is being cancelled: nothing of it is recorded
+
+    @property
+    def abortable(self) -> bool:
+        """Not past its render yet: cut off when cancelled, no longer held, or at shutdown. Past
+        it, the final statement itself refuses a job that is no longer this attempt's."""
+        return Phase.ABORTED in _NEXT[self]
+
+    @property
+    def holds_slot(self) -> bool:
+        """Counted against the render slots: in Chromium, about to be, or still unwinding."""
+        return self.abortable or self is Phase.ABORTED
+
+
+_NEXT: Mapping[Phase, frozenset[Phase]] = {
+    Phase.PREPARING: frozenset({Phase.RENDERING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.RENDERING: frozenset({Phase.PRINTING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.PRINTING: frozenset({Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.STORING: frozenset({Phase.RECORDING}),
+    Phase.RECORDING: frozenset(),
+    Phase.ABORTED: frozenset(),
+}
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class InFlightJob:
+    """One job this worker holds, or is being handed, from its start until its task ended."""
+
+    job: ClaimedJob
+    #: Hand-off only: whether the job's insert committed (None: a claimed job, its row exists).
+    inserted: asyncio.Future[bool] | None = None
+    phase: Phase = Phase.PREPARING
+    task: asyncio.Task[None] = dataclasses.field(init=False)
+    #: The attempt's final write, a task of its own so that cancelling `task` cannot cut it.
+    write: asyncio.Task[Any] | None = None
+
+    def enter(self, phase: Phase) -> None:
+        if phase not in _NEXT[self.phase]:
+            raise RuntimeError(f"job {self.job.id} cannot go from {self.phase} to {phase}")
+        self.phase = phase
+
+    @property
+    def held(self) -> bool:
+        """Whether the row says this worker holds the job: not yet for a handed-off job whose
+        insert has not committed (a heartbeat would find no row and abort it)."""
+        f = self.inserted
+        return f is None or (f.done() and not f.cancelled() and f.result())
+
+    @property
+    def ended(self) -> bool:
+        return self.task.done() and (self.write is None or self.write.done())
+
+    @property
+    def log_extra(self) -> dict[str, str]:
+        return {"job_id": str(self.job.id), "tenant": self.job.tenant}
+
+
 class Workers:
     """The render slots of one process."""
 
@@ -76,24 +150,11 @@ class Workers:
         # Renders that finish together are recorded done in one statement.
         self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
         self._wake = asyncio.Event()
-        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
-        # Jobs past their render (storing the file, recording done): they hold no render slot,
-        # so the next job renders while this one is written.
-        self._rendered: set[uuid.UUID] = set()
-        # Jobs holding a render slot now (Chromium prints them).
-        self._rendering: set[uuid.UUID] = set()
-        # Of those, the ones printing a page that loaded quickly: each lets one more job be
-        # claimed, to take its slot when the print ends (claim_while_printing_s).
-        self._printing: set[uuid.UUID] = set()
+        self._jobs: dict[uuid.UUID, InFlightJob] = {}
+        # Chromium's slots, taken in the order jobs ask; who holds one is in the phases.
         self._slots = asyncio.Semaphore(config.slots)
-        self._aborted: set[uuid.UUID] = set()
-        # Slots promised to jobs being inserted by this process right now (hand-off).
-        self._reserved = 0
-        # Handed-off jobs, started while their rows were being inserted: whether the insert
-        # committed (see jobs.HandOff.take). Kept until the job's task ends.
-        self._inserting: dict[uuid.UUID, asyncio.Future[bool]] = {}
-        # Waiting with nothing to do: the last claim found fewer due jobs than free slots.
-        self._idle = False
+        # The last claim found fewer due jobs than it asked for, and no wake-up came since.
+        self._queue_empty = False
         self._stopping = False
         # Clear while the claim loop runs: stop() waits for a claim in flight to come back, so
         # the jobs it took are known (and handed back) instead of left running on a lease.
@@ -108,85 +169,72 @@ class Workers:
 
     def on_event(self, event: JobEvent) -> None:
         """Abort a render whose job was cancelled, whichever process took the request."""
-        if event.type == "job.cancelled":
-            self._abort(event.job_id, "cancelled")
+        if event.type == "job.cancelled" and (entry := self._jobs.get(event.job_id)):
+            self._abort(entry, "cancelled")
 
-    def _abort(self, job_id: uuid.UUID, why: str) -> None:
-        if job_id in self._rendered:
-            # Past its render: the finish statement itself refuses a job that is no longer
-            # this attempt's (and the file is then deleted), so let it run to the end.
-            return
-        task = self._running.get(job_id)
-        if task is not None and not task.done():
-            log.info("aborting render (%s)", why, extra={"job_id": str(job_id)})
-            self._aborted.add(job_id)
-            task.cancel()
+    @property
+    def in_flight(self) -> Mapping[uuid.UUID, InFlightJob]:
+        return MappingProxyType(self._jobs)
 
     @property
     def busy(self) -> int:
-        return len(self._running)
+        return len(self._jobs)
 
     @property
     def idle(self) -> bool:
         """Waiting for work with a slot free: a job inserted by this process now is handed off."""
         return (
-            self._idle
+            self._queue_empty
             and not self._stopping
             and not self._wake.is_set()
-            and self._free(self._config.slots) > 0
+            and self._free(ahead=False) > 0
         )
 
     @property
     def lease_s(self) -> float:
         return self._config.lease_s
 
-    def reserve(self, wanted: int) -> int:
-        """Slots for jobs this process is inserting right now, which then skip the NOTIFY,
-        the claim and its commit (see jobs.create). Granted only while this worker is idle:
-        its last claim found no more due jobs and no wake-up has come since, so a job taken
-        this way passes none that waits in the queue."""
+    def _free(self, *, ahead: bool) -> int:
+        """Render slots no job holds; `ahead` adds those a job may be claimed ahead for (the
+        prefetch, and one per slot printing a page that loaded quickly)."""
+        holding = printing = 0
+        for entry in self._jobs.values():
+            holding += entry.phase.holds_slot
+            printing += entry.phase is Phase.PRINTING
+        capacity = self._config.slots
+        if ahead:
+            capacity += self._config.prefetch + printing
+        return capacity - holding
+
+    def _move(self, entry: InFlightJob, phase: Phase) -> None:
+        held_slot = entry.phase.holds_slot
+        entry.enter(phase)
+        if held_slot and not phase.holds_slot:
+            self._wake.set()  # its slot is free for the next job
+
+    def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
+        """Start the first of `due`, one per free slot, while their rows are being inserted
+        (see jobs.HandOff): only while this worker is idle, so a job taken this way passes
+        none that waits in the queue. The template and the render run meanwhile; storing and
+        recording wait for `inserted`."""
         if not self.idle:
             return 0
-        granted = min(wanted, self._free(self._config.slots))
-        self._reserved += granted
-        return granted
+        handed = [
+            self._start(job, inserted) for job in itertools.islice(due, self._free(ahead=False))
+        ]
+        if handed:
+            inserted.add_done_callback(lambda _f: self._inserted(handed))
+        return len(handed)
 
-    def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
-        """Start the jobs given the slots just reserved while their rows are inserted: the
-        template and the render run meanwhile; storing and recording wait for `inserted`."""
-        self._reserved -= len(handed)
-        for job in handed:
-            self._inserting[job.id] = inserted
-            self._start(job)
-        inserted.add_done_callback(lambda _f: self._inserted(handed, inserted.result()))
-
-    def _inserted(self, handed: list[ClaimedJob], committed: bool) -> None:
-        if not committed:
-            for job in handed:
-                self._abort(job.id, "its insert failed")
+    def _inserted(self, handed: list[InFlightJob]) -> None:
+        if not handed[0].held:
+            for entry in handed:
+                self._abort(entry, "its insert failed")
             return
         self.handed_off += len(handed)
         self._metrics.jobs_started.labels("hand_off").inc(len(handed))
-        for job in handed:
-            self._announce(job)
-
-    async def _exists(self, job: ClaimedJob) -> bool:
-        """Whether the job's row is there to record to: False only for a handed-off job whose
-        insert failed (it never existed; nothing of its render is kept)."""
-        inserting = self._inserting.get(job.id)
-        # Shielded: the future is shared by the jobs of one insert, and cancelling this task
-        # (an abort, a shutdown) must not cancel it for the others or for the inserter.
-        return inserting is None or await asyncio.shield(inserting)
-
-    def _held(self, job_id: uuid.UUID) -> bool:
-        """Whether the row says this worker holds the job: not yet for a handed-off job whose
-        insert has not committed (a heartbeat would find no row and abort it)."""
-        inserting = self._inserting.get(job_id)
-        return inserting is None or (inserting.done() and inserting.result())
-
-    def _free(self, capacity: int) -> int:
-        """Slots of `capacity` not held by a job before its render ends or promised to one."""
-        return capacity - (len(self._running) - len(self._rendered)) - self._reserved
+        for entry in handed:
+            self._announce(entry.job)
 
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
@@ -201,8 +249,8 @@ class Workers:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
-            self._idle = False
-            free = self._free(self._config.slots + self._config.prefetch + len(self._printing))
+            self._queue_empty = False
+            free = self._free(ahead=True)
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -213,14 +261,14 @@ class Workers:
                             worker_id=self.worker_id,
                             lease_s=self._config.lease_s,
                         )
-                except (*DB_ERRORS, asyncpg.PostgresError) as exc:
+                except DB_OR_QUERY_ERRORS as exc:
                     log.warning("claim failed: %s", exc)
                 else:
-                    self._idle = len(claimed) < free
+                    self._queue_empty = len(claimed) < free
                     self._metrics.jobs_started.labels("claim").inc(len(claimed))
                 for job in claimed:
                     self._announce(job)
-                    self._start(job)
+                    self._start(job, None)
                 if claimed and len(claimed) == free:
                     continue  # the queue may hold more: claim again as soon as a slot frees
             poll_s = self._config.poll_interval_s * random.uniform(0.5, 1.5)
@@ -236,19 +284,35 @@ class Workers:
             extra={"job_id": str(job.id), "tenant": job.tenant},
         )
 
-    def _start(self, job: ClaimedJob) -> None:
-        task = asyncio.create_task(self._run_job(job), name=f"render-{job.id}")
-        self._running[job.id] = task
-        task.add_done_callback(lambda _t: self._finished(job.id))
+    def _start(self, job: ClaimedJob, inserted: asyncio.Future[bool] | None) -> InFlightJob:
+        entry = InFlightJob(job, inserted)
+        entry.task = asyncio.create_task(self._run_job(entry), name=f"render-{job.id}")
+        self._jobs[job.id] = entry
+        self._own(entry, entry.task)
+        return entry
 
-    def _finished(self, job_id: uuid.UUID) -> None:
-        self._running.pop(job_id, None)
-        self._inserting.pop(job_id, None)
-        self._rendered.discard(job_id)
-        self._aborted.discard(job_id)
-        self._wake.set()
+    def _own(self, entry: InFlightJob, task: asyncio.Task[Any]) -> None:
+        """Log a task of `entry` that failed; forget the entry once all its tasks ended."""
 
-    def _printing_callback(self, job_id: uuid.UUID) -> Callable[[], None] | None:
+        def ended(task: asyncio.Task[Any]) -> None:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.error("task %s failed", task.get_name(), exc_info=exc, extra=entry.log_extra)
+            if entry.ended and self._jobs.get(entry.job.id) is entry:
+                del self._jobs[entry.job.id]
+                self._wake.set()
+
+        task.add_done_callback(ended)
+
+    def _abort(self, entry: InFlightJob, why: str) -> bool:
+        """Cut off a job not yet past its render; False if it is past it (or over)."""
+        if not entry.phase.abortable or entry.task.done():
+            return False
+        log.info("aborting render (%s)", why, extra=entry.log_extra)
+        self._move(entry, Phase.ABORTED)
+        entry.task.cancel()
+        return True
+
+    def _on_print(self, entry: InFlightJob) -> Callable[[], None] | None:
         """What the renderer calls when the page is loaded and printing begins: a quick load
         means a short print, so the slot's next job is claimed now (claim_while_printing_s)."""
         limit_s = self._config.claim_while_printing_s
@@ -257,16 +321,24 @@ class Workers:
         started = time.monotonic()
 
         def printing() -> None:
-            if time.monotonic() - started <= limit_s and job_id in self._rendering:
-                self._printing.add(job_id)
+            if time.monotonic() - started <= limit_s and entry.phase is Phase.RENDERING:
+                self._move(entry, Phase.PRINTING)
                 # The last claim found the queue empty and nothing woke the loop since (a new
                 # job would have: its NOTIFY): the claim then can wait for that wake-up.
-                if not (self._idle and not self._wake.is_set()):
+                if not (self._queue_empty and not self._wake.is_set()):
                     self._wake.set()
 
         return printing
 
-    async def _run_job(self, job: ClaimedJob) -> None:
+    async def _row_written(self, entry: InFlightJob) -> bool:
+        """Whether the job's row is there to record to: False only for a handed-off job whose
+        insert failed (it never existed; nothing of its render is kept)."""
+        # Shielded: the future is shared by the jobs of one insert, and cancelling this task
+        # (an abort, a shutdown) must not cancel it for the others or for the inserter.
+        return entry.inserted is None or await asyncio.shield(entry.inserted)
+
+    async def _run_job(self, entry: InFlightJob) -> None:
+        job = entry.job
         warnings: list[str] = []
         try:
             render_options = options.parse(job.options)
@@ -274,129 +346,136 @@ class Workers:
                 job.template, job.data, timeout_s=self._config.render_timeout_s
             )
             async with self._slots:
-                self._rendering.add(job.id)
-                try:
-                    with self._metrics.render_seconds.time():
-                        result = await self._renderer.render(
-                            html,
-                            render_options,
-                            timeout_s=self._config.render_timeout_s,
-                            on_print=self._printing_callback(job.id),
-                        )
-                finally:
-                    self._rendering.discard(job.id)
-                    self._printing.discard(job.id)
+                self._move(entry, Phase.RENDERING)
+                with self._metrics.render_seconds.time():
+                    result = await self._renderer.render(
+                        html,
+                        render_options,
+                        timeout_s=self._config.render_timeout_s,
+                        on_print=self._on_print(entry),
+                    )
             warnings = result.warnings
             if result.pages > self._config.max_pages:
                 limit = self._config.max_pages
                 raise PermanentError(f"the PDF has more than {limit} pages, the limit")
-            self._rendered.add(job.id)
-            self._wake.set()
-            if not await self._exists(job):
+            self._move(entry, Phase.STORING)
+            if not await self._row_written(entry):
                 return
             await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
         except asyncio.CancelledError:
-            if job.id in self._aborted:
-                log.info("render aborted", extra={"job_id": str(job.id), "tenant": job.tenant})
+            if entry.phase is Phase.ABORTED:
+                log.info("render aborted", extra=entry.log_extra)
                 self._metrics.jobs_finished.labels("aborted").inc()
                 return  # the job is no longer ours (cancelled or rescued): nothing to record
             raise
         except RenderError as exc:
-            await self._fail(job, str(exc), retryable=exc.retryable, warnings=warnings)
+            await self._fail(entry, str(exc), retryable=exc.retryable, warnings=warnings)
             return
         except options.OptionsError as exc:
-            await self._fail(job, f"invalid options: {exc}", retryable=False, warnings=warnings)
+            await self._fail(entry, f"invalid options: {exc}", retryable=False, warnings=warnings)
             return
         except Exception as exc:
-            log.exception("render crashed", extra={"job_id": str(job.id), "tenant": job.tenant})
+            log.exception("render crashed", extra=entry.log_extra)
             await self._fail(
-                job, f"internal error: {type(exc).__name__}", retryable=True, warnings=warnings
+                entry, f"internal error: {type(exc).__name__}", retryable=True, warnings=warnings
             )
             return
-        # The bytes are durable; now the final write. Shielded so that a shutdown cannot cut
-        # it in half: the job either is done or stays running until its lease is rescued.
-        done = await asyncio.shield(self._finish_done(job, len(result.pdf), result.pages, warnings))
+        # The bytes are durable; now the final write.
+        self._move(entry, Phase.RECORDING)
+        done = await self._record(
+            entry,
+            lambda: self._done.submit(jobs.Done(job, len(result.pdf), result.pages, warnings)),
+        )
         self.rendered += 1
         if not done:
-            log.info("late result discarded", extra={"job_id": str(job.id), "tenant": job.tenant})
+            log.info("late result discarded", extra=entry.log_extra)
             with contextlib.suppress(Exception):
                 await self._storage.delete(job.object_key)
             return
+        log.info("job done", extra=entry.log_extra)
+        self._metrics.jobs_finished.labels("done").inc()
         # Earlier attempts of this job may have stored a file before their worker died.
         for attempt in range(1, job.attempt):
             with contextlib.suppress(Exception):
                 await self._storage.delete(jobs.object_key(job.tenant, job.id, attempt))
 
-    async def _finish_done(
-        self, job: ClaimedJob, size: int, pages: int, warnings: list[str]
-    ) -> bool:
-        while True:
-            try:
-                ok = await self._done.submit(jobs.Done(job, size, pages, warnings))
-            except DB_ERRORS as exc:
-                # The database is away; the file is stored, so keep trying while the lease
-                # would still be ours. After that the rescuer re-runs the job.
-                log.warning(
-                    "could not record done, retrying: %s", exc, extra={"job_id": str(job.id)}
-                )
-                await asyncio.sleep(FINISH_RETRY_S)
-                continue
-            if ok:
-                log.info("job done", extra={"job_id": str(job.id), "tenant": job.tenant})
-                self._metrics.jobs_finished.labels("done").inc()
-            return ok
-
     async def _fail(
-        self, job: ClaimedJob, error: str, *, retryable: bool, warnings: list[str]
+        self, entry: InFlightJob, error: str, *, retryable: bool, warnings: list[str]
     ) -> None:
-        if not await self._exists(job):
+        self._move(entry, Phase.RECORDING)
+        if not await self._row_written(entry):
             return
+        job = entry.job
         retry_in_s = backoff_s(
             job.attempt, base_s=self._config.retry_base_s, max_s=self._config.retry_max_s
         )
-        while True:
-            try:
-                state = await asyncio.shield(
-                    jobs.finish_failed(
-                        self._pool,
-                        job,
-                        worker_id=self.worker_id,
-                        error=error,
-                        retryable=retryable,
-                        retry_in_s=retry_in_s,
-                        warnings=warnings,
-                    )
-                )
-                break
-            except DB_ERRORS as exc:
-                log.warning("could not record failure, retrying: %s", exc)
-                await asyncio.sleep(FINISH_RETRY_S)
-        extra = {"job_id": str(job.id), "tenant": job.tenant}
+        state = await self._record(
+            entry,
+            lambda: jobs.finish_failed(
+                self._pool,
+                job,
+                worker_id=self.worker_id,
+                error=error,
+                retryable=retryable,
+                retry_in_s=retry_in_s,
+                warnings=warnings,
+            ),
+        )
         if state is JobState.QUEUED:
-            log.info("job retrying in %.1f s: %s", retry_in_s, error, extra=extra)
+            log.info("job retrying in %.1f s: %s", retry_in_s, error, extra=entry.log_extra)
             self._metrics.jobs_finished.labels("retrying").inc()
         elif state is JobState.FAILED:
-            log.info("job failed: %s", error, extra=extra)
+            log.info("job failed: %s", error, extra=entry.log_extra)
             self._metrics.jobs_finished.labels("failed").inc()
+
+    async def _record(self, entry: InFlightJob, write: Callable[[], Awaitable[T]]) -> T | None:
+        """The attempt's final write, in a task the entry owns, shielded: neither an abort nor
+        a shutdown cuts it in half, so the job is recorded or stays running until its lease is
+        rescued. None when it could not be written."""
+        task = asyncio.create_task(self._retrying(entry, write), name=f"record-{entry.job.id}")
+        entry.write = task
+        self._own(entry, task)
+        return await asyncio.shield(task)
+
+    async def _retrying(self, entry: InFlightJob, write: Callable[[], Awaitable[T]]) -> T | None:
+        # While the database is away, try again as long as the lease could still be ours; after
+        # that the rescuer re-runs the job.
+        deadline = time.monotonic() + self._config.lease_s
+        while True:
+            try:
+                return await write()
+            except DB_ERRORS as exc:
+                if time.monotonic() + FINISH_RETRY_S > deadline:
+                    log.error("could not record the result: %s", exc, extra=entry.log_extra)
+                    return None
+                log.warning("could not record the result, retrying: %s", exc, extra=entry.log_extra)
+                await asyncio.sleep(FINISH_RETRY_S)
+            except Exception:
+                log.exception("could not record the result", extra=entry.log_extra)
+                return None
 
     async def heartbeat(self) -> None:
         """Renew the leases of running jobs; abort those this worker no longer holds."""
         interval_s = self._config.lease_s / 3
         while True:
             await asyncio.sleep(interval_s)
-            ids = [job_id for job_id in self._running if self._held(job_id)]
+            ids = [
+                job_id
+                for job_id, entry in self._jobs.items()
+                if entry.held and entry.phase is not Phase.ABORTED
+            ]
             if not ids:
                 continue
             try:
                 held = await jobs.heartbeat(
                     self._pool, ids, worker_id=self.worker_id, lease_s=self._config.lease_s
                 )
-            except (*DB_ERRORS, asyncpg.PostgresError) as exc:
+            except DB_OR_QUERY_ERRORS as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
             for job_id in set(ids) - held:
-                if job_id in self._running:
-                    self._abort(job_id, "no longer held")
+                if entry := self._jobs.get(job_id):
+                    self._abort(entry, "no longer held")
 
     async def stop(self) -> None:
         """Stop claiming; let renders finish within the grace period; release the rest."""
@@ -409,45 +488,40 @@ class Workers:
             async with asyncio.timeout(STOP_CLAIM_WAIT_S):
                 await self._loop_done.wait()
         # Likewise jobs handed off while their insert is in flight.
-        inserting = {f for f in self._inserting.values() if not f.done()}
+        inserting = {
+            e.inserted for e in self._jobs.values() if e.inserted and not e.inserted.done()
+        }
         if inserting:
             await asyncio.wait(inserting, timeout=STOP_CLAIM_WAIT_S)
-        # Jobs not yet rendering (their template, or waiting for a slot when claimed ahead) go
-        # back to the queue at once: another process can take them now.
-        early = {
-            job_id: task
-            for job_id, task in self._running.items()
-            if job_id not in self._rendering and job_id not in self._rendered
-        }
-        for job_id, task in early.items():
-            self._aborted.add(job_id)
-            task.cancel()
-        if early:
-            await asyncio.wait(early.values(), timeout=5)
-            await self._release(list(early))
-        pending = [t for t in self._running.values() if not t.done()]
-        if pending:
-            log.info(
-                "waiting up to %.0f s for %s renders", self._config.shutdown_grace_s, len(pending)
-            )
-            await asyncio.wait(pending, timeout=self._config.shutdown_grace_s)
+        # Jobs not yet in Chromium (their template, or waiting for a slot when claimed ahead)
+        # go back to the queue at once: another process can take them now.
+        await self._cut_off([e for e in self._jobs.values() if e.phase is Phase.PREPARING])
+        if pending := _tasks(self._jobs.values()):
+            grace_s = self._config.shutdown_grace_s
+            log.info("waiting up to %.0f s for %s jobs in flight", grace_s, len(self._jobs))
+            await asyncio.wait(pending, timeout=grace_s)
         # Renders still going are cut off; jobs past their render are only storing and
         # recording, so they are let finish.
-        finishing = [t for j, t in self._running.items() if j in self._rendered and not t.done()]
-        unfinished = {
-            job_id: task
-            for job_id, task in self._running.items()
-            if not task.done() and job_id not in self._rendered
-        }
-        for job_id, task in unfinished.items():
-            self._aborted.add(job_id)
-            task.cancel()
-        if unfinished or finishing:
-            await asyncio.wait([*unfinished.values(), *finishing], timeout=5)
-        if unfinished:
-            await self._release(list(unfinished))
+        await self._cut_off(list(self._jobs.values()))
 
-    async def _release(self, job_ids: list[uuid.UUID]) -> None:
-        with contextlib.suppress(*DB_ERRORS, asyncpg.PostgresError):
-            released = await jobs.release(self._pool, job_ids, worker_id=self.worker_id)
+    async def _cut_off(self, entries: list[InFlightJob]) -> None:
+        """Abort those of `entries` not past their render, wait briefly for every one of them
+        to end, and hand the aborted ones back to the queue."""
+        aborted = [e.job.id for e in entries if self._abort(e, "shutting down")]
+        if pending := _tasks(entries):
+            await asyncio.wait(pending, timeout=STOP_CLAIM_WAIT_S)
+        if not aborted:
+            return
+        try:
+            released = await jobs.release(self._pool, aborted, worker_id=self.worker_id)
+        except DB_OR_QUERY_ERRORS as exc:
+            log.warning("could not release unfinished jobs (their leases will): %s", exc)
+        else:
             log.info("released %s unfinished jobs back to the queue", released)
+
+
+def _tasks(entries: Collection[InFlightJob]) -> set[asyncio.Task[Any]]:
+    """The tasks of `entries` still running."""
+    return {
+        task for e in entries for task in (e.task, e.write) if task is not None and not task.done()
+    }

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
@@ -140,12 +141,12 @@ class Recorder:
     def lease_s(self) -> float:
         return 60.0
 
-    def reserve(self, wanted: int) -> int:
-        return min(wanted, self.free)
-
-    def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
+    def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
         assert not inserted.done()  # handed before the insert runs
-        self.taken.append((handed, inserted))
+        handed = list(itertools.islice(due, self.free))
+        if handed:
+            self.taken.append((handed, inserted))
+        return len(handed)
 
 
 def new_job(**fields: Any) -> NewJob:
@@ -238,7 +239,7 @@ async def test_a_render_cancelled_while_its_insert_runs_leaves_the_insert_alone(
             while workers.busy < 1:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # the render is over and waits for the insert
-        workers._running[first.id].cancel()  # e.g. cut off by a shutdown
+        workers.in_flight[first.id].task.cancel()  # e.g. cut off by a shutdown
         await asyncio.sleep(0.05)
         await release()
         await inserting  # the insert itself is not disturbed
@@ -347,13 +348,10 @@ async def test_a_job_handed_off_as_the_worker_begins_to_stop_goes_back_to_the_qu
         worker_id = workers.worker_id
         lease_s = workers.lease_s
 
-        def reserve(self, wanted: int) -> int:
-            granted = workers.reserve(wanted)
+        def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
+            taken = workers.take(due, inserted)
             stops.append(asyncio.create_task(workers.stop()))  # runs during the insert
-            return granted
-
-        def take(self, handed: list[ClaimedJob], inserted: asyncio.Future[bool]) -> None:
-            workers.take(handed, inserted)
+            return taken
 
     [created] = await jobs.create(pool, [new_job()], hand_off=StopsMidInsert())
     await stops[0]

@@ -1,0 +1,107 @@
+"""The per-tenant in-flight cap at the defaults: submit latency with the background count
+(admission.InFlight) and with one indexed count per admission, in the same run, over an empty
+queue and over a backlog near the default cap (queued jobs due in an hour, so the worker
+stays idle and every job is handed off).
+
+    python -m bench.in_flight [--jobs 300] [--interval-ms 40] [--backlog 9000] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+from unittest import mock
+
+import asyncpg
+
+import server.app
+from bench.common import checkpoint, database, latency_summary, postgres, running_app
+from bench.noop import StartClock
+from bench.queue import WARMUP_JOBS, _submitter, _true, wait_until
+from server import admission
+from server.admission import InFlight
+
+DEFAULT_CAP = 10_000
+
+
+class PerAdmission(InFlight):
+    """The cap as one indexed count per admission, read before the insert."""
+
+    async def check(self, pool: asyncpg.Pool, tenant: str, max_in_flight: int) -> None:
+        await admission._check_in_flight(pool, tenant, max_in_flight)
+
+    def admitted(self, pool: asyncpg.Pool, tenant: str) -> None:
+        return None
+
+
+async def one(count: int, interval_s: float, backlog: int, *, background: bool) -> dict[str, Any]:
+    clock = StartClock()
+    async with database(migrated=True) as dsn:
+        if backlog:
+            conn = await asyncpg.connect(dsn)
+            try:
+                await conn.execute(
+                    "INSERT INTO jobs (id, tenant, template, max_attempts, run_after)"
+                    " SELECT gen_random_uuid(), 'default', 'x', 3, now() + interval '1 hour'"
+                    " FROM generate_series(1, $1)",
+                    backlog,
+                )
+                await conn.execute("VACUUM ANALYZE jobs")
+            finally:
+                await conn.close()
+        await checkpoint(dsn)
+        overrides: dict[str, Any] = {
+            "render_slots": 4,
+            "renderer_factory": lambda _s: clock,
+            "tenant_max_inflight": DEFAULT_CAP,
+        }
+        # The app builds its in-flight cap as it starts, from the class server.app names.
+        cap = InFlight if background else PerAdmission
+        with mock.patch.object(server.app, "InFlight", cap):
+            async with running_app(dsn, **overrides) as (base, _app):
+                await asyncio.sleep(1.0)
+                answers = await _submitter(base, WARMUP_JOBS + count, interval_s)
+                total = WARMUP_JOBS + count
+                await wait_until(lambda: _true(len(clock.latencies_ms) >= total), timeout_s=30)
+    return {
+        "answer": latency_summary(answers[WARMUP_JOBS:]),
+        "start": latency_summary(clock.latencies_ms[WARMUP_JOBS:]),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    results: dict[str, Any] = {}
+    async with postgres():
+        for round_ in range(args.rounds):
+            for backlog in (0, args.backlog):
+                # Each round runs the two the other way round, so drift in the machine's load
+                # does not favour one.
+                for background in (True, False) if round_ % 2 == 0 else (False, True):
+                    how = "background" if background else "count"
+                    name = f"round {round_} backlog={backlog} {how}"
+                    r = await one(
+                        args.jobs, args.interval_ms / 1000, backlog, background=background
+                    )
+                    results[name] = r
+                    a, s = r["answer"], r["start"]
+                    print(
+                        f"{name:42} 202 p50 {a['p50_ms']:.2f} p99 {a['p99_ms']:.2f} ms;"
+                        f" start p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms",
+                        flush=True,
+                    )
+    print(json.dumps(results))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--interval-ms", type=float, default=40)
+    parser.add_argument("--backlog", type=int, default=9000)
+    parser.add_argument("--rounds", type=int, default=1)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
