@@ -22,11 +22,26 @@
 CREATE FUNCTION job_events_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     last_id bigint;
-    work boolean;
+    queued boolean;
+    started boolean;
     batches_only boolean;
-    hooked boolean;
+    hooks boolean;
 BEGIN
-    IF EXISTS (
+    -- One look at the rows first, so a statement does only the work its events call for (an
+    -- empty claim, the idle poll, none at all).
+    SELECT max(a.id),
+           bool_or(a.type IN ('job.queued', 'job.retrying')),
+           bool_or(a.type = 'job.running'),
+           bool_and(a.job_id IS NULL),
+           bool_or(a.type IN ('job.done', 'job.failed', 'job.cancelled')
+                   AND a.payload->>'webhook_url' IS NOT NULL)
+    INTO last_id, queued, started, batches_only, hooks
+    FROM added a;
+    IF last_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+
+    IF NOT batches_only AND EXISTS (
         SELECT 1 FROM added a JOIN batch_items i ON i.job_id = a.job_id
         WHERE a.type LIKE 'job.%' AND a.type <> 'job.progress'
     ) THEN
@@ -35,34 +50,34 @@ BEGIN
             WHERE a.type LIKE 'job.%' AND a.type <> 'job.progress'));
     END IF;
 
-    WITH hook AS (
-        INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-        SELECT a.job_id, a.tenant, a.payload->>'webhook_url', a.type, a.payload
-        FROM added a
-        WHERE a.type IN ('job.done', 'job.failed', 'job.cancelled')
-          AND a.payload->>'webhook_url' IS NOT NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM webhook_deliveries w
-              WHERE w.job_id = a.job_id AND w.url = a.payload->>'webhook_url'
-                AND w.status = 'disabled')
-        RETURNING 1
-    )
-    SELECT count(*) > 0 INTO hooked FROM hook;
-    IF hooked THEN
-        PERFORM pg_notify('pressroom_webhooks', 'w');
+    IF hooks THEN
+        WITH hook AS (
+            INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
+            SELECT a.job_id, a.tenant, a.payload->>'webhook_url', a.type, a.payload
+            FROM added a
+            WHERE a.type IN ('job.done', 'job.failed', 'job.cancelled')
+              AND a.payload->>'webhook_url' IS NOT NULL
+              AND NOT EXISTS (
+                  SELECT 1 FROM webhook_deliveries w
+                  WHERE w.job_id = a.job_id AND w.url = a.payload->>'webhook_url'
+                    AND w.status = 'disabled')
+            RETURNING 1
+        )
+        SELECT count(*) > 0 INTO hooks FROM hook;
+        IF hooks THEN
+            PERFORM pg_notify('pressroom_webhooks', 'w');
+        END IF;
     END IF;
 
-    SELECT max(j.last_id), bool_or(j.queued AND NOT j.started), bool_and(j.job_id IS NULL)
-    INTO last_id, work, batches_only
-    FROM (
-        SELECT a.job_id, max(a.id) AS last_id,
-               bool_or(a.type IN ('job.queued', 'job.retrying')) AS queued,
-               bool_or(a.type = 'job.running') AS started
-        FROM added a
-        GROUP BY a.job_id
-    ) j;
-    IF last_id IS NOT NULL AND NOT (batches_only AND pg_trigger_depth() > 1) THEN
-        PERFORM pg_notify('pressroom', CASE WHEN work THEN 'q:' ELSE 'e:' END || last_id);
+    IF queued AND started THEN
+        -- A hand-off: work for the workers only if some job was not also started.
+        SELECT bool_or(j.queued AND NOT j.started) INTO queued
+        FROM (SELECT bool_or(a.type IN ('job.queued', 'job.retrying')) AS queued,
+                     bool_or(a.type = 'job.running') AS started
+              FROM added a GROUP BY a.job_id) j;
+    END IF;
+    IF NOT (batches_only AND pg_trigger_depth() > 1) THEN
+        PERFORM pg_notify('pressroom', CASE WHEN queued THEN 'q:' ELSE 'e:' END || last_id);
     END IF;
     RETURN NULL;
 END $$;
