@@ -305,12 +305,12 @@ def print_result(result: dict[str, Any]) -> None:
     print("p50 / p99 ms per statement; ratio = the way / before 0010")
     print()
     print(
-        "| commit | webhook | statement | before 0010 | 0010 trigger | ratio p50 / p99 "
+        "| measured | webhook | statement | n | before 0010 | 0010 trigger | ratio p50 / p99 "
         "| jobs triggers | ratio p50 / p99 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in result["rows"]:
-        cells = [row["mode"], row["webhook"], row["statement"]]
+        cells = [row["mode"], row["webhook"], row["statement"], str(row["before"]["n"])]
         for name in labels:
             s = row[name]
             cells.append(f"{s['p50_ms']:.3f} / {s['p99_ms']:.3f}")
@@ -319,7 +319,6 @@ def print_result(result: dict[str, Any]) -> None:
         print("| " + " | ".join(cells) + " |")
     print()
     print("written (must match): " + json.dumps(result["written"]))
-    print("samples per cell: " + str(result["rows"][0]["before"]["n"]) + " (1-job statements)")
 
 
 def parser() -> argparse.ArgumentParser:
