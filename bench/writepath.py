@@ -9,7 +9,7 @@ timed twice over: as the client sees it (round trip and durable commit), and as 
 spends it (EXPLAIN ANALYZE's execution time, triggers included: how migration 0005 measured
 its trigger, with less of the machine's noise in it).
 
-    python -m bench.writepath [--rounds 10] [--jobs 12] [--batch 100]
+    python -m bench.writepath [--rounds 10] [--jobs 10] [--batch 100] [--batches 3]
 """
 
 from __future__ import annotations
@@ -160,7 +160,9 @@ async def timed(way: Way, key: tuple[str, str, str], name: str, *args: Any) -> l
     return rows
 
 
-async def one_round(way: Way, mode: str, webhook: bool, jobs: int, batch: int) -> None:
+async def one_round(
+    way: Way, mode: str, webhook: bool, jobs: int, batch: int, batches: int
+) -> None:
     """The hot transitions, each statement on its own (its own implicit transaction)."""
     hook = "webhook" if webhook else "no webhook"
 
@@ -222,29 +224,30 @@ async def one_round(way: Way, mode: str, webhook: bool, jobs: int, batch: int) -
             [],
         )
     # Group commit and the done recorder: many jobs in one statement.
-    await timed(
-        way,
-        key(f"insert {batch} (job.queued)"),
-        "insert_jobs",
-        *job_columns(batch, webhook=webhook, max_attempts=1),
-    )
-    claimed = await timed(
-        way, key(f"claim {batch} (job.running)"), "claim_jobs", batch, WORKER, LEASE_S
-    )
-    ids = [row["id"] for row in claimed]
-    await timed(way, key(f"heartbeat {batch} (no event)"), "heartbeat", ids, WORKER, LEASE_S)
-    await timed(
-        way,
-        key(f"done {batch} (job.done)"),
-        "finish_done_many",
-        ids,
-        WORKER,
-        [row["attempts"] for row in claimed],
-        [f"k/{i}" for i in ids],
-        [1000] * len(ids),
-        [1] * len(ids),
-        ["[]"] * len(ids),
-    )
+    for _ in range(batches):
+        await timed(
+            way,
+            key(f"insert {batch} (job.queued)"),
+            "insert_jobs",
+            *job_columns(batch, webhook=webhook, max_attempts=1),
+        )
+        claimed = await timed(
+            way, key(f"claim {batch} (job.running)"), "claim_jobs", batch, WORKER, LEASE_S
+        )
+        ids = [row["id"] for row in claimed]
+        await timed(way, key(f"heartbeat {batch} (no event)"), "heartbeat", ids, WORKER, LEASE_S)
+        await timed(
+            way,
+            key(f"done {batch} (job.done)"),
+            "finish_done_many",
+            ids,
+            WORKER,
+            [row["attempts"] for row in claimed],
+            [f"k/{i}" for i in ids],
+            [1000] * len(ids),
+            [1] * len(ids),
+            ["[]"] * len(ids),
+        )
 
 
 async def written(way: Way) -> dict[str, int]:
@@ -280,7 +283,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     # Each way goes first in turn, so none is always measured on a warm server.
                     shift = round_no % len(all_ways)
                     for way in all_ways[shift:] + all_ways[:shift]:
-                        await one_round(way, mode, webhook, args.jobs, args.batch)
+                        await one_round(way, mode, webhook, args.jobs, args.batch, args.batches)
         result["written"] = {way.name: await written(way) for way in all_ways}
     result["seconds"] = time.perf_counter() - started
     before, *others = all_ways
@@ -326,13 +329,19 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=12, help="jobs per path per round")
+    parser.add_argument("--jobs", type=int, default=10, help="jobs per path per round")
     parser.add_argument("--batch", type=int, default=100, help="jobs in the many-job statements")
+    parser.add_argument("--batches", type=int, default=3, help="many-job cycles per round")
     return parser
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
-    return [f"--rounds {args.rounds}", f"--jobs {args.jobs}", f"--batch {args.batch}"]
+    return [
+        f"--rounds {args.rounds}",
+        f"--jobs {args.jobs}",
+        f"--batch {args.batch}",
+        f"--batches {args.batches}",
+    ]
 
 
 def main() -> None:
