@@ -3,9 +3,10 @@
 Receivers verify deliveries with the standardwebhooks package (`Webhook(secret).verify`), the
 library that signs them here.
 
-Rows of `webhook_deliveries` are written by the same statement as the job's state change
-(server/sql/queries.sql). Any process may send: a sender claims due rows with SKIP LOCKED and
-a lease, POSTs outside any transaction, then records the attempt.
+Rows of `webhook_deliveries` are written by the trigger that follows every event row, in the
+transaction of the job's state change (0010_event_side_effects.sql). Any process may send: a
+sender claims due rows with SKIP LOCKED and a lease, POSTs outside any transaction, then
+records the attempt.
 """
 
 from __future__ import annotations

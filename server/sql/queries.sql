@@ -1,14 +1,16 @@
 -- Every statement Pressroom runs, as named blocks read by server/sql/__init__.py.
--- A state change, its event row and its NOTIFY are one statement, so one round trip and
--- one implicit transaction. The NOTIFY payload is only a hint: "<kind>:<last event id>",
--- kind "q" when the change made work due for the workers, "e" otherwise.
+-- A state change and its event rows are one statement, so one round trip and one implicit
+-- transaction. What follows an event row (the NOTIFY, the webhook outbox row, batch events)
+-- is written by the job_events trigger alone (0010_event_side_effects.sql): no statement
+-- here repeats it.
 
 -- insert_jobs --
 -- $1..$12 are parallel arrays, one element per job (many requests share one transaction).
 -- $13 marks the jobs an idle worker of this process took (hand-off): they are inserted
 -- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
--- and job.running events, so they skip the NOTIFY, the claim and its commit. The job JSON
--- returned is the job.queued event's, whichever way the job went.
+-- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
+-- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
+-- way the job went.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash,
@@ -41,12 +43,7 @@ WITH new AS (
     ORDER BY e.step
     RETURNING id, job_id, type, payload
 )
-SELECT n.id, q.payload AS job,
-       -- Work for the workers only when some job stayed queued; otherwise only push.
-       (SELECT pg_notify('pressroom',
-                         CASE WHEN bool_and(handed.status = 'running') THEN 'e:' ELSE 'q:' END
-                         || (SELECT max(id) FROM ev))
-        FROM new handed) IS NULL AS notified
+SELECT n.id, q.payload AS job
 FROM new n
 JOIN ev q ON q.job_id = n.id AND q.type = 'job.queued';
 
@@ -69,17 +66,15 @@ WITH picked AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
-    RETURNING id
 )
-SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts,
-       (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified
+SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
 -- finish_done_many --
 -- Attempts of one worker ($2) are done: $1 ids, $3 attempts, $4 object keys, $5 sizes, $6 page
--- counts, $7 warnings are parallel arrays. One statement, one NOTIFY. Only the worker holding
--- an attempt may finish it: a cancelled or rescued job stays as it is.
+-- counts, $7 warnings are parallel arrays. One statement, so one NOTIFY. Only the worker
+-- holding an attempt may finish it: a cancelled or rescued job stays as it is.
 WITH input AS (
     -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
     SELECT * FROM unnest($1::uuid[], $3::int[], $4::text[], $5::bigint[], $6::int[], $7::text[])
@@ -97,21 +92,8 @@ WITH input AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
-    RETURNING id
-), hook AS (
-    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
-    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-    SELECT d.id, d.tenant, d.webhook_url, 'job.done', job_public(d::jobs)
-    FROM done d
-    WHERE d.webhook_url IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM webhook_deliveries w
-        WHERE w.job_id = d.id AND w.url = d.webhook_url AND w.status = 'disabled')
-    RETURNING id
 )
-SELECT d.id, (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
-       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
-        FROM hook) IS NULL AS hooked
-FROM done d;
+SELECT d.id FROM done d;
 
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is
@@ -135,24 +117,8 @@ WITH failed AS (
            CASE f.status WHEN 'queued' THEN 'job.retrying' ELSE 'job.failed' END,
            job_public(f::jobs)
     FROM failed f
-    RETURNING id, type
-), hook AS (
-    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
-    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-    SELECT f.id, f.tenant, f.webhook_url, 'job.failed', job_public(f::jobs)
-    FROM failed f
-    WHERE f.webhook_url IS NOT NULL AND f.status = 'failed' AND NOT EXISTS (
-        SELECT 1 FROM webhook_deliveries w
-        WHERE w.job_id = f.id AND w.url = f.webhook_url AND w.status = 'disabled')
-    RETURNING id
 )
-SELECT f.id, f.status,
-       (SELECT pg_notify('pressroom',
-               CASE WHEN bool_or(type = 'job.retrying') THEN 'q:' ELSE 'e:' END || max(id))
-        FROM ev) IS NULL AS notified,
-       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
-        FROM hook) IS NULL AS hooked
-FROM failed f;
+SELECT f.id, f.status FROM failed f;
 
 -- heartbeat --
 -- Extend the lease of every job this worker still holds; the ids it no longer holds
@@ -188,21 +154,8 @@ WITH lost AS (
            CASE r.status WHEN 'queued' THEN 'job.retrying' ELSE 'job.failed' END,
            job_public(r::jobs)
     FROM rescued r
-    RETURNING id
-), hook AS (
-    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
-    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-    SELECT r.id, r.tenant, r.webhook_url, 'job.failed', job_public(r::jobs)
-    FROM rescued r
-    WHERE r.webhook_url IS NOT NULL AND r.status = 'failed' AND NOT EXISTS (
-        SELECT 1 FROM webhook_deliveries w
-        WHERE w.job_id = r.id AND w.url = r.webhook_url AND w.status = 'disabled')
-    RETURNING id
 )
-SELECT r.id, r.status, (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL,
-       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
-        FROM hook) IS NULL AS hooked
-FROM rescued r;
+SELECT r.id, r.status FROM rescued r;
 
 -- release_jobs --
 -- Graceful shutdown: give unfinished jobs back at once, without charging the attempt.
@@ -215,10 +168,8 @@ WITH released AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT r.id, r.tenant, 'job.retrying', job_public(r::jobs) FROM released r
-    RETURNING id
 )
-SELECT r.id, (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL
-FROM released r;
+SELECT r.id FROM released r;
 
 -- cancel_job --
 WITH cancelled AS (
@@ -230,22 +181,8 @@ WITH cancelled AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT c.id, c.tenant, 'job.cancelled', job_public(c::jobs) FROM cancelled c
-    RETURNING id
-), hook AS (
-    -- The webhook outbox row, written in this same statement (see 0002_webhooks.sql).
-    INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload)
-    SELECT c.id, c.tenant, c.webhook_url, 'job.cancelled', job_public(c::jobs)
-    FROM cancelled c
-    WHERE c.webhook_url IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM webhook_deliveries w
-        WHERE w.job_id = c.id AND w.url = c.webhook_url AND w.status = 'disabled')
-    RETURNING id
 )
-SELECT job_public(c::jobs) AS job,
-       (SELECT pg_notify('pressroom', 'e:' || max(id)) FROM ev) IS NULL AS notified,
-       (SELECT CASE WHEN count(*) > 0 THEN pg_notify('pressroom_webhooks', 'w') END
-        FROM hook) IS NULL AS hooked
-FROM cancelled c;
+SELECT job_public(c::jobs) AS job FROM cancelled c;
 
 -- retry_job --
 -- A failed job goes back to the queue with fresh attempts.
@@ -258,11 +195,8 @@ WITH requeued AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT r.id, r.tenant, 'job.queued', job_public(r::jobs) FROM requeued r
-    RETURNING id
 )
-SELECT job_public(r::jobs) AS job,
-       (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev) IS NULL AS notified
-FROM requeued r;
+SELECT job_public(r::jobs) AS job FROM requeued r;
 
 -- get_job --
 SELECT job_public(j) AS job, j.status, j.object_key, j.tenant
@@ -568,7 +502,7 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, 
 
 -- insert_batch_jobs --
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
--- one statement with one NOTIFY; the batch event follows from the job_events trigger.
+-- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
 -- every item's position, key and job id.
 WITH new AS (
@@ -584,21 +518,17 @@ WITH new AS (
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT n.id, n.tenant, 'job.queued', job_public(n::jobs) FROM new n
-    RETURNING id
 ), items AS (
     INSERT INTO batch_items (batch_id, position, key, job_id)
     SELECT $13::uuid, position, key, job_id
     FROM unnest($14::int[], $15::text[], $16::uuid[]) AS t(position, key, job_id)
 )
-SELECT (SELECT count(*) FROM new) AS created,
-       (SELECT pg_notify('pressroom', 'q:' || max(id)) FROM ev HAVING count(*) > 0) IS NULL
-           AS notified;
+SELECT count(*) AS created FROM new;
 
 -- batch_announce --
--- The first event of a batch whose jobs all existed before (no job event fires the trigger).
-SELECT batch_log_events(ARRAY[$1::uuid]),
-       pg_notify('pressroom', 'e:' || currval(pg_get_serial_sequence('job_events', 'id')))
-           IS NULL AS notified;
+-- The first event of a batch whose jobs all existed before (no job event fires the trigger);
+-- its NOTIFY follows from the job_events trigger.
+SELECT batch_log_events(ARRAY[$1::uuid]);
 
 -- batch_get --
 SELECT batch_public(b) AS batch FROM batches b WHERE b.id = $1 AND b.tenant = $2;
