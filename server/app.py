@@ -11,7 +11,19 @@ from typing import Any
 
 from aiohttp import web
 
-from server import admission, api, batches, db, events, health, library, openapi, retention, sockets
+from server import (
+    admission,
+    api,
+    batches,
+    db,
+    events,
+    health,
+    library,
+    openapi,
+    retention,
+    sockets,
+    sse,
+)
 from server.admission import InFlight
 from server.auth import Authenticator
 from server.hub import Hub
@@ -84,7 +96,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
-    app[api.STREAMS_KEY] = set()
+    app[sse.STREAMS_KEY] = set()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         embedded = None
@@ -239,6 +251,7 @@ def create_app(
 
     if settings.run_web:
         app.add_routes(api.routes)
+        app.add_routes(sse.routes)
         app.add_routes(batches.routes)
         library.setup(app)  # /v1/templates
         app.add_routes(health.routes)
@@ -279,7 +292,7 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    streams: set[Any] = app[api.STREAMS_KEY]
+    streams: set[Any] = app[sse.STREAMS_KEY]
     for resp in list(streams):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()
