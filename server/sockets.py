@@ -1,7 +1,8 @@
 """Socket.IO at /socket.io/: the same job events, payloads and ids as SSE, over python-socketio.
 
-Each subscription of a client is its own bounded hub subscription drained by one task, so
-every stream is in log order, replay then live, without gap or duplicate; a client that stops
+Each subscription of a client is its own bounded hub subscription drained by one task over
+server/streams.py, so every stream is in log order, replay then live, without gap or
+duplicate, and a job's ends after its final event, as on SSE; a client that stops
 reading is cut off with a reason and resumes by event id. Emits that must reach clients on
 other processes (rooms) travel over PostgreSQL LISTEN/NOTIFY: no broker besides the database.
 """

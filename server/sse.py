@@ -80,10 +80,9 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
         current = await jobs.get(pool, job_id, tenant)
         if current is None:
             raise not_found()
-    begin = await streams.start(
-        pool, tenant=tenant, job_id=job_id, cursor=_requested_cursor(request)
-    )
+    cursor = _requested_cursor(request)
     types = _requested_types(request)
+    begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=cursor)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     with (
         hub.subscription(tenant=tenant, job_id=job_id) as sub,

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse
 
 from server.errors import PermanentError
 from server.keys import HUB
@@ -105,18 +104,13 @@ class LongPoll:
         self.poll: asyncio.Task[tuple[int, str, dict[str, Any] | None, float]] | None = None
 
     async def get(self, query: str = "") -> tuple[int, str, dict[str, Any] | None, float]:
+        """(status, ETag, body or None, seconds taken), sending the last ETag."""
         headers = {"If-None-Match": self.etag} if self.etag else {}
         started = time.monotonic()
-        async with self.api.http.get(
-            self.api.url(f"/v1/jobs/{self.job_id}{query}"), headers=headers
-        ) as resp:
-            return await self._answer(resp, started)
-
-    async def _answer(
-        self, resp: ClientResponse, started: float
-    ) -> tuple[int, str, dict[str, Any] | None, float]:
-        body = await resp.json() if resp.status != 304 else None
-        return resp.status, resp.headers.get("ETag", ""), body, time.monotonic() - started
+        url = self.api.url(f"/v1/jobs/{self.job_id}{query}")
+        async with self.api.http.get(url, headers=headers) as resp:
+            body = await resp.json() if resp.status != 304 else None
+            return resp.status, resp.headers.get("ETag", ""), body, time.monotonic() - started
 
     async def open(self, job_id: str) -> None:
         self.job_id = job_id
@@ -169,10 +163,13 @@ async def test_a_job_stream_ends_after_its_final_event_on_every_transport(
     transport: str,
     final: str,
 ) -> None:
-    follower: Follower = (
-        Sse(api) if transport == "sse" else Sio(api, sio()) if transport == "socketio" else
-        LongPoll(api)
-    )  # fmt: skip
+    follower: Follower
+    if transport == "sse":
+        follower = Sse(api)
+    elif transport == "socketio":
+        follower = Sio(api, sio())
+    else:
+        follower = LongPoll(api)
     fake_renderer.gate = asyncio.Event()
     blocker = await submit(api)  # holds the only render slot
     await asyncio.wait_for(fake_renderer.started.wait(), 10)
