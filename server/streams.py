@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from server import events
+from server import events, jobs
 from server.events import JobEvent, Position
 from server.hub import SubscriberDropped, Subscription
 from server.jobs import JobState
@@ -167,7 +167,7 @@ class Stream:
         job_id = self._sub.job_id
         # A job's few events are all read, since its final one ends the stream whether it
         # is sent or not; the all-jobs stream reads only the types it sends.
-        batch, _held = await events.after(
+        batch, held = await events.after(
             self._pool,
             self._position,
             tenant=self._sub.tenant,
@@ -183,6 +183,11 @@ class Stream:
             self._ended = job_id is not None and ends(batch[-1])
         if len(batch) < events.REPLAY_PAGE:
             self._replaying = False
+            if self._ended and held and job_id is not None and self._sub.tenant is not None:
+                # Newer events of the job may wait behind a running transaction (a failed
+                # job retried just now): the row says whether it is still final.
+                current = await jobs.get(self._pool, job_id, self._sub.tenant)
+                self._ended = current is None or current.status.final
             self._ended = self._ended or self._final
 
     def _sends(self, event: JobEvent) -> bool:
