@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import logging
 import math
 import uuid
@@ -13,24 +12,22 @@ from typing import Any
 
 import asyncpg
 from aiohttp import web
-from aiohttp_sse import EventSourceResponse, sse_response
 
 from server import (
     admission,
     auth,
-    events,
     jobs,
     jsontext,
     library,
     options,
     signing,
+    streams,
     templates,
     webhooks,
 )
-from server.errors import DB_ERRORS
-from server.events import JobEvent, Position
+from server.events import JobEvent
 from server.http_common import json_response, read_json, tenant_of
-from server.hub import SubscriberDropped, Subscription, etag, etag_matches
+from server.hub import Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
 from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
 from server.problems import Problem, invalid, not_found
@@ -337,34 +334,24 @@ async def _wait_for_change(
     if_none_match: str | None,
 ) -> StoredJob:
     """The job once it differs from the client's ETag (or has events after `since`; with
-    neither, once it next changes), else as it is after wait_s. Woken by the hub only."""
+    neither, once it next changes), else as it is after wait_s. Woken by the hub only; a job
+    whose stream has ended (it is final) answers at once: nothing more is on its way."""
     pool, tenant, job_id = request.app[POOL], tenant_of(request), parse_job_id(request)
-    after: Position | None = None
     if if_none_match is not None:
         if await _differs(pool, stored, job_id, tenant, if_none_match):
             return stored
-    elif since is not None:
-        cursor = await events.locate(pool, since) if since else None
-        if cursor is None or cursor.tenant != tenant:
-            return stored  # from the start, or a cursor no longer kept: the job is news
-        newer, _held = await events.after(
-            pool, cursor.position, limit=1, tenant=tenant, job_id=job_id
-        )
-        if newer:
-            return stored
-        after = cursor.position
-    elif stored.status.final:
-        return stored  # nothing is on its way; do not hold the client for nothing
+        since = None  # the ETag is the client's baseline
+    elif since == 0:
+        return stored  # from the start: the job is news
+    begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=since, history=False)
+    stream = streams.Stream(pool, changes, begin, job=stored.job)
     deadline = asyncio.get_running_loop().time() + wait_s
     while (remaining_s := deadline - asyncio.get_running_loop().time()) > 0:
-        try:
-            event = await changes.get(remaining_s)
-        except SubscriberDropped:
-            break  # shutting down: answer with what is known
-        if event is None:
-            break
-        if after is not None and event.position <= after:
-            continue
+        item = await stream.next(remaining_s)
+        if item is None or isinstance(item, streams.Closed):
+            break  # timed out, or shutting down: answer with what is known
+        if not isinstance(item, JobEvent):
+            return stored  # a cursor no longer kept (reset), or the job's stream has ended
         current = await jobs.get(pool, job_id, tenant)
         if current is None:
             raise not_found()
@@ -526,33 +513,7 @@ async def download(request: web.Request) -> web.StreamResponse:
     )
 
 
-# --- Server-Sent Events -------------------------------------------------------------------
-
-
-def _requested_cursor(request: web.Request) -> int | None:
-    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    if raw is None or raw == "":
-        return None
-    parsed = event_id(raw)
-    if parsed is None:
-        # Refused as the long-poll's `since` and Socket.IO's are: 422, naming the field.
-        field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
-        raise invalid([(field, "must be an event id")], "The event cursor is not valid.")
-    return parsed
-
-
-def _requested_types(request: web.Request) -> frozenset[str] | None:
-    """`?type=job.done&type=job.failed` (or `?type=job.done,job.failed`): only events of these
-    types; None for all."""
-    asked = [
-        part.strip() for value in request.query.getall("type", []) for part in value.split(",")
-    ]
-    if not asked:
-        return None
-    errors = events.type_errors("type", asked)
-    if errors:
-        raise invalid(errors, "The query parameters are not valid.")
-    return frozenset(asked)
+# --- event ids and the payload every stream sends -----------------------------------------
 
 
 MAX_EVENT_ID = 2**63 - 1  # bigint
@@ -579,122 +540,3 @@ async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> d
     else:
         wire["job"] = await present_job(app, event.job, event.tenant, minted_by)
     return wire
-
-
-async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
-    # The whole SSE frame is built once per event and key (download links name the key) and
-    # shared by every subscriber of this process: fan-out to thousands of streams is then one
-    # write each.
-    key_id = auth.key_id_of(request)
-    cached = f"sse {key_id}"  # JobEvent.encoded key
-    frame = event.encoded.get(cached)
-    if frame is None:
-        data = jsontext.dumps(await event_wire(request.app, event, key_id))
-        frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
-        event.encoded[cached] = frame
-    await resp.write(frame.encode())
-
-
-async def _send_reset(
-    resp: EventSourceResponse, request: web.Request, job: dict[str, Any] | None, tenant: str
-) -> None:
-    body: dict[str, Any] = {
-        "type": "reset",
-        "reason": "the requested event is no longer kept; reload state",
-    }
-    if job is not None:
-        body["job"] = await present(request, job, tenant)
-    await resp.send(json.dumps(body), event="reset")
-
-
-async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> web.StreamResponse:
-    """Replay what the client missed, then go live; no gap, no duplicate (log order)."""
-    app = request.app
-    pool, hub, settings = app[POOL], app[HUB], app[SETTINGS]
-    tenant = tenant_of(request)
-    current = None
-    if job_id is not None:
-        current = await jobs.get(pool, job_id, tenant)
-        if current is None:
-            raise not_found()
-    requested = _requested_cursor(request)
-    types = _requested_types(request)
-    position: Position | None = None
-    reset = False
-    if requested == 0:
-        position = events.START  # "from the beginning of what is kept"
-    elif requested is not None:
-        cursor = await events.locate(pool, requested)
-        if cursor is None or cursor.tenant != tenant:
-            reset = True
-        else:
-            position = cursor.position
-    if job_id is not None and position is None:
-        position = events.START  # a job stream without a cursor begins with the job's history
-
-    # The log is filtered by type for the all-jobs stream; a job's stream reads all of its few
-    # events, since its final one ends the stream whether it is sent or not.
-    log_types = types if job_id is None else None
-    # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
-    with (
-        hub.subscription(tenant=tenant, job_id=job_id) as sub,
-        app[AUTH].watch(auth.key_id_of(request), sub.drop),
-    ):
-        async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
-            app[STREAMS_KEY].add(resp)
-            try:
-                if reset:
-                    await _send_reset(resp, request, current.job if current else None, tenant)
-                    if job_id is not None:
-                        position = events.START
-                if position is not None:
-                    last_type = None
-                    while True:
-                        batch, _held = await events.after(
-                            pool, position, tenant=tenant, job_id=job_id, types=log_types
-                        )
-                        for event in batch:
-                            if types is None or event.type in types:
-                                await _send(resp, request, event)
-                            position, last_type = event.position, event.type
-                        if len(batch) < events.REPLAY_PAGE:
-                            break
-                    # A failed job may have been retried since; only the latest event ends it.
-                    if job_id is not None and last_type in jobs.TERMINAL_EVENTS:
-                        return resp
-                while resp.is_connected():
-                    try:
-                        live = await sub.get(settings.sse_ping_s)
-                    except SubscriberDropped as exc:
-                        await resp.send(
-                            json.dumps({"type": "closed", "reason": str(exc)}), event="closed"
-                        )
-                        return resp
-                    if live is None or (position is not None and live.position <= position):
-                        continue
-                    if types is None or live.type in types:
-                        await _send(resp, request, live)
-                    position = live.position
-                    if job_id is not None and live.type in jobs.TERMINAL_EVENTS:
-                        return resp
-            except ConnectionError:
-                pass  # the client went away
-            except DB_ERRORS as exc:
-                # The headers are sent; end the stream and let the client resume by event id.
-                log.warning("event stream ended, database unavailable: %s", exc)
-            finally:
-                app[STREAMS_KEY].discard(resp)
-    return resp
-
-
-STREAMS_KEY = web.AppKey("sse_streams", set[EventSourceResponse])
-
-
-@routes.get("/v1/jobs/{job_id}/events")
-async def job_events(request: web.Request) -> web.StreamResponse:
-    return await stream_events(request, job_id=parse_job_id(request))
-
-
-@routes.get("/v1/events")
-async def all_events(request: web.Request) -> web.StreamResponse:
-    return await stream_events(request, job_id=None)

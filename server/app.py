@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from server import api, batches, db, health, library, openapi, sockets
+from server import api, batches, db, health, library, openapi, sockets, sse
 from server import maintenance as services
 from server.admission import InFlight
 from server.auth import Authenticator
@@ -68,7 +68,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
-    app[api.STREAMS_KEY] = set()
+    app[sse.STREAMS_KEY] = set()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         async with db.server(settings) as dsn:
@@ -204,6 +204,7 @@ def create_app(
 
     if settings.run_web:
         app.add_routes(api.routes)
+        app.add_routes(sse.routes)
         app.add_routes(batches.routes)
         library.setup(app)  # /v1/templates
         app.add_routes(health.routes)
@@ -226,7 +227,7 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    streams: set[Any] = app[api.STREAMS_KEY]
+    streams: set[Any] = app[sse.STREAMS_KEY]
     for resp in list(streams):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()

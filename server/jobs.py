@@ -34,9 +34,6 @@ class JobState(enum.StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
-TERMINAL_EVENTS = frozenset({"job.done", "job.failed", "job.cancelled"})
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewJob:
     """A validated submission, ready to insert."""

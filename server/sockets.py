@@ -1,7 +1,8 @@
 """Socket.IO at /socket.io/: the same job events, payloads and ids as SSE, over python-socketio.
 
-Each subscription of a client is its own bounded hub subscription drained by one task, so
-every stream is in log order, replay then live, without gap or duplicate; a client that stops
+Each subscription of a client is its own bounded hub subscription drained by one task over
+server/streams.py, so every stream is in log order, replay then live, without gap or
+duplicate, and a job's ends after its final event, as on SSE; a client that stops
 reading is cut off with a reason and resumes by event id. Emits that must reach clients on
 other processes (rooms) travel over PostgreSQL LISTEN/NOTIFY: no broker besides the database.
 """
@@ -23,10 +24,10 @@ from aiohttp import WSCloseCode, web
 from engineio import packet as eio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
 
-from server import api, auth, events, jobs, listener, signing
+from server import api, auth, events, jobs, listener, signing, streams
 from server.api import MAX_EVENT_ID
 from server.errors import DB_ERRORS
-from server.events import JobEvent, Position
+from server.events import JobEvent
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
 from server.problems import TYPE_BASE, Problem, invalid, not_found
@@ -50,8 +51,6 @@ CLOSE_TIMEOUT_S = 2.0
 # never arrives: wait only for the frame to go out.
 SHUTDOWN_CLOSE_S = 0.5
 LISTEN_START_TIMEOUT_S = 30.0
-# A job never leaves these states, so its subscription ends with them.
-FINAL_EVENTS = frozenset({"job.done", "job.cancelled"})
 SHUTDOWN_REASON = "server shutting down; reconnect and resume by event id"
 
 
@@ -207,7 +206,6 @@ class _Stream:
     key: str
     room: str
     sub: Subscription
-    types: frozenset[str] | None = None  # only these event types are sent
     task: asyncio.Task[None] | None = None
 
 
@@ -507,19 +505,7 @@ class PushServer:
                 "Too many subscriptions",
                 f"A connection holds at most {MAX_SUBSCRIPTIONS}; unsubscribe from some first.",
             )
-        # Same cursor rules as the SSE streams (api.stream_events).
-        position: Position | None = None
-        reset = False
-        if since == 0:
-            position = events.START
-        elif since is not None:
-            cursor = await events.locate(pool, since)
-            if cursor is None or cursor.tenant != client.grant.tenant:
-                reset = True
-            else:
-                position = cursor.position
-        if job_id is not None and position is None:
-            position = events.START  # a job stream without a cursor begins with its history
+        begin = await streams.start(pool, tenant=client.grant.tenant, job_id=job_id, cursor=since)
         if client.closing or self.clients.get(client.sid) is not client:
             raise Problem(409, "Conflict", "The connection is closing.")
         previous = client.streams.get(key)
@@ -530,11 +516,12 @@ class PushServer:
             tenant=client.grant.tenant, job_id=job_id, transport="socketio"
         )
         room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
-        stream = _Stream(key, room, sub, types)
+        items = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
+        stream = _Stream(key, room, sub)
         client.streams[key] = stream
         await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
         stream.task = asyncio.create_task(
-            self._pump(client, stream, position, reset, current.job if current else None),
+            self._pump(client, stream, items),
             name=f"sio-pump-{client.sid}-{key}",
         )
         return {"ok": True}
@@ -552,51 +539,26 @@ class PushServer:
         self,
         client: _Client,
         stream: _Stream,
-        position: Position | None,
-        reset: bool,
-        job: dict[str, Any] | None,
+        items: streams.Stream,
     ) -> None:
-        """Replay from `position`, then live events; positions at or before the last sent one
-        are skipped, which is what makes the seam exact."""
-        pool, sub = self.app[POOL], stream.sub
+        """Emit the stream's items (server/streams.py) until the job's stream ends (silently:
+        the subscription is gone) or the client is cut off."""
+        sub = stream.sub
         try:
-            if reset:
-                body: dict[str, Any] = {
-                    "type": "reset",
-                    "reason": "the requested event is no longer kept; reload state",
-                }
-                if job is not None:
-                    body["job"] = await api.present_job(
-                        self.app, job, client.grant.tenant, client.grant.key_id
-                    )
-                await self._emit(client, "reset", body)
-            last_type = None
-            if position is not None:
-                while True:
-                    batch, _held = await events.after(
-                        pool,
-                        position,
-                        tenant=client.grant.tenant,
-                        job_id=sub.job_id,
-                        # As on SSE: a job's few events are all read, for its final one.
-                        types=stream.types if sub.job_id is None else None,
-                    )
-                    for event in batch:
-                        if stream.types is None or event.type in stream.types:
-                            await self._send(client, sub, event)
-                        position, last_type = event.position, event.type
-                    if len(batch) < events.REPLAY_PAGE:
-                        break
-            if sub.job_id is not None and last_type in FINAL_EVENTS:
-                return
             while True:
-                live = await sub.get(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
-                if live is None or (position is not None and live.position <= position):
-                    continue
-                if stream.types is None or live.type in stream.types:
-                    await self._send(client, sub, live)
-                position = live.position
-                if sub.job_id is not None and live.type in FINAL_EVENTS:
+                item = await items.next(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
+                if isinstance(item, JobEvent):
+                    await self._send(client, sub, item)
+                elif isinstance(item, streams.Reset):
+                    body: dict[str, Any] = {"type": "reset", "reason": streams.RESET_REASON}
+                    if item.job is not None:
+                        body["job"] = await api.present_job(
+                            self.app, item.job, client.grant.tenant, client.grant.key_id
+                        )
+                    await self._emit(client, "reset", body)
+                elif isinstance(item, streams.Closed):
+                    raise SubscriberDropped(item.reason)
+                elif isinstance(item, streams.End):
                     return
         except SubscriberDropped as exc:
             self._cut_off(client, str(exc))

@@ -1,0 +1,194 @@
+"""The stream protocol every transport speaks: a cursor becomes replay from the event log, then
+live events from the hub, then the end of a job's stream (or a `reset`, or `closed`).
+
+SSE (server/sse.py), Socket.IO (server/sockets.py) and the long-poll (GET /v1/jobs/{id}?wait=)
+are adapters over `start` and `Stream`: they choose the wire format, this module what is sent when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import uuid
+from typing import Any
+
+import asyncpg
+
+from server import events, jobs
+from server.events import JobEvent, Position
+from server.hub import SubscriberDropped, Subscription
+from server.jobs import JobState
+
+# The one rule of which event ends a job's stream, on every transport: the events of the
+# states a job never leaves by itself. A failed job may be retried by request; its stream
+# still ends, and the retry is news for a new one.
+FINAL_TYPES = frozenset(f"job.{state}" for state in JobState if state.final)
+
+RESET_REASON = "the requested event is no longer kept; reload state"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reset:
+    """The client's cursor is no longer kept (pruned, or another tenant's): reload state.
+    `job` is the job's stored JSON for a job's stream, None for the all-jobs stream."""
+
+    job: dict[str, Any] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class End:
+    """The job's stream is over: its final event has been sent (or filtered out)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Closed:
+    """The subscriber was dropped (it fell behind, its key was revoked, shutdown): the client
+    reconnects and resumes by event id."""
+
+    reason: str
+
+
+Item = JobEvent | Reset | End | Closed
+
+
+def ends(event: JobEvent) -> bool:
+    """Whether `event` ends the stream of its job."""
+    return event.type in FINAL_TYPES
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Start:
+    """Where a stream begins: after `position` (None: now), after a reset or not; `history`
+    when a job's stream without a cursor begins with the job's first event."""
+
+    position: Position | None
+    reset: bool
+    history: bool
+
+
+async def start(
+    pool: asyncpg.Pool,
+    *,
+    tenant: str,
+    job_id: uuid.UUID | None,
+    cursor: int | None,
+    history: bool = True,
+) -> Start:
+    """Where the stream of `tenant`'s job (or of all its jobs) after event id `cursor` begins.
+
+    Cursor 0 is the oldest event kept; a cursor no longer kept (or another tenant's) gives a
+    reset first. Without a cursor, a job's stream begins with the job's first event when
+    `history` (SSE, Socket.IO), else now (long-poll); the all-jobs stream begins now."""
+    position: Position | None = None
+    reset = False
+    if cursor == 0:
+        position = events.START
+    elif cursor is not None:
+        located = await events.locate(pool, cursor)
+        if located is None or located.tenant != tenant:
+            reset = True
+        else:
+            position = located.position
+    if job_id is not None and position is None and (history or reset):
+        position = events.START  # a job's stream after a reset begins with its history too
+    return Start(position, reset, history)
+
+
+class Stream:
+    """One subscriber's items in order: a reset if any, replay after the cursor, then live
+    events; an event at or before the last one handled is skipped, which makes the seam exact.
+
+    `job` is the job as the adapter read it: a Reset carries it, and a job already final when
+    a stream without history opens (read after subscribing) has nothing more to come: End."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        sub: Subscription,
+        begin: Start,
+        *,
+        types: frozenset[str] | None = None,
+        job: dict[str, Any] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._sub = sub
+        self._position = begin.position  # None: live only
+        self._types = types
+        self._pending: collections.deque[Item] = collections.deque()
+        if begin.reset:
+            self._pending.append(Reset(job))
+        self._replaying = begin.position is not None
+        # The job was final when a stream without history opened: it ends once caught up.
+        self._final = (
+            not begin.history
+            and sub.job_id is not None
+            and job is not None
+            and JobState(job["status"]).final
+        )
+        self._ended = self._final and begin.position is None
+
+    async def next(self, timeout_s: float) -> Item | None:
+        """The next item; None after timeout_s without one. After End or Closed, the same
+        again: nothing more comes."""
+        if self._pending:
+            return self._pending.popleft()
+        if self._ended:
+            return End()
+        if self._sub.dropped is not None:
+            return Closed(self._sub.dropped)
+        while self._replaying:
+            await self._replay_page()
+            if self._pending:
+                return self._pending.popleft()
+        if self._ended:
+            return End()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (remaining_s := deadline - loop.time()) > 0:
+            try:
+                live = await self._sub.get(remaining_s)
+            except SubscriberDropped as exc:
+                return Closed(str(exc))
+            if live is None:
+                return None
+            if self._position is not None and live.position <= self._position:
+                continue  # replayed already
+            self._position = live.position
+            self._ended = self._sub.job_id is not None and ends(live)
+            if self._sends(live):
+                return live
+            if self._ended:
+                return End()
+        return None
+
+    async def _replay_page(self) -> None:
+        assert self._position is not None
+        job_id = self._sub.job_id
+        # A job's few events are all read, since its final one ends the stream whether it
+        # is sent or not; the all-jobs stream reads only the types it sends.
+        batch, held = await events.after(
+            self._pool,
+            self._position,
+            tenant=self._sub.tenant,
+            job_id=job_id,
+            types=self._types if job_id is None else None,
+        )
+        for event in batch:
+            self._position = event.position
+            if self._sends(event):
+                self._pending.append(event)
+        if batch:
+            # A failed job may have been retried since: only its latest event ends it.
+            self._ended = job_id is not None and ends(batch[-1])
+        if len(batch) < events.REPLAY_PAGE:
+            self._replaying = False
+            if self._ended and held and job_id is not None and self._sub.tenant is not None:
+                # Newer events of the job may wait behind a running transaction (a failed
+                # job retried just now): the row says whether it is still final.
+                current = await jobs.get(self._pool, job_id, self._sub.tenant)
+                self._ended = current is None or current.status.final
+            self._ended = self._ended or self._final
+
+    def _sends(self, event: JobEvent) -> bool:
+        return self._types is None or event.type in self._types
