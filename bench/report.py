@@ -293,15 +293,6 @@ def queue_rows(queue: Result) -> list[list[str]]:
     return rows
 
 
-def _ratio_cell(row: Result) -> str:
-    """The median ratio, and each round's when the row alternated several."""
-    rounds = row.get("rounds", [])
-    if len(rounds) < 2:
-        return f"{row['ratio']:.2f}"
-    each = ", ".join(f"{r['ratio']:.2f}" for r in rounds)
-    return f"{row['ratio']:.2f} ({each})"
-
-
 def _pair(raw: float | None, ours: float | None) -> str:
     return "-" if raw is None or ours is None else f"{raw:.1f} / {ours:.1f}"
 
