@@ -238,9 +238,8 @@ _MESSAGES = {
 class Settings(BaseSettings):
     """Every setting of a Pressroom process, with its default and its meaning."""
 
-    model_config = SettingsConfigDict(
-        frozen=True, extra="forbid", case_sensitive=True, env_prefix=ENV_PREFIX
-    )
+    # Variable names come from env_name (EnvironSource), exact and case-sensitive.
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
     host: str = setting("127.0.0.1", "where the web app listens")
     port: Port = setting(8080, "the web app's port")
