@@ -1,8 +1,10 @@
 """Every benchmark in one run, then the report: `python -m bench` (what `make bench` runs).
 
-Full sizes write docs/performance.md and its plots. With BENCH_QUICK=1 the sizes are reduced
-and everything goes to --out (a new temporary folder by default), so a quick run never
-overwrites the committed report. --tiny shrinks the quick sizes further (the suite's test).
+Full sizes write docs/performance.md and its plots, and keep the figures in
+bench/results.json (`python -m bench.report` renders the report from them again). With
+BENCH_QUICK=1 the sizes are reduced and everything goes to --out (a new temporary folder by
+default), so a quick run never overwrites the committed report. --tiny shrinks the quick sizes
+further (the suite's test).
 bench/push.py, when present, runs as `python -m bench.push` (--quick in quick mode).
 
     python -m bench [--out DIR] [--only accept,queue,render,egress,soak,push,profile] [--tiny]
@@ -144,9 +146,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}", flush=True)
     results = asyncio.run(run(args, out))
-    # The raw results (with every latency) stay out of docs/: they are large and redone each run.
+    # The raw results (with every latency) stay out of the repository: they are large and
+    # redone each run. A full run keeps its figures in bench/results.json, which is enough to
+    # render the report again after a change to its template.
     raw = out / "results.json" if QUICK else Path(tempfile.mkdtemp()) / "results.json"
     raw.write_text(json.dumps(results))
+    if not QUICK:
+        report.RESULTS.write_text(json.dumps(report.figures(results), indent=1) + "\n")
     path = report.write(results, out)
     print(f"report: {path}\nresults: {raw} (python -m bench.report {raw} --out {out})")
     if "errors" in results:

@@ -1,101 +1,88 @@
-"""Settings read once from the environment into a frozen object; a bad value stops the start."""
+"""Settings read once from the environment into a frozen object; a bad value stops the start.
+
+The fields of `Settings` are the one list of variables, defaults and meanings; README's
+configuration table is generated from them (`python -m server.settings README.md`).
+"""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 import ipaddress
 import os
 import re
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Self
 
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from yarl import URL
 
-T = TypeVar("T")
+from server.netpolicy import NetworkPolicy
+
+ENV_PREFIX = "PRESSROOM_"
 
 
 class SettingsError(ValueError):
     """A configuration value is missing or malformed; the message names the variable."""
 
 
-def _parse(environ: Mapping[str, str], name: str, default: T, cast: Callable[[str], T]) -> T:
-    raw = environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return cast(raw.strip())
-    except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{name}={raw!r} is not valid: {exc}") from None
+# --- value checks (their messages end up in the one line a bad start prints) ---------------
 
 
-def _positive(cast: Callable[[str], T]) -> Callable[[str], T]:
-    def check(raw: str) -> T:
-        value = cast(raw)
-        if value <= 0:  # type: ignore[operator]
-            raise ValueError("must be greater than 0")
-        return value
-
-    return check
-
-
-def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _non_negative_float(raw: str) -> float:
-    value = float(raw)
-    if not value >= 0:  # also refuses nan
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _port(raw: str) -> int:
-    value = int(raw)
+def _port(value: int) -> int:
     if not 0 <= value <= 65535:
         raise ValueError("must be a port number from 0 to 65535")
     return value
 
 
-def _bool(raw: str) -> bool:
-    lowered = raw.lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError("must be true or false")
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def check(raw: str) -> str:
-        if raw not in allowed:
+def _one_of(*allowed: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}")
-        return raw
+        return value
 
     return check
 
 
-def _allow_list(raw: str) -> tuple[str, ...]:
-    from server.netpolicy import NetworkPolicy
+def _comma_list(value: Any) -> Any:
+    """A variable's `a, b,c` as a list; values given in code pass as they are."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
-    entries = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+
+def _allow_list(entries: tuple[str, ...]) -> tuple[str, ...]:
+    entries = tuple(entry.lower() for entry in entries)
     NetworkPolicy(entries)  # raises ValueError naming a malformed entry
     return entries
 
 
-def _webhook_secret(raw: str) -> str:
-    if not raw.startswith("whsec_") or len(raw) <= len("whsec_"):
+def _webhook_secret(value: str) -> str:
+    if value == "":
+        return value  # unset: generated into the data folder
+    if not value.startswith("whsec_") or len(value) <= len("whsec_"):
         raise ValueError("must look like whsec_<base64>")
-    encoded = raw.removeprefix("whsec_")
+    encoded = value.removeprefix("whsec_")
     # binascii.Error is a ValueError: the HMAC key is the decoded base64 part.
     base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    return raw
+    return value
 
 
 def new_webhook_secret() -> str:
@@ -103,9 +90,8 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def _schedule(raw: str) -> tuple[float, ...]:
-    delays = tuple(float(part) for part in raw.split(","))
-    if any(delay <= 0 for delay in delays):
+def _schedule(delays: tuple[float, ...]) -> tuple[float, ...]:
+    if not delays or any(not delay > 0 for delay in delays):
         raise ValueError("must be a comma-separated list of seconds, each greater than 0")
     return delays
 
@@ -115,6 +101,8 @@ _HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 
 def _public_url(raw: str) -> str:
     """An origin such as https://pdf.example.com, normalised (lower case, no default port)."""
+    if raw == "":
+        return raw  # unset: the listen address
     shape = "must be an origin such as https://pdf.example.com"
     try:
         url = URL(raw)
@@ -138,6 +126,68 @@ def _public_url(raw: str) -> str:
     return str(url.origin())
 
 
+Port = Annotated[int, AfterValidator(_port)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Storage = Annotated[str, AfterValidator(_one_of("local", "s3"))]
+AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_allow_list)]
+Schedule = Annotated[tuple[float, ...], BeforeValidator(_comma_list), AfterValidator(_schedule)]
+WebhookSecret = Annotated[str, AfterValidator(_webhook_secret)]
+PublicUrl = Annotated[str, AfterValidator(_public_url)]
+
+#: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
+DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+
+
+def setting(
+    default: Any, description: str, *, env: str | None = None, shown: str | None = None
+) -> Any:
+    """A field of Settings: `env` names a variable outside PRESSROOM_*; `shown` is the default
+    as README's table gives it, where the value itself says little ("generated")."""
+    extra: dict[str, JsonValue] = {}
+    if env is not None:
+        extra["env"] = env
+    if shown is not None:
+        extra["shown"] = shown
+    return Field(default, description=description, json_schema_extra=extra or None)
+
+
+def internal(default: Any, description: str) -> Any:
+    """A field set by the code that starts Pressroom (a CLI command), never by a variable."""
+    return Field(default, description=description, json_schema_extra={"env": ""})
+
+
+def env_name(name: str, field: FieldInfo) -> str:
+    """The variable a field is read from; "" for a field no variable sets."""
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("env"), str):
+        return str(extra["env"])
+    return ENV_PREFIX + name.upper()
+
+
+class EnvironSource(PydanticBaseSettingsSource):
+    """Each field's variable from `environ`; a blank value counts as unset."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        var = env_name(field_name, field)
+        raw = self.environ.get(var, "").strip() if var else ""
+        return raw or None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            raw, key, _ = self.get_field_value(field, name)
+            if raw is not None:
+                found[key] = raw
+        return found
+
+
 def _url_host(host: str) -> str:
     """A listen address as a URL's host: every-address binds become loopback, IPv6 bracketed."""
     bare = host.strip("[]")
@@ -148,10 +198,6 @@ def _url_host(host: str) -> str:
     if ":" in bare:
         return "[" + bare.replace("%", "%25") + "]"  # a zone id is percent-encoded (RFC 6874)
     return bare
-
-
-#: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
-DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 
 
 def _read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
@@ -178,80 +224,189 @@ def _read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
     return value
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    data_dir: Path = Path(".pressroom")
-    database_url: str | None = None
-    db_pool_min: int = 2
-    db_pool_max: int = 10
-    render_slots: int = 2
-    prefetch: int = 0
-    #: When a page that loaded within this many seconds starts printing, the next job is
-    #: claimed for its slot (Workers); 0 turns it off.
-    claim_while_printing_s: float = 0.5
-    #: A job submitted while this process's worker is idle goes straight to it (jobs.create).
-    hand_off: bool = True
-    run_web: bool = True
-    storage: str = "local"
-    s3_endpoint: str | None = None
-    s3_region: str = "auto"
-    s3_bucket: str | None = None
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
-    s3_prefix: str = ""
-    s3_path_style: bool = True
-    secret: str = ""
-    #: Signs the webhooks of the open dev mode's tenant only; tenants with API keys have their
-    #: own secrets (server/tenants.py).
-    webhook_secret: str = ""
-    #: True on the start that generated the webhook secret (dev mode): it is printed once.
-    webhook_secret_generated: bool = False
-    allow_hosts: tuple[str, ...] = ()
-    render_timeout_s: float = 30.0
-    max_attempts: int = 3
-    lease_s: float = 30.0
-    poll_interval_s: float = 1.0
-    retry_base_s: float = 2.0
-    retry_max_s: float = 300.0
-    chromium: str | None = None
-    #: The user Chromium runs as when Pressroom runs as root.
-    chromium_user: str = "nobody"
-    #: Memory one render may use (its renderer process); a page that needs more fails.
-    render_max_mb: int = 1024
-    url_ttl_s: int = 3600
-    token_ttl_s: int = 3600
-    event_retention_s: int = 7 * 24 * 3600
-    max_body_bytes: int = 2 * 1024 * 1024
-    max_template_bytes: int = 512 * 1024
-    max_data_bytes: int = 1024 * 1024
-    max_pages: int = 1000
-    idempotency_ttl_s: int = 24 * 3600
-    rate_limit_rps: float = 50.0
-    rate_limit_burst: int = 100
-    tenant_max_inflight: int = 10000
-    auth_cache_s: float = 5.0
-    sse_ping_s: float = 15.0
-    subscriber_queue: int = 1000
-    browser_recycle_jobs: int = 1000
-    browser_max_rss_mb: int = 1500
-    rescue_interval_s: float = 5.0
-    shutdown_grace_s: float = 20.0
-    log_json: bool = False
-    #: Where clients reach this server: every absolute link (download URLs in answers,
-    #: streams and webhooks) starts with it, never with a request's Host header.
-    public_url: str = ""
-    webhook_timeout_s: float = 10.0
-    #: Delays before each retry; one attempt more than entries. About a day in total.
-    webhook_schedule_s: tuple[float, ...] = DEFAULT_WEBHOOK_SCHEDULE_S
-    #: After a tenant's webhook secret is rotated, deliveries are signed with the old one too
-    #: for this long, so that receivers can switch without refusing a delivery.
-    webhook_rotation_overlap_s: float = 24 * 3600.0
-    #: Concurrent webhook POSTs from this process (0 = this process sends none).
-    webhook_concurrency: int = 8
-    #: Finished jobs and their files are deleted after this many days (0 = kept forever).
-    retention_days: int = 0
+#: Today's wording for pydantic's own checks, so that a message reads the same for every field.
+_MESSAGES = {
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be {ge} or more",
+    "bool_parsing": "must be true or false",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+}
+
+
+class Settings(BaseSettings):
+    """Every setting of a Pressroom process, with its default and its meaning."""
+
+    # Variable names come from env_name (EnvironSource), exact and case-sensitive.
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    host: str = setting("127.0.0.1", "where the web app listens")
+    port: Port = setting(8080, "the web app's port")
+    data_dir: Path = setting(
+        Path(".pressroom"),
+        "embedded database, local files, generated secrets",
+        shown="`./.pressroom`",
+    )
+    database_url: str | None = setting(
+        None, "an existing PostgreSQL", env="DATABASE_URL", shown="embedded"
+    )
+    db_pool_min: NonNegativeInt = setting(2, "connections one process keeps open at least")
+    db_pool_max: PositiveInt = setting(10, "connections one process opens at most")
+    render_slots: NonNegativeInt = setting(2, "concurrent renders in this process (0 = no worker)")
+    prefetch: NonNegativeInt = setting(
+        0, "jobs claimed beyond the free render slots, prepared while Chromium prints"
+    )
+    claim_while_printing_s: NonNegativeFloat = setting(
+        0.5,
+        "when a page that loaded within this many seconds begins to print, claim its slot's "
+        "next job (0: off)",
+    )
+    hand_off: bool = setting(
+        True, "a job submitted while this process's worker is idle goes straight to it"
+    )
+    run_web: bool = internal(True, "serve the web app (`pressroom worker` turns it off)")
+    storage: Storage = setting("local", "`local` or `s3`")
+    s3_endpoint: str | None = setting(
+        None,
+        "e.g. `https://<account>.r2.cloudflarestorage.com` or `http://minio:9000` (unset for AWS)",
+        env="S3_ENDPOINT",
+    )
+    s3_region: str = setting("auto", "the bucket's region (`auto` suits R2)", env="S3_REGION")
+    s3_bucket: str | None = setting(None, "the bucket (required for s3)", env="S3_BUCKET")
+    s3_access_key_id: str | None = setting(
+        None, "access key (required for s3)", env="S3_ACCESS_KEY_ID"
+    )
+    s3_secret_access_key: str | None = setting(
+        None, "secret key (required for s3)", env="S3_SECRET_ACCESS_KEY"
+    )
+    s3_prefix: str = setting("", "optional key prefix, e.g. `pressroom/`", env="S3_PREFIX")
+    s3_path_style: bool = setting(
+        True, "path-style URLs; `false` for virtual-hosted", env="S3_PATH_STYLE"
+    )
+    secret: str = setting(
+        "",
+        "signs download URLs and subscription tokens (kept in the data dir)",
+        shown="generated",
+    )
+    webhook_secret: WebhookSecret = setting(
+        "",
+        "`whsec_…` signing the webhooks of dev mode (tenants with keys have their own)",
+        shown="generated",
+    )
+    webhook_secret_generated: bool = internal(
+        False, "this start generated the webhook secret (dev mode): it is printed once"
+    )
+    allow_hosts: AllowList = setting(
+        (),
+        "hosts, IPs and CIDRs the renderer and webhooks may reach despite the private-address "
+        "block",
+        shown="none",
+    )
+    render_timeout_s: PositiveFloat = setting(
+        30.0, "time limit of one render (template rendering and the browser each)"
+    )
+    max_attempts: PositiveInt = setting(3, "attempts per job (per job: `max_attempts`)")
+    lease_s: PositiveFloat = setting(30.0, "lease of a running job; renewed every third of it")
+    poll_interval_s: PositiveFloat = setting(1.0, "safety-net poll when no NOTIFY arrives")
+    retry_base_s: PositiveFloat = setting(
+        2.0, "first delay of the exponential backoff between attempts"
+    )
+    retry_max_s: PositiveFloat = setting(300.0, "longest delay between attempts")
+    chromium: str | None = setting(
+        None,
+        "a Chromium executable instead of Playwright's build, Debian's headless shell or "
+        "chromium (tried in that order)",
+    )
+    chromium_user: str = setting("nobody", "the user Chromium runs as when Pressroom runs as root")
+    render_max_mb: PositiveInt = setting(
+        1024, "memory one render may use; a page that needs more fails its job"
+    )
+    url_ttl_s: PositiveInt = setting(3600, "lifetime of download links (at most 7 days on S3)")
+    token_ttl_s: PositiveInt = setting(3600, "lifetime of subscription tokens")
+    event_retention_s: PositiveInt = setting(7 * 24 * 3600, "how long events are kept for replay")
+    max_body_bytes: PositiveInt = setting(2 * 1024 * 1024, "largest request body (413 above)")
+    max_template_bytes: PositiveInt = setting(512 * 1024, "largest template (422 above)")
+    max_data_bytes: PositiveInt = setting(1024 * 1024, "largest `data` of a job (422 above)")
+    max_pages: PositiveInt = setting(1000, "pages a PDF may have; a longer one fails its job")
+    idempotency_ttl_s: PositiveInt = setting(
+        24 * 3600, "how long an `Idempotency-Key` is remembered"
+    )
+    rate_limit_rps: PositiveFloat = setting(
+        50.0, "requests per second per API key and process (429 above)"
+    )
+    rate_limit_burst: PositiveInt = setting(100, "requests an API key may send at once")
+    tenant_max_inflight: PositiveInt = setting(
+        10000, "queued and running jobs a tenant may have (429 above)"
+    )
+    auth_cache_s: NonNegativeFloat = setting(
+        5.0,
+        "how long a process trusts what it read about API keys; revocations take effect within it",
+    )
+    sse_ping_s: PositiveFloat = setting(15.0, "keep-alive comment on idle streams")
+    subscriber_queue: PositiveInt = setting(
+        1000, "events a subscriber may fall behind before it is cut off"
+    )
+    browser_recycle_jobs: PositiveInt = setting(1000, "recycle Chromium after this many jobs")
+    browser_max_rss_mb: PositiveInt = setting(1500, "recycle Chromium above this memory")
+    rescue_interval_s: PositiveFloat = setting(
+        5.0, "how often each process looks for expired leases"
+    )
+    shutdown_grace_s: PositiveFloat = setting(20.0, "how long SIGTERM lets running renders finish")
+    log_json: bool = setting(False, "JSON log lines (with `job_id` and `tenant`)")
+    public_url: PublicUrl = setting(
+        "",
+        "the origin clients reach this server at (`https://pdf.example.com`: no path, query or "
+        "user); every absolute link (the download `url` in answers, streams and webhooks) "
+        "starts with it, never with the request's `Host`. Unset, the listen address: "
+        "`0.0.0.0` becomes `127.0.0.1`, `::` `[::1]`, and the start-up log warns",
+        shown="`http://HOST:PORT`",
+    )
+    webhook_timeout_s: PositiveFloat = setting(10.0, "time limit of one webhook POST")
+    webhook_schedule_s: Schedule = setting(
+        DEFAULT_WEBHOOK_SCHEDULE_S,
+        "delays before each webhook retry; one attempt more than entries (about a day)",
+    )
+    webhook_rotation_overlap_s: NonNegativeFloat = setting(
+        24 * 3600.0,
+        "after `pressroom tenants webhook-secret T --rotate`, how long the old secret signs too",
+    )
+    webhook_concurrency: NonNegativeInt = setting(
+        8, "concurrent webhook POSTs from this process (0 = this process sends none)"
+    )
+    retention_days: NonNegativeInt = setting(
+        0, "delete jobs finished more than N days ago, files first (0 = keep forever)"
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Variables only, read as `from_env` reads them: no .env file, no secrets folder.
+        return init_settings, EnvironSource(settings_cls, os.environ)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.storage == "s3":
+            missing = [
+                name
+                for name, value in (
+                    ("S3_BUCKET", self.s3_bucket),
+                    ("S3_ACCESS_KEY_ID", self.s3_access_key_id),
+                    ("S3_SECRET_ACCESS_KEY", self.s3_secret_access_key),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
+        if self.db_pool_min > self.db_pool_max:
+            raise ValueError("PRESSROOM_DB_POOL_MIN must not exceed PRESSROOM_DB_POOL_MAX")
+        return self
 
     @property
     def files_dir(self) -> Path:
@@ -270,101 +425,93 @@ class Settings:
         return self.host.strip("[]") in ("", "0.0.0.0", "::")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
-        """Read every PRESSROOM_* variable; raise SettingsError naming the first bad one."""
-        e = environ
-        data_dir = _parse(e, "PRESSROOM_DATA_DIR", Path(".pressroom"), Path)
-        values: dict[str, Any] = dict(
-            host=_parse(e, "PRESSROOM_HOST", "127.0.0.1", str),
-            port=_parse(e, "PRESSROOM_PORT", 8080, _port),
-            data_dir=data_dir,
-            database_url=_parse(e, "DATABASE_URL", None, str),
-            db_pool_min=_parse(e, "PRESSROOM_DB_POOL_MIN", 2, _non_negative_int),
-            db_pool_max=_parse(e, "PRESSROOM_DB_POOL_MAX", 10, _positive(int)),
-            render_slots=_parse(e, "PRESSROOM_RENDER_SLOTS", 2, _non_negative_int),
-            prefetch=_parse(e, "PRESSROOM_PREFETCH", 0, _non_negative_int),
-            claim_while_printing_s=_parse(
-                e, "PRESSROOM_CLAIM_WHILE_PRINTING_S", 0.5, _non_negative_float
-            ),
-            hand_off=_parse(e, "PRESSROOM_HAND_OFF", True, _bool),
-            storage=_parse(e, "PRESSROOM_STORAGE", "local", _choice("local", "s3")),
-            s3_endpoint=_parse(e, "S3_ENDPOINT", None, str),
-            s3_region=_parse(e, "S3_REGION", "auto", str),
-            s3_bucket=_parse(e, "S3_BUCKET", None, str),
-            s3_access_key_id=_parse(e, "S3_ACCESS_KEY_ID", None, str),
-            s3_secret_access_key=_parse(e, "S3_SECRET_ACCESS_KEY", None, str),
-            s3_prefix=_parse(e, "S3_PREFIX", "", str),
-            s3_path_style=_parse(e, "S3_PATH_STYLE", True, _bool),
-            allow_hosts=_parse(e, "PRESSROOM_ALLOW_HOSTS", tuple[str, ...](), _allow_list),
-            render_timeout_s=_parse(e, "PRESSROOM_RENDER_TIMEOUT_S", 30.0, _positive(float)),
-            max_attempts=_parse(e, "PRESSROOM_MAX_ATTEMPTS", 3, _positive(int)),
-            lease_s=_parse(e, "PRESSROOM_LEASE_S", 30.0, _positive(float)),
-            poll_interval_s=_parse(e, "PRESSROOM_POLL_INTERVAL_S", 1.0, _positive(float)),
-            retry_base_s=_parse(e, "PRESSROOM_RETRY_BASE_S", 2.0, _positive(float)),
-            retry_max_s=_parse(e, "PRESSROOM_RETRY_MAX_S", 300.0, _positive(float)),
-            chromium=_parse(e, "PRESSROOM_CHROMIUM", None, str),
-            chromium_user=_parse(e, "PRESSROOM_CHROMIUM_USER", "nobody", str),
-            render_max_mb=_parse(e, "PRESSROOM_RENDER_MAX_MB", 1024, _positive(int)),
-            url_ttl_s=_parse(e, "PRESSROOM_URL_TTL_S", 3600, _positive(int)),
-            token_ttl_s=_parse(e, "PRESSROOM_TOKEN_TTL_S", 3600, _positive(int)),
-            event_retention_s=_parse(e, "PRESSROOM_EVENT_RETENTION_S", 7 * 86400, _positive(int)),
-            max_body_bytes=_parse(e, "PRESSROOM_MAX_BODY_BYTES", 2 * 1024 * 1024, _positive(int)),
-            max_template_bytes=_parse(
-                e, "PRESSROOM_MAX_TEMPLATE_BYTES", 512 * 1024, _positive(int)
-            ),
-            max_data_bytes=_parse(e, "PRESSROOM_MAX_DATA_BYTES", 1024 * 1024, _positive(int)),
-            max_pages=_parse(e, "PRESSROOM_MAX_PAGES", 1000, _positive(int)),
-            idempotency_ttl_s=_parse(e, "PRESSROOM_IDEMPOTENCY_TTL_S", 86400, _positive(int)),
-            rate_limit_rps=_parse(e, "PRESSROOM_RATE_LIMIT_RPS", 50.0, _positive(float)),
-            rate_limit_burst=_parse(e, "PRESSROOM_RATE_LIMIT_BURST", 100, _positive(int)),
-            tenant_max_inflight=_parse(e, "PRESSROOM_TENANT_MAX_INFLIGHT", 10000, _positive(int)),
-            auth_cache_s=_parse(e, "PRESSROOM_AUTH_CACHE_S", 5.0, _non_negative_float),
-            sse_ping_s=_parse(e, "PRESSROOM_SSE_PING_S", 15.0, _positive(float)),
-            subscriber_queue=_parse(e, "PRESSROOM_SUBSCRIBER_QUEUE", 1000, _positive(int)),
-            browser_recycle_jobs=_parse(e, "PRESSROOM_BROWSER_RECYCLE_JOBS", 1000, _positive(int)),
-            browser_max_rss_mb=_parse(e, "PRESSROOM_BROWSER_MAX_RSS_MB", 1500, _positive(int)),
-            rescue_interval_s=_parse(e, "PRESSROOM_RESCUE_INTERVAL_S", 5.0, _positive(float)),
-            shutdown_grace_s=_parse(e, "PRESSROOM_SHUTDOWN_GRACE_S", 20.0, _positive(float)),
-            log_json=_parse(e, "PRESSROOM_LOG_JSON", False, _bool),
-            public_url=_parse(e, "PRESSROOM_PUBLIC_URL", "", _public_url),
-            webhook_timeout_s=_parse(e, "PRESSROOM_WEBHOOK_TIMEOUT_S", 10.0, _positive(float)),
-            webhook_schedule_s=_parse(
-                e, "PRESSROOM_WEBHOOK_SCHEDULE_S", DEFAULT_WEBHOOK_SCHEDULE_S, _schedule
-            ),
-            webhook_rotation_overlap_s=_parse(
-                e, "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S", 24 * 3600.0, _non_negative_float
-            ),
-            webhook_concurrency=_parse(e, "PRESSROOM_WEBHOOK_CONCURRENCY", 8, _non_negative_int),
-            retention_days=_parse(e, "PRESSROOM_RETENTION_DAYS", 0, _non_negative_int),
-        )
-        values.update(overrides)
-        data_dir = Path(values["data_dir"])
-        secret = _parse(e, "PRESSROOM_SECRET", "", str) or _read_or_create_secret(
-            data_dir / "secret", lambda: secrets.token_urlsafe(32)
-        )
-        webhook_secret = _parse(e, "PRESSROOM_WEBHOOK_SECRET", "", _webhook_secret)
-        if not webhook_secret:
-            secret_file = data_dir / "webhook_secret"
-            values.setdefault("webhook_secret_generated", not secret_file.exists())
-            webhook_secret = _read_or_create_secret(secret_file, new_webhook_secret)
-        values.setdefault("secret", secret)
-        values.setdefault("webhook_secret", webhook_secret)
-        settings = cls(**values)
-        settings.validate()
-        return settings
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Self:
+        """Read every variable from `environ` (keywords win); raise SettingsError naming the
+        first bad one. Secrets left unset are read from the data folder, made there once."""
+        source = EnvironSource(cls, environ)
+        sources = (InitSettingsSource(cls, init_kwargs=overrides), source)
+        try:
+            # pydantic-settings takes prepared sources in place of its own (os.environ).
+            settings = cls(_build_sources=(sources, overrides))  # type: ignore[call-arg]
+        except ValidationError as exc:
+            given = {**source(), **overrides}  # each value as validation saw it
+            raise SettingsError(_first_problem(exc, given)) from None
+        update: dict[str, Any] = {}
+        if not settings.secret:
+            secret_file = settings.data_dir / "secret"
+            update["secret"] = _read_or_create_secret(
+                secret_file, lambda: secrets.token_urlsafe(32)
+            )
+        if not settings.webhook_secret:
+            secret_file = settings.data_dir / "webhook_secret"
+            if "webhook_secret_generated" not in overrides:
+                update["webhook_secret_generated"] = not secret_file.exists()
+            update["webhook_secret"] = _read_or_create_secret(secret_file, new_webhook_secret)
+        return settings.model_copy(update=update) if update else settings
 
-    def validate(self) -> None:
-        if self.storage == "s3":
-            missing = [
-                name
-                for name, value in (
-                    ("S3_BUCKET", self.s3_bucket),
-                    ("S3_ACCESS_KEY_ID", self.s3_access_key_id),
-                    ("S3_SECRET_ACCESS_KEY", self.s3_secret_access_key),
-                )
-                if not value
-            ]
-            if missing:
-                raise SettingsError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
-        if self.db_pool_min > self.db_pool_max:
-            raise SettingsError("PRESSROOM_DB_POOL_MIN must not exceed PRESSROOM_DB_POOL_MAX")
+
+def _first_problem(exc: ValidationError, given: Mapping[str, Any]) -> str:
+    """One line for the first error: the variable, the value it was given, what is wrong."""
+    error = exc.errors(include_url=False)[0]
+    ctx = error.get("ctx", {})
+    if error["type"] == "value_error":
+        what = str(ctx["error"])
+    else:
+        shown = {
+            key: f"{value:g}" if isinstance(value, float) else value for key, value in ctx.items()
+        }
+        what = _MESSAGES.get(error["type"], error["msg"]).format(**shown)
+    if not error["loc"]:  # a rule across fields: its message names the variables
+        return what
+    name = str(error["loc"][0])
+    field = Settings.model_fields.get(name)
+    var = env_name(name, field) if field is not None else name
+    value = given.get(name, error["input"])
+    return f"{var or name}={value!r} is not valid: {what}"
+
+
+def _default_cell(field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("shown"), str):
+        return str(extra["shown"])
+    value = field.default
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        value = str(value).lower()
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    elif isinstance(value, tuple):
+        value = ",".join(f"{part:g}" if isinstance(part, float | int) else part for part in value)
+    return f"`{value}`"
+
+
+def settings_table() -> str:
+    """README's configuration table: one row per variable, from the fields of Settings."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        var = env_name(name, field)
+        if var:
+            lines.append(f"| `{var}` | {_default_cell(field)} | {field.description} |")
+    return "\n".join(lines)
+
+
+TABLE_BEGIN = "<!-- settings table: generated by `python -m server.settings README.md` -->"
+TABLE_END = "<!-- end of settings table -->"
+
+
+def with_table(text: str) -> str:
+    """`text` (the README) with its generated settings table brought up to date."""
+    head, begin, rest = text.partition(TABLE_BEGIN)
+    _, end, tail = rest.partition(TABLE_END)
+    if not begin or not end:
+        raise ValueError(f"no {TABLE_BEGIN!r} … {TABLE_END!r} block")
+    return f"{head}{TABLE_BEGIN}\n{settings_table()}\n{TABLE_END}{tail}"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        readme = Path(sys.argv[1])
+        readme.write_text(with_table(readme.read_text()))
+    else:
+        print(settings_table())

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from server.settings import Settings, SettingsError
+from server.settings import Settings, SettingsError, env_name, with_table
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Read by the client and the `pressroom` client commands, not by the server.
+CLIENT_VARIABLES = {"PRESSROOM_URL", "PRESSROOM_API_KEY"}
 
 
 def test_defaults_match_the_contract(tmp_path: Path) -> None:
@@ -105,3 +110,32 @@ def test_the_public_url_defaults_to_the_listen_address(
 ) -> None:
     settings = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), **env})
     assert settings.public_base_url == public
+
+
+def test_keywords_win_over_variables_and_are_checked_alike(tmp_path: Path) -> None:
+    env = {"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_PORT": "9000"}
+    assert Settings.from_env(env, port=9001).port == 9001
+    with pytest.raises(SettingsError, match="PRESSROOM_PORT=70000 is not valid: must be a port"):
+        Settings.from_env(env, port=70000)
+
+
+def test_from_env_reads_the_mapping_it_is_given_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRESSROOM_PORT", "9000")
+    monkeypatch.setenv("PRESSROOM_RUN_WEB", "false")  # set by `pressroom worker`, not by a variable
+    assert Settings().port == 9000 and Settings().run_web
+    assert Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)}).port == 8080
+
+
+def test_the_readme_table_is_the_settings_model() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert with_table(readme) == readme, "run: python -m server.settings README.md"
+
+
+def test_every_variable_the_docs_name_is_a_setting() -> None:
+    settings = {env_name(name, field) for name, field in Settings.model_fields.items()} - {""}
+    named: set[str] = set()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        named |= set(re.findall(r"\b(?:PRESSROOM|S3)_[A-Z0-9_]+", path.read_text()))
+    assert named - settings == CLIENT_VARIABLES
