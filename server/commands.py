@@ -16,7 +16,7 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -82,19 +82,6 @@ def add_client_parsers(commands: Any) -> None:
     for command in (submit, jobs, watch, batch):
         command.add_argument("--url", help="the server (PRESSROOM_URL, else http://127.0.0.1:8080)")
         command.add_argument("--api-key", help="an API key (PRESSROOM_API_KEY)")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`pressroom`: the client commands run from here and load none of the server; every
-    other command is the server's (server.cli)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in CLIENT_COMMANDS:
-        parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
-        add_client_parsers(parser.add_subparsers(dest="command", required=True))
-        return run_client_command(parser.parse_args(args))
-    from server.cli import main as server_main  # Playwright, asyncpg…: for server commands only
-
-    return server_main(args)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
