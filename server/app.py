@@ -30,6 +30,7 @@ from server.keys import (
     POOL,
     RENDERER,
     SETTINGS,
+    SSE_STREAMS,
     STORAGE,
     WEBHOOKS,
     WORKERS,
@@ -68,7 +69,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
-    app[sse.STREAMS_KEY] = set()
+    app[SSE_STREAMS] = set()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         async with db.server(settings) as dsn:
@@ -227,7 +228,7 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    streams: set[Any] = app[sse.STREAMS_KEY]
+    streams: set[Any] = app[SSE_STREAMS]
     for resp in list(streams):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()

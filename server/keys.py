@@ -13,6 +13,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     import asyncpg
+    from aiohttp_sse import EventSourceResponse
 
     from server.admission import InFlight
     from server.auth import Authenticator
@@ -42,3 +43,4 @@ CHROMIUM: web.AppKey[ChromiumRenderer] = web.AppKey("chromium")
 STORAGE: web.AppKey[Storage] = web.AppKey("storage")
 WORKERS: web.AppKey[Workers] = web.AppKey("workers")
 WEBHOOKS: web.AppKey[WebhookSender] = web.AppKey("webhooks")
+SSE_STREAMS: web.AppKey[set[EventSourceResponse]] = web.AppKey("sse_streams")

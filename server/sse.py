@@ -14,13 +14,12 @@ from server import api, auth, events, jobs, jsontext, streams
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
-from server.keys import AUTH, HUB, POOL, SETTINGS
+from server.keys import AUTH, HUB, POOL, SETTINGS, SSE_STREAMS
 from server.problems import invalid, not_found
 
 log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
-STREAMS_KEY = web.AppKey("sse_streams", set[EventSourceResponse])
 
 
 def _requested_cursor(request: web.Request) -> int | None:
@@ -92,7 +91,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     ):
         stream = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
-            app[STREAMS_KEY].add(resp)
+            app[SSE_STREAMS].add(resp)
             try:
                 while resp.is_connected():
                     item = await stream.next(settings.sse_ping_s)
@@ -112,7 +111,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
                 # The headers are sent; end the stream and let the client resume by event id.
                 log.warning("event stream ended, database unavailable: %s", exc)
             finally:
-                app[STREAMS_KEY].discard(resp)
+                app[SSE_STREAMS].discard(resp)
     return resp
 
 
