@@ -94,9 +94,8 @@ async def read_json(request: web.Request) -> Any:
 
 
 async def optional_body(request: web.Request) -> Any:
-    """The JSON body, or {} for none (or null)."""
-    body = await read_json(request) if request.can_read_body else None
-    return {} if body is None else body
+    """The JSON body, or {} when there is none."""
+    return await read_json(request) if request.can_read_body else {}
 
 
 def _no_constant(name: str) -> None:

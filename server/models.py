@@ -168,6 +168,7 @@ def _uuid(message: str) -> Any:
 def _event_id(value: Any) -> int:
     if isinstance(value, str) and ascii_digits(value):
         value = int(value)
+    value = _integral(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EVENT_ID:
         raise ValueError("must be an event id")
     return value
@@ -181,6 +182,11 @@ def _event_types(value: Any, info: ValidationInfo) -> list[str]:
     return value
 
 
+def _integral(value: Any) -> Any:
+    # JSON Schema counts 131.0 as an integer; so does the API.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _required(value: Any) -> Any:
     if value is _REQUIRED:
         raise PydanticCustomError("missing", "is required")
@@ -191,6 +197,7 @@ _REQUIRED = object()  # put in place of a missing template by JobRequest._templa
 _DATE_TIME = {"type": "string", "format": "date-time"}
 
 Timestamp = Annotated[dt.datetime, BeforeValidator(_time), WithJsonSchema(_DATE_TIME)]
+Integral = BeforeValidator(_integral)  # after the bounds: they stay JSON Schema keywords
 JsonObject = Annotated[dict[str, Any], _object(None), WithJsonSchema({"type": "object"})]
 Metadata = Annotated[
     dict[str, Any], _object(MAX_METADATA_BYTES), WithJsonSchema({"type": "object"})
@@ -238,10 +245,18 @@ TemplateId = Annotated[
 # --- requests ----------------------------------------------------------------------------
 
 
+def _one_source(schema: dict[str, Any]) -> None:
+    """Exactly one of template and template_id, not null (see JobRequest._template_or_id)."""
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("template", "template_id")
+    ]
+
+
 class JobRequest(BaseModel):
     """A job: either template or template_id, with its data and options."""
 
-    model_config = REQUEST
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
 
     template: TemplateHtml | None = Field(
         None,
@@ -259,8 +274,10 @@ class JobRequest(BaseModel):
         None, description="How to print; with template_id, on top of the template's own."
     )
     webhook_url: WebhookUrl | None = Field(None, description="Where to POST the job's events.")
-    priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="Higher runs first.")
-    max_attempts: Annotated[int, Field(ge=1, le=25)] | None = Field(
+    priority: Annotated[int, Field(ge=-1000, le=1000), Integral] = Field(
+        0, description="Higher runs first."
+    )
+    max_attempts: Annotated[int, Field(ge=1, le=25), Integral] | None = Field(
         None, description="Attempts before the job fails (default PRESSROOM_MAX_ATTEMPTS)."
     )
     run_at: Timestamp | None = Field(None, description="Run no earlier than this time.")
@@ -276,7 +293,7 @@ class JobRequest(BaseModel):
         template's options lie under the job's own."""
         if not isinstance(data, dict):
             return data
-        if "template_id" not in data:
+        if data.get("template_id") is None:
             return data if data.get("template") is not None else {**data, "template": _REQUIRED}
         ref = parse_template_id(data["template_id"])
         stored = _checks(info).templates.get(ref) if ref else None
@@ -369,7 +386,7 @@ class PreviewRequest(BaseModel):
 
     data: JsonObject | None = Field(None, description="Template variables (default: sample).")
     options: RenderOptions | None = Field(None, description="On top of the template's own.")
-    version: Annotated[int, Field(ge=1)] | None = Field(
+    version: Annotated[int, Field(ge=1), Integral] | None = Field(
         None, description="The version to preview (default: the one in the path)."
     )
 
@@ -440,12 +457,7 @@ def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
     return f"{created_at.isoformat()}~{job_id}"
 
 
-Limit = Annotated[
-    int,
-    BeforeValidator(_query_int),
-    Field(ge=1, le=MAX_LIST_LIMIT),
-    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT}),
-]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT), BeforeValidator(_query_int)]
 
 
 class JobListQuery(BaseModel):
@@ -480,7 +492,7 @@ class JobWaitQuery(BaseModel):
 
     model_config = QUERY
 
-    wait: Annotated[float, BeforeValidator(_query_float), Field(ge=0, le=MAX_WAIT_S)] | None = (
+    wait: Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)] | None = (
         Field(
             None,
             description="Hold the answer up to this many seconds until the job changes; a wait "

@@ -138,8 +138,23 @@ Keywords = Annotated[
 ]
 
 
+def _together(one: str, other: str) -> dict[str, Any]:
+    """Given `one` (not null), `other` is given too."""
+    return {
+        "anyOf": [
+            {"properties": {one: {"type": "null"}}},
+            {"required": [other], "properties": {other: {"not": {"type": "null"}}}},
+        ]
+    }
+
+
 def _null_means_default(schema: dict[str, Any]) -> None:
-    """Every option may be sent as null, which leaves it at its default (see _drop_nulls)."""
+    """Every option may be sent as null, which leaves it at its default (see _drop_nulls);
+    width and height go together (see _with_height)."""
+    schema["dependentSchemas"] = {
+        "width": _together("width", "height"),
+        "height": _together("height", "width"),
+    }
     for name, prop in schema["properties"].items():
         if {"type": "null"} in prop.get("anyOf", ()):
             continue
