@@ -78,6 +78,14 @@ def _page_ranges(value: Any) -> Any:
     return value.replace(" ", "")
 
 
+def _scale(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    if not 0.1 <= value <= 2:
+        raise ValueError("must be between 0.1 and 2")
+    return float(value)
+
+
 def _keywords(value: Any) -> Any:
     if isinstance(value, list) and all(isinstance(word, str) for word in value):
         return ", ".join(value)
@@ -174,7 +182,7 @@ class RenderOptions(BaseModel):
     )
     landscape: bool = Field(default=False, description="Print in landscape orientation.")
     margin: Margin = Field(default_factory=dict, description="Page margins.")
-    scale: Annotated[float, Field(ge=0.1, le=2)] = Field(
+    scale: Annotated[float, Field(ge=0.1, le=2), BeforeValidator(_scale)] = Field(
         default=1.0, description="Rendering scale."
     )
     print_background: bool = Field(default=True, description="Print background colours and images.")

@@ -108,5 +108,5 @@ def test_field_errors_name_nested_places() -> None:
     assert field_errors(caught.value) == [
         ("x", "is not a known field"),
         ("items[0].options.dpi", "is not a known field"),
-        ("items[0].options.scale", "should be less than or equal to 2"),
+        ("items[0].options.scale", "must be between 0.1 and 2"),
     ]
