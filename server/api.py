@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import logging
-import math
 import uuid
 from typing import Any
 
@@ -17,7 +15,6 @@ from server import (
     admission,
     auth,
     jobs,
-    jsontext,
     library,
     options,
     signing,
@@ -26,28 +23,30 @@ from server import (
     webhooks,
 )
 from server.events import JobEvent
-from server.http_common import json_response, read_json, tenant_of
+from server.http_common import (
+    checks,
+    json_response,
+    optional_body,
+    query_of,
+    read_json,
+    tenant_of,
+    validated,
+)
 from server.hub import Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
-from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POLICY, POOL, SETTINGS, STORAGE
-from server.problems import Problem, invalid, not_found
+from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
+from server.models import (
+    Checks,
+    JobListQuery,
+    JobRequest,
+    JobWaitQuery,
+    TokenRequest,
+    encode_cursor,
+    parse_template_id,
+)
+from server.problems import Problem, not_found
 
 log = logging.getLogger(__name__)
-
-JOB_FIELDS = {
-    "template",
-    "template_id",
-    "data",
-    "options",
-    "webhook_url",
-    "priority",
-    "run_at",
-    "metadata",
-    "max_attempts",
-}
-MAX_METADATA_BYTES = 16 * 1024
-MAX_LIST_LIMIT = 200
-MAX_WAIT_S = 60
 
 routes = web.RouteTableDef()
 
@@ -59,98 +58,22 @@ def parse_job_id(request: web.Request) -> uuid.UUID:
         raise not_found() from None
 
 
-def validate_job(
-    body: Any, request: web.Request, stored: library.StoredTemplate | None = None
-) -> NewJob:
-    """Check a submission field by field; every problem found is reported at once.
-    `stored` is the template its template_id names (library.lookup), if any."""
-    settings = request.app[SETTINGS]
-    if not isinstance(body, dict):
-        raise invalid([("", "the body must be a JSON object")])
-    errors: list[tuple[str, str]] = [
-        (key, "is not a known field") for key in body if key not in JOB_FIELDS
-    ]
-
-    template: Any = body.get("template")
-    raw_options: Any = body.get("options")
-    if "template_id" in body:
-        template, raw_options = library.resolve(body, stored, errors)
-    if template is None:
-        if "template_id" not in body:
-            errors.append(("template", "is required"))
-    elif not isinstance(template, str):
-        errors.append(("template", "must be a string"))
-    elif len(template.encode()) > settings.max_template_bytes:
-        errors.append(("template", f"must be at most {settings.max_template_bytes} bytes"))
-    elif (syntax := templates.check(template)) is not None:
-        errors.append(("template", syntax))
-
-    data = body.get("data", {})
-    if not isinstance(data, dict):
-        errors.append(("data", "must be an object"))
-    elif jsontext.size(data) > settings.max_data_bytes:
-        errors.append(("data", f"must be at most {settings.max_data_bytes} bytes as JSON"))
-
-    metadata = body.get("metadata", {})
-    if not isinstance(metadata, dict):
-        errors.append(("metadata", "must be an object"))
-    elif jsontext.size(metadata) > MAX_METADATA_BYTES:
-        errors.append(("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON"))
-
-    render_options = options.RenderOptions()
-    try:
-        render_options = options.parse(raw_options)
-    except options.OptionsError as exc:
-        errors.extend(exc.errors)
-
-    webhook_url = body.get("webhook_url")
-    if webhook_url is not None:
-        if not isinstance(webhook_url, str):
-            errors.append(("webhook_url", "must be a string"))
-        elif (why := request.app[POLICY].validate_webhook_url(webhook_url)) is not None:
-            errors.append(("webhook_url", why))
-
-    priority = body.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int) or not -1000 <= priority <= 1000:
-        errors.append(("priority", "must be an integer from -1000 to 1000"))
-
-    max_attempts = body.get("max_attempts", settings.max_attempts)
-    if (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not 1 <= max_attempts <= 25
-    ):
-        errors.append(("max_attempts", "must be an integer from 1 to 25"))
-
-    run_at = None
-    if body.get("run_at") is not None:
-        run_at = _parse_time(body["run_at"])
-        if run_at is None:
-            errors.append(("run_at", "must be an ISO 8601 time with a time zone"))
-
-    if errors:
-        raise invalid(errors)
+def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
+    """The job to insert for a validated request."""
+    ref = parse_template_id(job.template_id)
+    template = checks.templates[ref].html if ref else job.template
+    assert template is not None  # JobRequest requires one of the two
     return NewJob(
-        tenant=tenant_of(request),
+        tenant=tenant,
         template=template,
-        data=data,
-        options=options.to_json(render_options),
-        metadata=metadata,
-        max_attempts=max_attempts,
-        priority=priority,
-        webhook_url=webhook_url,
-        run_at=run_at,
+        data=job.data,
+        options=options.to_json(job.options) if job.options else {},
+        metadata=job.metadata,
+        max_attempts=job.max_attempts or checks.settings.max_attempts,
+        priority=job.priority,
+        webhook_url=job.webhook_url,
+        run_at=job.run_at,
     )
-
-
-def _parse_time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 def links(request: web.Request | None, job_id: str) -> dict[str, str]:
@@ -195,7 +118,8 @@ async def submit(request: web.Request) -> web.Response:
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
     if isinstance(raw, dict):
         await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
-    new = validate_job(raw, request, await library.lookup(request, raw))
+    named = checks(request, await library.named(request, [raw]))
+    new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
     if key is not None:
         fingerprint = admission.request_hash(raw)
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
@@ -232,22 +156,7 @@ async def issue_token(request: web.Request) -> web.Response:
     """A short-lived subscription token for EventSource and Socket.IO (no API key in browsers)."""
     settings = request.app[SETTINGS]
     tenant = tenant_of(request)
-    body = await read_json(request) if request.can_read_body else {}
-    if body is None:
-        body = {}
-    if not isinstance(body, dict):
-        raise invalid([("", "the body must be a JSON object")])
-    errors = [(key, "is not a known field") for key in body if key != "job_id"]
-    job_id = body.get("job_id")
-    if job_id is not None:
-        try:
-            job_id = uuid.UUID(job_id) if isinstance(job_id, str) else None
-        except ValueError:
-            job_id = None
-        if job_id is None:
-            errors.append(("job_id", "must be a job id (UUID)"))
-    if errors:
-        raise invalid(errors)
+    job_id = validated(TokenRequest, await optional_body(request), checks(request)).job_id
     if job_id is not None and await jobs.get(request.app[POOL], job_id, tenant) is None:
         raise not_found()
     token, expires_at = signing.make_token(
@@ -305,24 +214,8 @@ async def _differs(
 
 
 def _long_poll_params(request: web.Request) -> tuple[float | None, int | None]:
-    errors: list[tuple[str, str]] = []
-    wait_s = None
-    if "wait" in request.query:
-        try:
-            wait_s = float(request.query["wait"])
-        except ValueError:
-            wait_s = math.nan
-        if not 0 <= wait_s <= MAX_WAIT_S:  # NaN fails too
-            errors.append(("wait", f"must be a number of seconds from 0 to {MAX_WAIT_S}"))
-    since = None
-    if "since" in request.query:
-        if (parsed := event_id(request.query["since"])) is not None:
-            since = parsed
-        else:
-            errors.append(("since", "must be an event id"))
-    if errors:
-        raise invalid(errors, "The query parameters are not valid.")
-    return wait_s, since
+    query = query_of(request, JobWaitQuery)
+    return query.wait, query.since
 
 
 async def _wait_for_change(
@@ -366,57 +259,19 @@ async def _wait_for_change(
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     tenant = tenant_of(request)
-    query = request.query
-    errors: list[tuple[str, str]] = []
-    status = None
-    if "status" in query:
-        try:
-            status = JobState(query["status"])
-        except ValueError:
-            errors.append(("status", f"must be one of {', '.join(s.value for s in JobState)}"))
-    limit = 50
-    if "limit" in query:
-        if not _ascii_digits(query["limit"]) or not 1 <= int(query["limit"]) <= MAX_LIST_LIMIT:
-            errors.append(("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}"))
-        else:
-            limit = int(query["limit"])
-    bounds: dict[str, dt.datetime | None] = {}
-    for name in ("created_from", "created_to"):
-        bounds[name] = _parse_time(query[name]) if name in query else None
-        if name in query and bounds[name] is None:
-            errors.append((name, "must be an ISO 8601 time with a time zone"))
-    after = None
-    if "cursor" in query:
-        after = _decode_cursor(query["cursor"])
-        if after is None:
-            errors.append(("cursor", "is not a cursor this server gave out"))
-    if errors:
-        raise invalid(errors, "The query parameters are not valid.")
+    query = query_of(request, JobListQuery)
     page = await jobs.list_page(
         request.app[POOL],
         tenant,
-        status=status,
-        created_from=bounds["created_from"],
-        created_to=bounds["created_to"],
-        after=after,
-        limit=limit,
+        status=query.status,
+        created_from=query.created_from,
+        created_to=query.created_to,
+        after=query.cursor,
+        limit=query.limit,
     )
     items = [await present(request, item.job, tenant) for item in page.items]
-    cursor = _encode_cursor(*page.next_cursor) if page.next_cursor else None
+    cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None
     return json_response({"items": items, "next_cursor": cursor})
-
-
-def _encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
-    return f"{created_at.isoformat()}~{job_id}"
-
-
-def _decode_cursor(raw: str) -> tuple[dt.datetime, uuid.UUID] | None:
-    created, _, job_id = raw.partition("~")
-    parsed = _parse_time(created)
-    try:
-        return (parsed, uuid.UUID(job_id)) if parsed else None
-    except ValueError:
-        return None
 
 
 @routes.post("/v1/jobs/{job_id}/cancel")
@@ -514,21 +369,6 @@ async def download(request: web.Request) -> web.StreamResponse:
 
 
 # --- event ids and the payload every stream sends -----------------------------------------
-
-
-MAX_EVENT_ID = 2**63 - 1  # bigint
-
-
-def _ascii_digits(raw: str) -> bool:
-    # str.isdigit() also accepts "²" and other digits int() refuses.
-    return raw.isascii() and raw.isdigit() and len(raw) <= 19
-
-
-def event_id(raw: str) -> int | None:
-    """An event id from a header or query parameter, None when it cannot be one."""
-    if not _ascii_digits(raw) or int(raw) > MAX_EVENT_ID:
-        return None
-    return int(raw)
 
 
 async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> dict[str, Any]:

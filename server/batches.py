@@ -17,35 +17,25 @@ import asyncpg
 from aiohttp import web
 
 from server import admission, api, library, templates
-from server.http_common import json_response, read_json, tenant_of
+from server.http_common import (
+    checks,
+    json_response,
+    read_json,
+    tenant_of,
+    validated,
+)
 from server.jobs import NewJob, job_columns
-from server.keys import POLICY, POOL, SETTINGS
+from server.keys import POOL, SETTINGS
+from server.models import BatchItem, BatchRequest
 from server.problems import Problem, invalid, not_found
 from server.sql import query
 
 log = logging.getLogger(__name__)
 
-BATCH_FIELDS = {"items", "webhook_url"}
-MAX_BATCH_ITEMS = 1000
-MAX_KEY_CHARS = 200
 IN_FLIGHT_RETRY_S = 5
 ITEM_SUMMARY_FIELDS = ("status", "error", "pages", "url")
 
 routes = web.RouteTableDef()
-
-
-def _check_key(key: Any) -> str | None:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or not key.isprintable():
-        return f"must be a string of 1 to {MAX_KEY_CHARS} printable characters"
-    return None
-
-
-def _prefixed(problem: Problem, prefix: str) -> list[tuple[str, str]]:
-    """A validation problem's field errors, moved under `items[i]`."""
-    return [
-        (f"{prefix}.{error['field']}" if error["field"] else prefix, error["message"])
-        for error in problem.errors or []
-    ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,67 +51,34 @@ class NewBatch:
 
 async def _validate(request: web.Request, body: Any) -> NewBatch:
     """Check the body and every item; every problem found is reported at once."""
-    if not isinstance(body, dict):
-        raise invalid([("", "the body must be a JSON object")])
-    errors = [(key, "is not a known field") for key in body if key not in BATCH_FIELDS]
-    webhook_url = body.get("webhook_url")
-    if webhook_url is not None:
-        if not isinstance(webhook_url, str):
-            errors.append(("webhook_url", "must be a string"))
-        elif (why := request.app[POLICY].validate_webhook_url(webhook_url)) is not None:
-            errors.append(("webhook_url", why))
-        if errors:
-            webhook_url = None
-    items = body.get("items")
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_ITEMS:
-        errors.append(("items", f"must be a list of 1 to {MAX_BATCH_ITEMS} items"))
-        raise invalid(errors)
-
-    refs = [
-        ref
-        for item in items
-        if isinstance(item, dict) and (ref := library.parse_template_id(item.get("template_id")))
-    ]
-    stored = await library.find(request.app[POOL], tenant_of(request), refs)
+    items = body.get("items") if isinstance(body, dict) else None
+    raw_items = items if isinstance(items, list) else []
     await templates.warm(
-        (item.get("template") for item in items if isinstance(item, dict)),
+        (item.get("template") for item in raw_items if isinstance(item, dict)),
         max_bytes=request.app[SETTINGS].max_template_bytes,
     )
-    keys: list[str] = []
-    new: list[NewJob] = []
-    first_of: dict[str, int] = {}
-    for index, item in enumerate(items):
-        prefix = f"items[{index}]"
-        if not isinstance(item, dict):
-            errors.append((prefix, "must be an object"))
-            continue
-        key: Any = item.get("key")
-        if (why := _check_key(key)) is not None:
-            errors.append((f"{prefix}.key", "is required" if key is None else why))
-        elif key in first_of:
-            errors.append((f"{prefix}.key", f"{key!r} is also the key of items[{first_of[key]}]"))
-        else:
-            first_of[key] = index
-        fields = {name: value for name, value in item.items() if name != "key"}
-        if webhook_url is not None:
-            fields.setdefault("webhook_url", webhook_url)
-        ref = library.parse_template_id(fields.get("template_id"))
-        try:
-            job = api.validate_job(fields, request, stored.get(ref) if ref else None)
-        except Problem as problem:
-            errors.extend(_prefixed(problem, prefix))
-            continue
-        keys.append(key)
-        new.append(job)
-    if errors:
-        raise invalid(errors)
+    named = checks(request, await library.named(request, raw_items))
+    batch = validated(BatchRequest, body, named)
+    tenant = tenant_of(request)
+    jobs = [
+        api.new_job(
+            item if "webhook_url" in item.model_fields_set else _with_webhook(item, batch),
+            tenant,
+            named,
+        )
+        for item in batch.items
+    ]
     return NewBatch(
-        keys=keys,
-        jobs=new,
-        item_hashes=[admission.request_hash(item) for item in items],
-        webhook_url=webhook_url,
-        request_hash=admission.request_hash({"items": items, "webhook_url": webhook_url}),
+        keys=[item.key for item in batch.items],
+        jobs=jobs,
+        item_hashes=[admission.request_hash(item) for item in raw_items],
+        webhook_url=batch.webhook_url,
+        request_hash=admission.request_hash({"items": raw_items, "webhook_url": batch.webhook_url}),
     )
+
+
+def _with_webhook(item: BatchItem, batch: BatchRequest) -> BatchItem:
+    return item.model_copy(update={"webhook_url": batch.webhook_url})
 
 
 @routes.post("/v1/batches")

@@ -36,9 +36,9 @@ BAR_WIDTH = 24
 ITEM_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,199}")
 # Options whose values are always text: `-o title=2024` means the string "2024".
 TEXT_OPTIONS = frozenset(
-    field.name
-    for field in dataclasses.fields(RenderOptions)
-    if str(field.type) in ("str", "str | None")
+    name
+    for name, shown in RenderOptions.model_json_schema()["properties"].items()
+    if [branch.get("type") for branch in shown["anyOf"]] == ["string", "null"]
 )
 
 

@@ -1,15 +1,22 @@
-"""What every HTTP handler shares: the tenant of a request, its JSON body, a JSON response."""
+"""What every HTTP handler shares: the tenant of a request, its JSON body validated through the
+models, a JSON response."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
 from server import auth, jsontext
-from server.problems import Problem
+from server.keys import POLICY, SETTINGS
+from server.models import Checks, Ref
+from server.problems import Problem, invalid_input
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def tenant_of(request: web.Request) -> str:
@@ -88,3 +95,28 @@ def _encodable(text: str) -> bool:
 
 def json_response(body: Any, **kwargs: Any) -> web.Response:
     return web.json_response(body, dumps=jsontext.dumps, **kwargs)
+
+
+async def optional_body(request: web.Request) -> Any:
+    """The JSON body, or {} when there is none."""
+    return await read_json(request) if request.can_read_body else {}
+
+
+def checks(request: web.Request, stored: Mapping[Ref, Any] | None = None) -> Checks:
+    """What the models' validators read from this app (and the stored templates named)."""
+    return Checks(request.app[SETTINGS], request.app[POLICY], stored or {})
+
+
+def validated(model: type[M], body: Any, checks: Checks, detail: str | None = None) -> M:
+    """`body` as `model`, or a 422 naming every field it refuses."""
+    try:
+        return model.model_validate(body, context=checks.context())
+    except ValidationError as exc:
+        raise invalid_input(exc, *(detail,) if detail else ()) from None
+
+
+def query_of(request: web.Request, model: type[M]) -> M:
+    """The query parameters (the first of each name) as `model`."""
+    query = request.query
+    params = {name: query[name] for name in query}
+    return validated(model, params, checks(request), "The query parameters are not valid.")

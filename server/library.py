@@ -6,35 +6,41 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
-from server import jsontext, options, templates
+from server import options, templates
 from server.errors import PermanentError, RenderError
-from server.http_common import json_response, read_json, tenant_of
+from server.http_common import (
+    checks,
+    json_response,
+    optional_body,
+    query_of,
+    read_json,
+    tenant_of,
+    validated,
+)
 from server.keys import POOL, RENDERER, SETTINGS
+from server.models import (
+    InlinePreviewRequest,
+    PreviewRequest,
+    Ref,
+    TemplateListQuery,
+    TemplateRequest,
+    parse_template_id,
+)
 from server.problems import Problem, invalid, not_found
 from server.sql import query
 
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_format CHECK
-NAME = re.compile(_NAME)
-TEMPLATE_ID = re.compile(rf"(?P<name>{_NAME})(?:@(?P<version>[1-9]\d{{0,8}}))?")
-TEMPLATE_FIELDS = {"name", "html", "options", "sample_data"}
-PREVIEW_FIELDS = {"data", "options", "version"}
-INLINE_PREVIEW_FIELDS = {"html", "data", "options"}
-MAX_LIST_LIMIT = 200
 PREVIEW_RETRY_S = 2
 
 # Previews share the browser with the render slots; this bounds how many run at once.
 PREVIEWS = web.AppKey("template_previews", asyncio.Semaphore)
 
 routes = web.RouteTableDef()
-
-Ref = tuple[str, int | None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,14 +81,6 @@ class StoredTemplate:
         }
 
 
-def parse_template_id(raw: Any) -> Ref | None:
-    """(name, version or None for the latest) from `name` or `name@version`; None if malformed."""
-    if not isinstance(raw, str) or (match := TEMPLATE_ID.fullmatch(raw)) is None:
-        return None
-    version = match["version"]
-    return match["name"], int(version) if version else None
-
-
 async def find(
     conn: asyncpg.Pool | asyncpg.Connection, tenant: str, refs: Iterable[Ref]
 ) -> dict[Ref, StoredTemplate]:
@@ -98,32 +96,15 @@ async def find(
     }
 
 
-async def lookup(request: web.Request, body: Any) -> StoredTemplate | None:
-    """The template a job body names with template_id (None when it names none or an unknown
-    one: validate_job reports that with the body's other problems)."""
-    ref = parse_template_id(body.get("template_id")) if isinstance(body, dict) else None
-    if ref is None:
-        return None
-    found = await find(request.app[POOL], tenant_of(request), [ref])
-    return found.get(ref)
-
-
-def resolve(
-    body: dict[str, Any], stored: StoredTemplate | None, errors: list[tuple[str, str]]
-) -> tuple[Any, Any]:
-    """(template, options) of a job body naming template_id: the stored html, and the stored
-    options with the body's own on top. Problems are added to `errors`."""
-    given = body.get("options")
-    if body.get("template") is not None:
-        errors.append(("template_id", "give either template or template_id, not both"))
-    elif parse_template_id(body["template_id"]) is None:
-        errors.append(("template_id", "must be a template name, or name@version"))
-    elif stored is None:
-        errors.append(("template_id", f"no template {body['template_id']!r}"))
-    else:
-        merged = {**stored.options, **given} if isinstance(given, dict) else given
-        return stored.html, stored.options if given is None else merged
-    return None, given
+async def named(request: web.Request, bodies: Iterable[Any]) -> dict[Ref, StoredTemplate]:
+    """The stored templates these job bodies name with template_id (unknown ones are missing:
+    validation reports them with the bodies' other problems)."""
+    refs = [
+        ref
+        for body in bodies
+        if isinstance(body, dict) and (ref := parse_template_id(body.get("template_id")))
+    ]
+    return await find(request.app[POOL], tenant_of(request), refs)
 
 
 def setup(app: web.Application) -> None:
@@ -132,58 +113,23 @@ def setup(app: web.Application) -> None:
     app.add_routes(routes)
 
 
-def _check_object(value: Any, field: str, limit: int, errors: list[tuple[str, str]]) -> None:
-    if not isinstance(value, dict):
-        errors.append((field, "must be an object"))
-    elif jsontext.size(value) > limit:
-        errors.append((field, f"must be at most {limit} bytes as JSON"))
-
-
-def _check_html(value: Any, limit: int, errors: list[tuple[str, str]]) -> None:
-    if not isinstance(value, str):
-        errors.append(("html", "is required" if value is None else "must be a string"))
-    elif len(value.encode()) > limit:
-        errors.append(("html", f"must be at most {limit} bytes"))
-    elif (syntax := templates.check(value)) is not None:
-        errors.append(("html", syntax))
-
-
-def _parse_options(raw: Any, errors: list[tuple[str, str]]) -> dict[str, Any]:
-    try:
-        return options.to_json(options.parse(raw))
-    except options.OptionsError as exc:
-        errors.extend(exc.errors)
-        return {}
-
-
 @routes.post("/v1/templates")
 async def create_template(request: web.Request) -> web.Response:
     """Store a new version of a template (the first one is version 1)."""
-    settings = request.app[SETTINGS]
     body = await read_json(request)
-    if not isinstance(body, dict):
-        raise invalid([("", "the body must be a JSON object")])
-    errors = [(key, "is not a known field") for key in body if key not in TEMPLATE_FIELDS]
-    name = body.get("name")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        errors.append(
-            (
-                "name",
-                "must be 1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol",
-            )
-        )
-    await templates.warm([body.get("html")], max_bytes=settings.max_template_bytes)
-    _check_html(body.get("html"), settings.max_template_bytes, errors)
-    stored_options = _parse_options(body.get("options"), errors)
-    sample_data = body.get("sample_data", {})
-    _check_object(sample_data, "sample_data", settings.max_data_bytes, errors)
-    if errors:
-        raise invalid(errors)
+    if isinstance(body, dict):
+        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+    new = validated(TemplateRequest, body, checks(request))
     tenant = tenant_of(request)
     async with request.app[POOL].acquire() as conn, conn.transaction():
-        await conn.execute(query("template_lock"), tenant, name)
+        await conn.execute(query("template_lock"), tenant, new.name)
         row = await conn.fetchrow(
-            query("template_insert"), tenant, name, body["html"], stored_options, sample_data
+            query("template_insert"),
+            tenant,
+            new.name,
+            new.html,
+            options.to_json(new.options) if new.options else {},
+            new.sample_data,
         )
     stored = StoredTemplate.from_row(row)
     shown = stored.public()
@@ -193,23 +139,10 @@ async def create_template(request: web.Request) -> web.Response:
 @routes.get("/v1/templates")
 async def list_templates(request: web.Request) -> web.Response:
     """The latest version of each template, by name; `cursor` is the last name of a page."""
-    limit = 50
-    raw_limit = request.query.get("limit")
-    if raw_limit is not None:
-        if (
-            not (raw_limit.isascii() and raw_limit.isdigit())
-            or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT
-        ):
-            raise invalid(
-                [("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}")],
-                "The query parameters are not valid.",
-            )
-        limit = int(raw_limit)
+    page = query_of(request, TemplateListQuery)
+    limit = page.limit
     rows = await request.app[POOL].fetch(
-        query("template_list"),
-        tenant_of(request),
-        request.query.get("cursor"),
-        limit + 1,
+        query("template_list"), tenant_of(request), page.cursor, limit + 1
     )
     items = [
         {
@@ -253,21 +186,18 @@ async def get_template(request: web.Request) -> web.Response:
 async def preview_stored(request: web.Request) -> web.Response:
     """Render a stored template with its sample data (or the `data` given) to PDF, now."""
     stored = await _stored(request, request.match_info["template_id"])
-    body = await _optional_body(request)
-    errors = [(key, "is not a known field") for key in body if key not in PREVIEW_FIELDS]
-    if "version" in body:
-        version = body["version"]
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            errors.append(("version", "must be a version number"))
-        elif version != stored.version:
-            stored = await _stored(request, f"{stored.name}@{version}")
-    data = body.get("data", stored.sample_data)
-    _check_object(data, "data", request.app[SETTINGS].max_data_bytes, errors)
-    given = body.get("options")
-    raw_options = {**stored.options, **given} if isinstance(given, dict) else given
-    render_options = _options_for_preview(stored.options if given is None else raw_options, errors)
-    if errors:
-        raise invalid(errors)
+    asked = validated(PreviewRequest, await optional_body(request), checks(request))
+    if asked.version is not None and asked.version != stored.version:
+        stored = await _stored(request, f"{stored.name}@{asked.version}")
+    data = stored.sample_data if asked.data is None else asked.data
+    render_options = options.parse(stored.options)
+    if asked.options is not None:  # the body's own options on top of the template's
+        try:
+            render_options = options.parse(
+                {**stored.options, **asked.options.model_dump(exclude_unset=True)}
+            )
+        except options.OptionsError as exc:
+            raise invalid(exc.errors) from None
     filename = f"{stored.name}-v{stored.version}-preview.pdf"
     return await _preview(request, stored.html, data, render_options, filename)
 
@@ -275,34 +205,12 @@ async def preview_stored(request: web.Request) -> web.Response:
 @routes.post("/v1/templates/preview")
 async def preview_inline(request: web.Request) -> web.Response:
     """Render template html sent in the body to PDF, now (for editors, before storing it)."""
-    body = await _optional_body(request)
-    errors = [(key, "is not a known field") for key in body if key not in INLINE_PREVIEW_FIELDS]
-    max_bytes = request.app[SETTINGS].max_template_bytes
-    await templates.warm([body.get("html")], max_bytes=max_bytes)
-    _check_html(body.get("html"), max_bytes, errors)
-    data = body.get("data", {})
-    _check_object(data, "data", request.app[SETTINGS].max_data_bytes, errors)
-    render_options = _options_for_preview(body.get("options"), errors)
-    if errors:
-        raise invalid(errors)
-    return await _preview(request, body["html"], data, render_options, "preview.pdf")
-
-
-async def _optional_body(request: web.Request) -> dict[str, Any]:
-    body = await read_json(request) if request.can_read_body else {}
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise invalid([("", "the body must be a JSON object")])
-    return body
-
-
-def _options_for_preview(raw: Any, errors: list[tuple[str, str]]) -> options.RenderOptions:
-    try:
-        return options.parse(raw)
-    except options.OptionsError as exc:
-        errors.extend(exc.errors)
-        return options.RenderOptions()
+    body = await optional_body(request)
+    if isinstance(body, dict):
+        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+    asked = validated(InlinePreviewRequest, body, checks(request))
+    render_options = asked.options or options.parse(None)
+    return await _preview(request, asked.html, asked.data, render_options, "preview.pdf")
 
 
 async def _preview(

@@ -1,20 +1,37 @@
-"""Render options: validated once at submission, stored as JSON, read back by the renderer."""
+"""Render options: the pydantic model a submission is validated with, stored as JSON on the
+job and read back by the renderer, and what each option means to Chromium."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from server.problems import field_errors
 
 PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
-_LENGTH = re.compile(r"^\d+(\.\d+)?(px|in|cm|mm)?$")
-_PAGE_RANGES = re.compile(r"^\s*\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*\s*$")
+LENGTH_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?(px|in|cm|mm)?\s*$"
+PAGE_RANGES_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]*)?(\s*,\s*[0-9]+(\s*-\s*[0-9]*)?)*\s*$"
 MARGIN_SIDES = ("top", "right", "bottom", "left")
 MAX_TEXT_OPTION = 64 * 1024
 MAX_METADATA_CHARS = 4096
 # Chromium prints a header or footer into the page margin; with no margin it is cut away.
 HEADER_FOOTER_MARGIN = "15mm"
+_LENGTH = re.compile(LENGTH_PATTERN)
+_PAGE_RANGES = re.compile(PAGE_RANGES_PATTERN)
+_LENGTH_HINT = "must be a length such as 210mm, 8.5in or 800px"
 
 
 class OptionsError(ValueError):
@@ -25,27 +42,199 @@ class OptionsError(ValueError):
         self.errors = errors
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RenderOptions:
-    format: str | None = "A4"
-    width: str | None = None
-    height: str | None = None
-    landscape: bool = False
-    margin: dict[str, str] = dataclasses.field(default_factory=dict)
-    scale: float = 1.0
-    print_background: bool = True
-    page_ranges: str = ""
-    prefer_css_page_size: bool = False
-    header_html: str | None = None
-    footer_html: str | None = None
-    media: str = "print"
-    wait_for_selector: str | None = None
-    wait_for_expression: str | None = None
-    javascript: bool | None = None
-    title: str | None = None
-    author: str | None = None
-    subject: str | None = None
-    keywords: str | None = None
+def _length(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(_LENGTH_HINT)
+    text = value if isinstance(value, str) else str(value)
+    if "e" in text and not isinstance(value, str):  # 1e-05: write the number out
+        text = f"{value:.6f}".rstrip("0").rstrip(".")
+    if not _LENGTH.match(text):
+        raise ValueError(_LENGTH_HINT)
+    return text.strip()
+
+
+def _margin(value: Any) -> Any:
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        side = _length(value)
+        return {name: side for name in MARGIN_SIDES}
+    if not isinstance(value, dict):
+        raise ValueError("must be a length or an object with top, right, bottom, left")
+    unknown = set(value) - set(MARGIN_SIDES)
+    if unknown:
+        raise ValueError(f"unknown side {sorted(unknown)[0]!r}")
+    return {name: _length(length) for name, length in value.items()}
+
+
+def _paper(value: Any) -> Any:
+    for name in PAPER_FORMATS:
+        if isinstance(value, str) and value.lower() == name.lower():
+            return name
+    raise ValueError(f"must be one of {', '.join(PAPER_FORMATS)}")
+
+
+def _page_ranges(value: Any) -> Any:
+    if not isinstance(value, str) or not _PAGE_RANGES.match(value):
+        raise ValueError("must look like 1-3, 5")
+    return value.replace(" ", "")
+
+
+def _scale(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    if not 0.1 <= value <= 2:
+        raise ValueError("must be between 0.1 and 2")
+    return float(value)
+
+
+def _keywords(value: Any) -> Any:
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return ", ".join(value)
+    if not isinstance(value, str):
+        raise ValueError("must be a string or a list of strings")
+    return value
+
+
+_LENGTH_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": LENGTH_PATTERN},
+        {"type": "number", "minimum": 0},
+    ],
+    "description": "A length such as 210mm, 8.5in or 800px (a number is in pixels).",
+}
+Length = Annotated[str, BeforeValidator(_length), WithJsonSchema(_LENGTH_SCHEMA)]
+Margin = Annotated[
+    dict[str, str],
+    BeforeValidator(_margin),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                _LENGTH_SCHEMA,
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {side: _LENGTH_SCHEMA for side in MARGIN_SIDES},
+                },
+            ],
+            "description": "Page margins: one length for every side, or one per side.",
+        }
+    ),
+]
+PaperFormat = Annotated[
+    str,
+    BeforeValidator(_paper),
+    WithJsonSchema({"type": "string", "enum": list(PAPER_FORMATS)}),
+]
+PageRanges = Annotated[
+    str,
+    BeforeValidator(_page_ranges),
+    WithJsonSchema({"type": "string", "pattern": PAGE_RANGES_PATTERN}),
+]
+Text = Annotated[str, Field(max_length=MAX_TEXT_OPTION)]
+Info = Annotated[str, Field(max_length=MAX_METADATA_CHARS)]
+Keywords = Annotated[
+    str,
+    BeforeValidator(_keywords),
+    Field(max_length=MAX_METADATA_CHARS),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": MAX_METADATA_CHARS},
+                {"type": "array", "items": {"type": "string"}},
+            ]
+        }
+    ),
+]
+
+
+def _together(one: str, other: str) -> dict[str, Any]:
+    """Given `one` (not null), `other` is given too."""
+    return {
+        "anyOf": [
+            {"properties": {one: {"type": "null"}}},
+            {"required": [other], "properties": {other: {"not": {"type": "null"}}}},
+        ]
+    }
+
+
+def _null_means_default(schema: dict[str, Any]) -> None:
+    """Every option may be sent as null, which leaves it at its default (see _drop_nulls);
+    width and height go together (see _with_height)."""
+    schema["dependentSchemas"] = {
+        "width": _together("width", "height"),
+        "height": _together("height", "width"),
+    }
+    for name, prop in schema["properties"].items():
+        if {"type": "null"} in prop.get("anyOf", ()):
+            continue
+        described = {key: prop.pop(key) for key in ("description", "default") if key in prop}
+        schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **described}
+
+
+class RenderOptions(BaseModel):
+    """How the page is printed; every field is optional."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_null_means_default
+    )
+
+    format: PaperFormat = Field(
+        default="A4", description="Paper size, unless width and height are set."
+    )
+    landscape: bool = Field(default=False, description="Print in landscape orientation.")
+    margin: Margin = Field(default_factory=dict, description="Page margins.")
+    scale: Annotated[float, Field(ge=0.1, le=2), BeforeValidator(_scale)] = Field(
+        default=1.0, description="Rendering scale."
+    )
+    print_background: bool = Field(default=True, description="Print background colours and images.")
+    page_ranges: PageRanges = Field(
+        default="", description="Pages to print, e.g. 1-3, 5 (all if empty)."
+    )
+    prefer_css_page_size: bool = Field(
+        default=False, description="Let CSS @page size win over format."
+    )
+    header_html: Text | None = Field(
+        default=None, description="HTML printed at the top of each page."
+    )
+    footer_html: Text | None = Field(
+        default=None, description="HTML printed at the bottom of each page."
+    )
+    media: Literal["print", "screen"] = Field(
+        default="print", description="CSS media type to emulate."
+    )
+    wait_for_selector: Text | None = Field(
+        default=None, description="Print once this selector exists."
+    )
+    wait_for_expression: Text | None = Field(
+        default=None, description="Print once this JavaScript expression is true."
+    )
+    javascript: bool | None = Field(
+        default=None, description="Run scripts (default: when the page has any)."
+    )
+    title: Info | None = Field(default=None, description="The PDF's document title.")
+    author: Info | None = Field(default=None, description="The PDF's author.")
+    subject: Info | None = Field(default=None, description="The PDF's subject.")
+    keywords: Keywords | None = Field(
+        default=None, description="The PDF's keywords: a string or a list of words."
+    )
+    # Last: their check needs the height (validated before the width), and is reported last.
+    height: Length | None = Field(default=None, description="Page height; goes with width.")
+    width: Length | None = Field(
+        default=None, validate_default=True, description="Page width; goes with height."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+    @field_validator("width")
+    @classmethod
+    def _with_height(cls, width: str | None, info: ValidationInfo) -> str | None:
+        if (width is None) != (info.data.get("height") is None):
+            raise ValueError("width and height go together")
+        return width
 
     def metadata(self) -> dict[str, str]:
         """PDF document information to set after printing (Chromium sets only the title)."""
@@ -125,134 +314,22 @@ def capped_ranges(ranges: str, pages: int) -> str:
     return ",".join(kept)
 
 
-def _length(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError("must be a length such as 210mm, 8.5in or 800px")
-    text = str(value).strip()
-    if not _LENGTH.match(text):
-        raise ValueError("must be a length such as 210mm, 8.5in or 800px")
-    return text
-
-
 #: Frozen, so one instance serves every job that asks for nothing else.
 _DEFAULT = RenderOptions()
 
 
 def parse(raw: Any) -> RenderOptions:
-    """Validate a submitted `options` object; raise OptionsError with every problem found."""
+    """Options as stored on a job (or given by a caller); OptionsError lists every problem."""
     if raw is None or raw == {}:  # most jobs: the defaults, with no walk over the fields
         return _DEFAULT
-    if not isinstance(raw, dict):
-        raise OptionsError([("options", "must be an object")])
-    errors: list[tuple[str, str]] = []
-    values: dict[str, Any] = {}
-    known = {f.name for f in dataclasses.fields(RenderOptions)}
-    for key in raw:
-        if key not in known:
-            errors.append((f"options.{key}", "is not a known option"))
-
-    def take(name: str, check: Any) -> None:
-        if name not in raw or raw[name] is None:
-            return
-        try:
-            values[name] = check(raw[name])
-        except ValueError as exc:
-            errors.append((f"options.{name}", str(exc)))
-
-    def boolean(value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise ValueError("must be true or false")
-        return value
-
-    def text(value: Any) -> str:
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        if len(value) > MAX_TEXT_OPTION:
-            raise ValueError(f"must be at most {MAX_TEXT_OPTION} characters")
-        return value
-
-    def paper(value: Any) -> str:
-        for name in PAPER_FORMATS:
-            if isinstance(value, str) and value.lower() == name.lower():
-                return name
-        raise ValueError(f"must be one of {', '.join(PAPER_FORMATS)}")
-
-    def scale(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError("must be a number")
-        if not 0.1 <= value <= 2:
-            raise ValueError("must be between 0.1 and 2")
-        return float(value)
-
-    def margin(value: Any) -> dict[str, str]:
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            side = _length(value)
-            return {name: side for name in MARGIN_SIDES}
-        if not isinstance(value, dict):
-            raise ValueError("must be a length or an object with top, right, bottom, left")
-        unknown = set(value) - set(MARGIN_SIDES)
-        if unknown:
-            raise ValueError(f"unknown side {sorted(unknown)[0]!r}")
-        return {name: _length(length) for name, length in value.items()}
-
-    def page_ranges(value: Any) -> str:
-        if not isinstance(value, str) or not _PAGE_RANGES.match(value):
-            raise ValueError("must look like 1-3, 5")
-        return value.replace(" ", "")
-
-    def info(value: Any) -> str:
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        if len(value) > MAX_METADATA_CHARS:
-            raise ValueError(f"must be at most {MAX_METADATA_CHARS} characters")
-        return value
-
-    def keywords(value: Any) -> str:
-        if isinstance(value, list) and all(isinstance(word, str) for word in value):
-            value = ", ".join(value)
-        if not isinstance(value, str):
-            raise ValueError("must be a string or a list of strings")
-        return info(value)
-
-    def media(value: Any) -> str:
-        if value not in ("print", "screen"):
-            raise ValueError("must be print or screen")
-        return str(value)
-
-    take("format", paper)
-    take("width", _length)
-    take("height", _length)
-    take("landscape", boolean)
-    take("margin", margin)
-    take("scale", scale)
-    take("print_background", boolean)
-    take("page_ranges", page_ranges)
-    take("prefer_css_page_size", boolean)
-    take("header_html", text)
-    take("footer_html", text)
-    take("media", media)
-    take("wait_for_selector", text)
-    take("wait_for_expression", text)
-    take("javascript", boolean)
-    take("title", info)
-    take("author", info)
-    take("subject", info)
-    take("keywords", keywords)
-    if ("width" in values) != ("height" in values):
-        errors.append(("options.width", "width and height go together"))
-    if errors:
-        raise OptionsError(errors)
-    return RenderOptions(**values)
+    try:
+        return RenderOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise OptionsError(field_errors(exc, ("options",))) from None
 
 
 def to_json(options: RenderOptions) -> dict[str, Any]:
     """The options as stored on the job (only what differs from the defaults)."""
-    default = _DEFAULT
-    # Most jobs: the defaults themselves (see parse), known without comparing every field.
-    if options is default or options == default:
+    if options is _DEFAULT:
         return {}
-    return {
-        f.name: getattr(options, f.name)
-        for f in dataclasses.fields(options)
-        if getattr(options, f.name) != getattr(default, f.name)
-    }
+    return options.model_dump(exclude_defaults=True)

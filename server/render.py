@@ -589,7 +589,7 @@ class ChromiumRenderer:
         timeout_ms = timeout_s * 1000
         page = slot.page
         if slot.media != options.media:
-            await page.emulate_media(media=options.media)  # type: ignore[arg-type]
+            await page.emulate_media(media=options.media)
             slot.media = options.media
         scripts = slot.javascript or options.wait_for_selector
         viewport = SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT

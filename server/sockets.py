@@ -22,15 +22,16 @@ import asyncpg
 import socketio
 from aiohttp import WSCloseCode, web
 from engineio import packet as eio_packet
+from pydantic import ValidationError
 from socketio.async_pubsub_manager import AsyncPubSubManager
 
-from server import api, auth, events, jobs, listener, signing, streams
-from server.api import MAX_EVENT_ID
+from server import api, auth, jobs, listener, signing, streams
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
-from server.problems import TYPE_BASE, Problem, invalid, not_found
+from server.models import SubscribeRequest
+from server.problems import TYPE_BASE, Problem, invalid_input, not_found
 
 log = logging.getLogger(__name__)
 
@@ -243,34 +244,11 @@ def _error(problem: Problem) -> dict[str, Any]:
 def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
     """(job id or None for all jobs, since, types) from a subscribe payload; unsubscribe takes
     the same object (and needs only the target)."""
-    if not isinstance(data, dict):
-        raise invalid([("", 'send an object: {"job_id": …} or {"all": true}')])
-    allowed = {"job_id", "all", "since", "types"}
-    errors = [(key, "is not a known field") for key in data if key not in allowed]
-    job_id = None
-    if "job_id" in data:
-        try:
-            job_id = uuid.UUID(str(data["job_id"]))
-        except ValueError:
-            errors.append(("job_id", "must be a job id"))
-    if ("job_id" in data) == (data.get("all") is True):
-        errors.append(("", 'give either "job_id" or "all": true'))
-    since = data.get("since")
-    if isinstance(since, str) and since.isascii() and since.isdigit() and len(since) <= 19:
-        since = int(since)
-    if since is not None and (
-        isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_EVENT_ID
-    ):
-        errors.append(("since", "must be an event id"))
-    types = data.get("types")
-    if types is not None:
-        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
-            errors.append(("types", "must be a list of event types"))
-        else:
-            errors.extend(events.type_errors("types", types))
-    if errors:
-        raise invalid(errors, "The subscription is not valid.")
-    return job_id, since, frozenset(types) if types else None
+    try:
+        target = SubscribeRequest.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_input(exc, "The subscription is not valid.") from None
+    return target.job_id, target.since, frozenset(target.types) if target.types else None
 
 
 Handler = Callable[..., Awaitable[Any]]

@@ -15,6 +15,7 @@ from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
 from server.keys import AUTH, HUB, POOL, SETTINGS, SSE_STREAMS
+from server.models import event_id
 from server.problems import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def _requested_cursor(request: web.Request) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     if raw is None or raw == "":
         return None
-    parsed = api.event_id(raw)
+    parsed = event_id(raw)
     if parsed is None:
         # Refused as the long-poll's `since` and Socket.IO's are: 422, naming the field.
         field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"

@@ -338,3 +338,18 @@ async def test_requests_the_http_parser_refuses_get_problem_json_and_one_log_lin
     assert "quoted-back" not in line.getMessage()
     async with api.http.get(api.url("/healthz")) as resp:
         assert resp.status == 200
+
+
+async def test_submitted_data_reaches_the_job_as_sent(api: RunningApp, pool: asyncpg.Pool) -> None:
+    """Validation reads `data` without rewriting it: key order and number forms are kept."""
+    sent = (
+        b'{"template": "x", "data": {"zebra": 1, '
+        b'"a": {"yy": -0.0, "x": 1e20, "n": 18446744073709551616}, "mid": [3, 2, 1.50]}}'
+    )
+    async with api.http.post(api.url("/v1/jobs"), data=sent, headers=JSON) as resp:
+        assert resp.status == 202, await resp.text()
+        job = await resp.json()
+    stored = await pool.fetchval("SELECT data FROM jobs WHERE id = $1", job["id"])
+    assert list(stored) == ["zebra", "a", "mid"] and list(stored["a"]) == ["yy", "x", "n"]
+    assert repr(stored["a"]["yy"]) == "-0.0" and repr(stored["a"]["x"]) == "1e+20"
+    assert stored["a"]["n"] == 2**64 and stored["mid"] == [3, 2, 1.5]

@@ -78,3 +78,35 @@ def test_scripts_decide_the_isolation_path(
 )
 def test_page_ranges_are_capped_in_document_order(ranges: str, pages: int, expected: str) -> None:
     assert capped_ranges(ranges, pages) == expected
+
+
+def test_document_information_is_bounded_as_documented() -> None:
+    parsed = options.parse({"title": "t" * 4096, "keywords": ["a", "b"], "author": None})
+    assert parsed.metadata() == {"/Title": "t" * 4096, "/Keywords": "a, b"}
+    with pytest.raises(OptionsError) as caught:
+        options.parse({"title": "t" * 4097, "subject": 5, "height": "1cm"})
+    assert [field for field, _ in caught.value.errors] == [
+        "options.title",
+        "options.subject",
+        "options.width",
+    ]
+    schema = RenderOptions.model_json_schema()["properties"]
+    assert schema["title"]["anyOf"][0]["maxLength"] == 4096
+    assert {"author", "subject", "keywords"} <= set(schema)
+
+
+def test_field_errors_name_nested_places() -> None:
+    from pydantic import ValidationError
+
+    from server.models import BatchRequest, Checks
+    from server.problems import field_errors
+    from server.settings import Settings
+
+    body = {"items": [{"key": "a", "template": "x", "options": {"scale": 9, "dpi": 1}}], "x": 1}
+    with pytest.raises(ValidationError) as caught:
+        BatchRequest.model_validate(body, context=Checks(Settings()).context())
+    assert field_errors(caught.value) == [
+        ("x", "is not a known field"),
+        ("items[0].options.dpi", "is not a known field"),
+        ("items[0].options.scale", "must be between 0.1 and 2"),
+    ]

@@ -1,0 +1,691 @@
+"""Every body the API reads or writes, as pydantic models: validation, error paths and the
+OpenAPI schemas (server/openapi.py) come from here.
+
+Requests are strict (a number is not a string, a boolean is not a number) and forbid fields
+they do not name. Limits that are settings reach the validators through the validation
+context: `Model.model_validate(body, context=Checks(...).context())`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from server import events, jsontext, templates
+from server.jobs import JobState
+from server.netpolicy import MAX_WEBHOOK_URL_CHARS
+from server.options import RenderOptions
+from server.settings import Settings
+
+REQUEST = ConfigDict(extra="forbid", strict=True)
+QUERY = ConfigDict(extra="ignore", strict=True)  # other parameters (token=) belong to others
+
+MAX_METADATA_BYTES = 16 * 1024
+MAX_LIST_LIMIT = 200
+MAX_WAIT_S = 60
+MAX_EVENT_ID = 2**63 - 1  # bigint
+MAX_BATCH_ITEMS = 1000
+MAX_KEY_CHARS = 200
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_format CHECK
+TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
+TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
+Ref = tuple[str, int | None]
+
+
+class StoredSource(Protocol):
+    """What validation needs of a stored template (library.StoredTemplate)."""
+
+    html: str
+    options: dict[str, Any]
+
+
+class NetworkPolicy(Protocol):
+    def validate_webhook_url(self, url: str) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checks:
+    """What validators read from the app: its settings, its network policy, and the stored
+    templates the body names (looked up before validation, in one query)."""
+
+    settings: Settings
+    policy: NetworkPolicy | None = None
+    templates: Mapping[Ref, StoredSource] = dataclasses.field(default_factory=dict)
+
+    def context(self) -> dict[str, Any]:
+        return {"checks": self}
+
+
+def _checks(info: ValidationInfo) -> Checks:
+    checks: Checks = (info.context or {})["checks"]
+    return checks
+
+
+# --- plain values ------------------------------------------------------------------------
+
+
+def ascii_digits(raw: str) -> bool:
+    # str.isdigit() also accepts "²" and other digits int() refuses.
+    return raw.isascii() and raw.isdigit() and len(raw) <= 19
+
+
+def event_id(raw: str) -> int | None:
+    """An event id from a header or query parameter, None when it cannot be one."""
+    if not ascii_digits(raw) or int(raw) > MAX_EVENT_ID:
+        return None
+    return int(raw)
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """An ISO 8601 time with a zone, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def parse_template_id(raw: Any) -> Ref | None:
+    """(name, version or None for the latest) from `name` or `name@version`; None if malformed."""
+    if not isinstance(raw, str) or (match := TEMPLATE_ID.fullmatch(raw)) is None:
+        return None
+    version = match["version"]
+    return match["name"], int(version) if version else None
+
+
+def _time(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value
+    if (parsed := parse_time(value)) is None:
+        raise ValueError("must be an ISO 8601 time with a time zone")
+    return parsed
+
+
+def _object(limit: int | None) -> Any:
+    """A JSON object, kept as the very object read (key order, number forms), bounded in size:
+    `limit` bytes, or the max_data_bytes setting when None."""
+
+    def check(value: Any, info: ValidationInfo) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValueError("must be an object")
+        most = _checks(info).settings.max_data_bytes if limit is None else limit
+        if jsontext.size(value) > most:
+            raise ValueError(f"must be at most {most} bytes as JSON")
+        return value
+
+    return PlainValidator(check)
+
+
+def _template_html(value: str, info: ValidationInfo) -> str:
+    most = _checks(info).settings.max_template_bytes
+    if len(value.encode()) > most:
+        raise ValueError(f"must be at most {most} bytes")
+    if (syntax := templates.check(value)) is not None:
+        raise ValueError(syntax)
+    return value
+
+
+def _webhook_url(value: str, info: ValidationInfo) -> str:
+    policy = _checks(info).policy
+    if policy is None:
+        raise RuntimeError("webhook URLs are checked against the app's network policy")
+    if (why := policy.validate_webhook_url(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
+def _uuid(message: str) -> Any:
+    def check(value: Any) -> uuid.UUID:
+        try:
+            return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+        except (TypeError, ValueError, AttributeError):
+            raise ValueError(message) from None
+
+    return BeforeValidator(check)
+
+
+def _event_id(value: Any) -> int:
+    if isinstance(value, str) and ascii_digits(value):
+        value = int(value)
+    value = _integral(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EVENT_ID:
+        raise ValueError("must be an event id")
+    return value
+
+
+def _event_types(value: Any, info: ValidationInfo) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        raise ValueError("must be a list of event types")
+    if errors := events.type_errors(info.field_name or "types", value):
+        raise ValueError(errors[0][1])
+    return value
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema counts 131.0 as an integer; so does the API.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _required(value: Any) -> Any:
+    if value is _REQUIRED:
+        raise PydanticCustomError("missing", "is required")
+    return value
+
+
+_REQUIRED = object()  # put in place of a missing template by JobRequest._template_or_id
+_DATE_TIME = {"type": "string", "format": "date-time"}
+
+Timestamp = Annotated[dt.datetime, BeforeValidator(_time), WithJsonSchema(_DATE_TIME)]
+Integral = BeforeValidator(_integral)  # after the bounds: they stay JSON Schema keywords
+JsonObject = Annotated[dict[str, Any], _object(None), WithJsonSchema({"type": "object"})]
+Metadata = Annotated[
+    dict[str, Any], _object(MAX_METADATA_BYTES), WithJsonSchema({"type": "object"})
+]
+TemplateHtml = Annotated[str, BeforeValidator(_required), AfterValidator(_template_html)]
+WebhookUrl = Annotated[
+    str,
+    AfterValidator(_webhook_url),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "uri",
+            "pattern": "^https?://[^/?#@]+",
+            "maxLength": MAX_WEBHOOK_URL_CHARS,
+        }
+    ),
+]
+EventId = Annotated[
+    int,
+    BeforeValidator(_event_id),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_EVENT_ID}),
+]
+EventTypes = Annotated[
+    list[str],
+    BeforeValidator(_event_types),
+    WithJsonSchema(
+        {"type": "array", "minItems": 1, "items": {"type": "string", "enum": sorted(events.TYPES)}}
+    ),
+]
+
+
+def _template_id(value: Any) -> Any:
+    if parse_template_id(value) is None:
+        raise ValueError("must be a template name, or name@version")
+    return value
+
+
+TemplateId = Annotated[
+    str,
+    BeforeValidator(_template_id),
+    WithJsonSchema({"type": "string", "pattern": f"^{TEMPLATE_ID_PATTERN}$"}),
+]
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+def _one_source(schema: dict[str, Any]) -> None:
+    """Exactly one of template and template_id, not null (see JobRequest._template_or_id)."""
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("template", "template_id")
+    ]
+
+
+class JobRequest(BaseModel):
+    """A job: either template or template_id, with its data and options."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
+
+    template: TemplateHtml | None = Field(
+        None,
+        description="Jinja2 HTML template, rendered in a sandbox (at most "
+        "PRESSROOM_MAX_TEMPLATE_BYTES bytes).",
+    )
+    template_id: TemplateId | None = Field(
+        None, description="A stored template: name (its latest version) or name@version."
+    )
+    data: JsonObject = Field(
+        default_factory=dict,
+        description="Template variables, as sent (at most PRESSROOM_MAX_DATA_BYTES as JSON).",
+    )
+    options: RenderOptions | None = Field(
+        None, description="How to print; with template_id, on top of the template's own."
+    )
+    webhook_url: WebhookUrl | None = Field(None, description="Where to POST the job's events.")
+    priority: Annotated[int, Field(ge=-1000, le=1000), Integral] = Field(
+        0, description="Higher runs first."
+    )
+    max_attempts: Annotated[int, Field(ge=1, le=25), Integral] | None = Field(
+        None, description="Attempts before the job fails (default PRESSROOM_MAX_ATTEMPTS)."
+    )
+    run_at: Timestamp | None = Field(None, description="Run no earlier than this time.")
+    metadata: Metadata = Field(
+        default_factory=dict,
+        description=f"Returned as given (at most {MAX_METADATA_BYTES} bytes as JSON).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _template_or_id(cls, data: Any, info: ValidationInfo) -> Any:
+        """A missing template is reported with the other fields' problems; a stored
+        template's options lie under the job's own."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("template_id") is None:
+            return data if data.get("template") is not None else {**data, "template": _REQUIRED}
+        ref = parse_template_id(data["template_id"])
+        stored = _checks(info).templates.get(ref) if ref else None
+        given = data.get("options")
+        if stored is None or not (given is None or isinstance(given, dict)):
+            return data
+        return {**data, "options": {**stored.options, **(given or {})}}
+
+    @field_validator("template_id")
+    @classmethod
+    def _known(cls, template_id: str | None, info: ValidationInfo) -> str | None:
+        if template_id is None:
+            return None
+        if info.data.get("template") is not None:
+            raise ValueError("give either template or template_id, not both")
+        ref = parse_template_id(template_id)
+        if ref not in _checks(info).templates:
+            raise ValueError(f"no template {template_id!r}")
+        return template_id
+
+
+class _ItemKey(BaseModel):
+    model_config = REQUEST
+
+    key: Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)] = Field(
+        description="The item's stable business key: one job per key and tenant."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count(cls, data: Any, info: ValidationInfo) -> Any:
+        # Items are validated in order: this counter is the index of the item being validated.
+        if info.context is not None:
+            info.context["item"] = info.context.get("item", -1) + 1
+        return data
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _printable_once(cls, key: Any, info: ValidationInfo) -> Any:
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or not key.isprintable():
+            raise ValueError(f"must be a string of 1 to {MAX_KEY_CHARS} printable characters")
+        if info.context is not None:
+            first = info.context.setdefault("keys", {}).setdefault(key, info.context["item"])
+            if first != info.context["item"]:
+                raise ValueError(f"{key!r} is also the key of items[{first}]")
+        return key
+
+
+class BatchItem(JobRequest, _ItemKey):
+    """A job, plus its stable business key."""
+
+
+class BatchRequest(BaseModel):
+    """Many documents in one call; an item without webhook_url takes the batch's."""
+
+    model_config = REQUEST
+
+    webhook_url: WebhookUrl | None = Field(None, description="Where to POST the items' events.")
+    items: Annotated[list[BatchItem], Field(min_length=1, max_length=MAX_BATCH_ITEMS)] = Field(
+        description="The documents, one job per key."
+    )
+
+
+class TemplateRequest(BaseModel):
+    """A new version of a named template."""
+
+    model_config = REQUEST
+
+    name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] = Field(
+        description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
+    )
+    html: TemplateHtml = Field(description="Jinja2 HTML template.")
+    options: RenderOptions | None = Field(None, description="Options for the jobs that name it.")
+    sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, name: Any) -> Any:
+        if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(
+                "must be 1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol"
+            )
+        return name
+
+
+class PreviewRequest(BaseModel):
+    """A preview of a stored template."""
+
+    model_config = REQUEST
+
+    data: JsonObject | None = Field(None, description="Template variables (default: sample).")
+    options: RenderOptions | None = Field(None, description="On top of the template's own.")
+    version: Annotated[int, Field(ge=1), Integral] | None = Field(
+        None, description="The version to preview (default: the one in the path)."
+    )
+
+
+class InlinePreviewRequest(BaseModel):
+    """A preview of template html sent in the body."""
+
+    model_config = REQUEST
+
+    html: TemplateHtml = Field(description="Jinja2 HTML template.")
+    data: JsonObject = Field(default_factory=dict, description="Template variables.")
+    options: RenderOptions | None = Field(None, description="How to print.")
+
+
+class TokenRequest(BaseModel):
+    """What a subscription token may open."""
+
+    model_config = REQUEST
+
+    job_id: Annotated[uuid.UUID, _uuid("must be a job id (UUID)")] | None = Field(
+        None, description="Limit the token to this job's stream (default: all the tenant's)."
+    )
+
+
+class SubscribeRequest(BaseModel):
+    """Socket.IO `subscribe` / `unsubscribe`: one job, or all the tenant's jobs."""
+
+    model_config = REQUEST
+
+    job_id: Annotated[uuid.UUID, _uuid("must be a job id")] | None = Field(
+        None, description="The job to follow."
+    )
+    all: bool = Field(False, description="True to follow every job of the tenant.")
+    since: EventId | None = Field(None, description="Replay the events after this one first.")
+    types: EventTypes | None = Field(None, description="Only events of these types.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SubscribeRequest:
+        if (self.job_id is not None) == self.all:
+            raise ValueError('give either "job_id" or "all": true')
+        return self
+
+
+def _query_int(value: Any) -> Any:
+    return int(value) if isinstance(value, str) and ascii_digits(value) else value
+
+
+def _query_float(value: Any) -> Any:
+    try:
+        number = float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+    return number if isinstance(number, float) and math.isfinite(number) else value
+
+
+def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
+    created, _, job_id = value.partition("~") if isinstance(value, str) else ("", "", "")
+    parsed = parse_time(created)
+    try:
+        if parsed is not None:
+            return parsed, uuid.UUID(job_id)
+    except ValueError:
+        pass
+    raise ValueError("is not a cursor this server gave out")
+
+
+def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
+    return f"{created_at.isoformat()}~{job_id}"
+
+
+Limit = Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT), BeforeValidator(_query_int)]
+
+
+class JobListQuery(BaseModel):
+    """GET /v1/jobs: filters and the page."""
+
+    model_config = QUERY
+
+    status: JobState | None = Field(None, description="Only jobs in this state.")
+    limit: Limit = Field(50, description="Jobs per page.")
+    created_from: Timestamp | None = Field(None, description="Created at or after this time.")
+    created_to: Timestamp | None = Field(None, description="Created before this time.")
+    cursor: (
+        Annotated[
+            tuple[dt.datetime, uuid.UUID],
+            PlainValidator(_cursor),
+            WithJsonSchema({"type": "string"}),
+        ]
+        | None
+    ) = Field(None, description="next_cursor of the previous page.")
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _state(cls, value: Any) -> Any:
+        try:
+            return JobState(value)
+        except ValueError:
+            raise ValueError(f"must be one of {', '.join(s.value for s in JobState)}") from None
+
+
+class JobWaitQuery(BaseModel):
+    """GET /v1/jobs/{job_id}: the long-poll."""
+
+    model_config = QUERY
+
+    wait: Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)] | None = (
+        Field(
+            None,
+            description="Hold the answer up to this many seconds until the job changes; a wait "
+            "whose API key is revoked meanwhile is answered 401.",
+        )
+    )
+    since: EventId | None = Field(None, description="Answer once the job has events after this.")
+
+
+class TemplateListQuery(BaseModel):
+    """GET /v1/templates: the page."""
+
+    model_config = QUERY
+
+    limit: Limit = Field(50, description="Templates per page.")
+    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+
+
+# --- responses ---------------------------------------------------------------------------
+
+
+class JobLinks(BaseModel):
+    self: str = Field(description="The job.")
+    events: str = Field(
+        description="The job's SSE stream; for requests made with an API key it carries a "
+        "subscription token for this job (?token=)."
+    )
+    pdf: str = Field(description="The PDF, once done.")
+
+
+class WebhookDelivery(BaseModel):
+    id: uuid.UUID = Field(description="The delivery (its webhook-id).")
+    type: str = Field(description="The event delivered.")
+    status: str = Field(description="pending, delivered or failed.")
+    attempts: int = Field(description="Attempts made so far.")
+    last_status_code: int | None = Field(description="The last answer's HTTP status.")
+    last_error: str | None = Field(description="The last attempt's error.")
+    next_attempt_at: dt.datetime | None = Field(description="When it is tried next (pending).")
+    created_at: dt.datetime = Field(description="When the event happened.")
+    delivered_at: dt.datetime | None = Field(description="When it was delivered.")
+
+
+class Job(BaseModel):
+    """A job as every route and stream shows it."""
+
+    id: uuid.UUID = Field(description="The job's id.")
+    status: JobState = Field(description="Where the job stands.")
+    attempts: Annotated[int, Field(ge=0)] = Field(description="Attempts started.")
+    max_attempts: Annotated[int, Field(ge=1)] = Field(description="Attempts allowed.")
+    priority: int = Field(description="Higher runs first.")
+    progress: Annotated[int, Field(ge=0, le=100)] | None = Field(description="Percent done.")
+    error: str | None = Field(description="The last attempt's error.")
+    errors: list[dict[str, Any]] = Field(description="Every attempt's error, oldest first.")
+    warnings: list[str] = Field(description="What the render noticed but did not fail on.")
+    options: dict[str, Any] = Field(description="The render options that differ from defaults.")
+    metadata: dict[str, Any] = Field(description="As submitted.")
+    webhook_url: str | None = Field(description="Where its events are POSTed.")
+    pages: int | None = Field(description="Pages of the PDF, once done.")
+    bytes: int | None = Field(description="Size of the PDF, once done.")
+    run_after: dt.datetime = Field(description="Not claimed before this time.")
+    created_at: dt.datetime = Field(description="Submitted at.")
+    updated_at: dt.datetime = Field(description="Last changed at.")
+    started_at: dt.datetime | None = Field(description="The last attempt started at.")
+    finished_at: dt.datetime | None = Field(description="Finished at.")
+    links: JobLinks = Field(description="What can be done with it.")
+    url: str | None = Field(None, description="Signed, expiring download URL (once done).")
+    webhooks: list[WebhookDelivery] | None = Field(
+        None, description="Webhook deliveries (GET /v1/jobs/{job_id} only)."
+    )
+
+
+class JobList(BaseModel):
+    items: list[Job] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
+
+
+class Event(BaseModel):
+    """What SSE, Socket.IO and webhooks carry for one event."""
+
+    event_id: int = Field(description="Its place in the log; resume after it.")
+    type: str = Field(description="job.queued, job.done, batch.progress, …")
+    at: dt.datetime = Field(description="When it happened.")
+    job: Job | None = Field(None, description="The job then (job events).")
+    batch: dict[str, Any] | None = Field(None, description="The batch then (batch events).")
+
+
+class BatchCounts(BaseModel):
+    queued: int = Field(description="Items queued.")
+    running: int = Field(description="Items running.")
+    done: int = Field(description="Items done.")
+    failed: int = Field(description="Items failed.")
+    cancelled: int = Field(description="Items cancelled.")
+
+
+class BatchItemSummary(BaseModel):
+    key: str = Field(description="The item's key.")
+    job_id: uuid.UUID = Field(description="Its job.")
+    status: JobState = Field(description="Its job's state.")
+    error: str | None = Field(None, description="Its job's last error.")
+    pages: int | None = Field(None, description="Pages, once done.")
+    url: str | None = Field(None, description="Signed download URL, once done.")
+
+
+class BatchLinks(BaseModel):
+    self: str = Field(description="The batch.")
+    events: str = Field(description="The stream its progress events come on.")
+
+
+class Batch(BaseModel):
+    id: uuid.UUID = Field(description="The batch's id.")
+    status: Literal["running", "done"] = Field(description="done once every item is final.")
+    total: int = Field(description="Items.")
+    counts: BatchCounts = Field(description="Items by state.")
+    progress: Annotated[int, Field(ge=0, le=100)] = Field(description="Percent final.")
+    webhook_url: str | None = Field(description="The batch's webhook URL.")
+    created_at: dt.datetime = Field(description="Submitted at.")
+    finished_at: dt.datetime | None = Field(description="When the last item finished.")
+    items: list[BatchItemSummary] = Field(description="In submission order.")
+    links: BatchLinks = Field(description="What can be done with it.")
+
+
+class TemplateLinks(BaseModel):
+    self: str = Field(description="This version.")
+    latest: str = Field(description="The latest version.")
+    preview: str = Field(description="Render it to PDF now.")
+
+
+class TemplateVersion(BaseModel):
+    version: int = Field(description="The version.")
+    created_at: dt.datetime = Field(description="Stored at.")
+
+
+class Template(BaseModel):
+    name: str = Field(description="The template's name.")
+    version: Annotated[int, Field(ge=1)] = Field(description="This version.")
+    template_id: str = Field(description="name@version, for jobs.")
+    html: str = Field(description="The Jinja2 HTML.")
+    options: dict[str, Any] = Field(description="Its render options.")
+    sample_data: dict[str, Any] = Field(description="Data for previews.")
+    created_at: dt.datetime = Field(description="Stored at.")
+    links: TemplateLinks = Field(description="What can be done with it.")
+    versions: list[TemplateVersion] | None = Field(None, description="Every version (GET only).")
+
+
+class TemplateSummaryLinks(BaseModel):
+    self: str = Field(description="The template's latest version.")
+
+
+class TemplateSummary(BaseModel):
+    name: str = Field(description="The template's name.")
+    version: int = Field(description="Its latest version.")
+    versions: int = Field(description="How many versions it has.")
+    created_at: dt.datetime = Field(description="The latest version was stored at.")
+    links: TemplateSummaryLinks = Field(description="Where it is.")
+
+
+class TemplateList(BaseModel):
+    items: list[TemplateSummary] = Field(description="By name.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
+
+
+class Token(BaseModel):
+    token: str = Field(description="A JWT for ?token= (SSE) or the Socket.IO auth.")
+    expires_at: dt.datetime = Field(description="It stops working then.")
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Where: items[3].options.scale; empty for the body.")
+    message: str = Field(description="What is wrong with it.")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="A URI naming the kind of problem.")
+    title: str = Field(description="A short summary.")
+    status: int = Field(description="The HTTP status.")
+    detail: str | None = Field(None, description="What happened, for a person.")
+    instance: str | None = Field(None, description="The path of the request.")
+    errors: list[FieldError] | None = Field(None, description="One entry per invalid field.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = Field(description="The process answers.")
+
+
+class Readiness(BaseModel):
+    ready: bool = Field(description="Every check is ok.")
+    checks: dict[str, str] = Field(description="ok, or error: why, per dependency.")
+    browser: dict[str, Any] | None = Field(None, description="The browser engine in use.")
+
+
+#: Models in components.schemas though no path names them (Socket.IO, streams).
+EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (Event, SubscribeRequest)

@@ -1,0 +1,256 @@
+"""/v1/openapi.json says what the API accepts, no more and no less: a walk over every request
+body of every documented operation sends each documented property with a valid value (and at
+its documented bounds) and expects it accepted, and sends each property it knows of that is
+not documented there and expects a 422 naming it. Query parameters are walked the same way."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from tests.conftest import RunningApp
+from tests.pdfs import FakeRenderer
+
+Json = dict[str, Any]
+HTML = "<p>{{ name | default('you') }}</p>"
+_keys = itertools.count()
+
+
+def _key() -> str:
+    return f"walk-{next(_keys)}"
+
+
+# A valid value for every property the API has, wherever it appears (a callable: a fresh one
+# each time). A documented property missing here fails the walk: give it an example.
+EXAMPLES: dict[str, Any] = {
+    "template": HTML,
+    "template_id": "walk",
+    "data": {"name": "Ana"},
+    "options": {"landscape": True},
+    "webhook_url": "https://hooks.invalid/pressroom",
+    "priority": 5,
+    "max_attempts": 2,
+    "run_at": "2030-01-01T00:00:00Z",
+    "metadata": {"order": 7},
+    "key": _key,
+    "items": lambda: [{"key": _key(), "template": HTML}],
+    "name": "walk",
+    "html": HTML,
+    "sample_data": {"name": "Bo"},
+    "version": 1,
+    "job_id": None,  # filled in with a job of this tenant
+    "format": "A5",
+    "width": "10cm",
+    "height": "12cm",
+    "landscape": True,
+    "margin": {"top": "1cm", "left": "5mm"},
+    "scale": 0.5,
+    "print_background": False,
+    "page_ranges": "1-2, 4",
+    "prefer_css_page_size": True,
+    "header_html": "<span class='title'></span>",
+    "footer_html": "<span class='pageNumber'></span>",
+    "media": "screen",
+    "wait_for_selector": "body",
+    "wait_for_expression": "document.fonts.ready",
+    "javascript": False,
+    "title": "Invoice 7",
+    "author": "Pressroom",
+    "subject": "An invoice",
+    "keywords": ["invoice", "2030"],
+}
+# Properties that only make sense with others: sent together, and without the ones they exclude.
+TOGETHER = {"width": {"height": "12cm"}, "height": {"width": "10cm"}}
+EXCLUDES = {"template_id": "template"}
+# The smallest valid body of each request model (by its name in components.schemas).
+BASE: dict[str, Callable[[], Json]] = {
+    "JobRequest": lambda: {"template": HTML},
+    "BatchItem": lambda: {"key": _key(), "template": HTML},
+    "BatchRequest": lambda: {"items": [{"key": _key(), "template": HTML}]},
+    "TemplateRequest": lambda: {"name": "walk", "html": HTML},
+    "InlinePreviewRequest": lambda: {"html": HTML},
+}
+QUERY_EXAMPLES: dict[str, str] = {
+    "status": "queued",
+    "limit": "10",
+    "created_from": "2020-01-01T00:00:00Z",
+    "created_to": "2040-01-01T00:00:00+02:00",
+    "cursor": "",  # filled in with a cursor of a real page
+    "wait": "0",
+    "since": "0",
+}
+
+
+def _example(name: str) -> Any:
+    value = EXAMPLES[name]
+    return value() if callable(value) else value
+
+
+def _resolve(document: Json, schema: Json) -> tuple[str, Json]:
+    """(model name, schema) of a $ref; ("", schema) for anything else."""
+    name = ""
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        schema = document["components"]["schemas"][name]
+    return name, schema
+
+
+def _non_null(document: Json, schema: Json) -> tuple[str, Json]:
+    branches = [s for s in schema.get("anyOf", [schema]) if s != {"type": "null"}]
+    return _resolve(document, branches[0]) if len(branches) == 1 else ("", schema)
+
+
+def _bounds(schema: Json) -> Iterator[Any]:
+    """Values at the documented bounds of a plain string or number."""
+    if schema.get("type") == "string" and "maxLength" in schema and "pattern" not in schema:
+        yield "b" * schema["maxLength"]
+    if schema.get("type") in ("integer", "number"):
+        yield from (schema[bound] for bound in ("minimum", "maximum") if bound in schema)
+
+
+def _base(model: str) -> Json:
+    return BASE[model]() if model in BASE else {}
+
+
+class Walk:
+    """One body model at one place in a request: how to wrap a body of it into a request."""
+
+    def __init__(
+        self, document: Json, model: str, schema: Json, wrap: Callable[[Json], Json], at: str
+    ) -> None:
+        self.document, self.model, self.schema = document, model, schema
+        self.wrap, self.at = wrap, at
+
+    def cases(self) -> Iterator[tuple[str, Json, bool]]:
+        """(what, request body, accepted?) for every property, then its nested models."""
+        model = self.model
+        documented = self.schema.get("properties", {})
+        for name, shown in documented.items():
+            assert name in EXAMPLES, f"{self.at}{name} is documented: give it an example"
+            _, prop = _non_null(self.document, shown)
+            values = [_example(name), *(_bounds(prop))]
+            for value in values:
+                body = {**_base(model), **TOGETHER.get(name, {}), name: value}
+                body.pop(EXCLUDES.get(name, ""), None)
+                yield f"{self.at}{name}={str(value)[:40]!r}", self.wrap(body), True
+        for name in [*sorted(set(EXAMPLES) - set(documented)), "undocumented"]:
+            body = {**_base(model), name: _example(name) if name in EXAMPLES else 1}
+            yield f"{self.at}{name}", self.wrap(body), False
+
+    def nested(self) -> Iterator[Walk]:
+        """The models inside this one: objects, and the objects of arrays."""
+        for name, shown in self.schema.get("properties", {}).items():
+            inner, prop = _non_null(self.document, shown)
+
+            def inside(body: Json, name: str = name) -> Json:
+                return self.wrap({**_base(self.model), name: body})
+
+            def listed(body: Json, name: str = name) -> Json:
+                return self.wrap({**_base(self.model), name: [body]})
+
+            if prop.get("type") == "object" and "properties" in prop:
+                yield Walk(self.document, inner, prop, inside, f"{self.at}{name}.")
+            inner, items = _resolve(self.document, prop.get("items", {}))
+            if prop.get("type") == "array" and "properties" in items:
+                yield Walk(self.document, inner, items, listed, f"{self.at}{name}[0].")
+
+
+def _walks(document: Json, model: str, schema: Json) -> Iterator[Walk]:
+    pending = [Walk(document, model, schema, lambda body: body, "")]
+    while pending:
+        walk = pending.pop(0)
+        yield walk
+        pending.extend(walk.nested())
+
+
+def _conforms(document: Json, operation: Json, status: int, body: Any) -> None:
+    """The answer matches the response schema the document gives for its status."""
+    content = operation["responses"][str(status)].get("content", {})
+    if "application/json" in content:
+        schema = {**content["application/json"]["schema"], "components": document["components"]}
+        errors = [e.message for e in Draft202012Validator(schema).iter_errors(body)]
+        assert not errors, (status, errors[:3])
+
+
+@pytest.fixture
+async def walked(start_app: Callable[..., Any]) -> tuple[RunningApp, Json]:
+    app: RunningApp = await start_app(
+        renderer=FakeRenderer(), render_slots=1, rate_limit_rps=1000, rate_limit_burst=1000
+    )
+    async with app.http.get(app.url("/v1/openapi.json")) as resp:
+        document = await resp.json()
+    async with app.http.post(app.url("/v1/templates"), json={"name": "walk", "html": HTML}) as r:
+        assert r.status == 201, await r.text()
+    async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
+        EXAMPLES["job_id"] = (await resp.json())["id"]
+    async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
+        assert resp.status == 202
+    async with app.http.get(app.url("/v1/jobs?limit=1")) as resp:
+        QUERY_EXAMPLES["cursor"] = (await resp.json())["next_cursor"]
+    return app, document
+
+
+def _operations(document: Json) -> Iterator[tuple[str, str, Json]]:
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method != "parameters":
+                yield (
+                    method,
+                    path.replace("{job_id}", str(EXAMPLES["job_id"])).replace(
+                        "{template_id}", "walk"
+                    ),
+                    operation,
+                )
+
+
+async def test_every_documented_body_property_is_accepted_and_no_other(
+    walked: tuple[RunningApp, Json],
+) -> None:
+    app, document = walked
+    walked_bodies = set()
+    for method, path, operation in _operations(document):
+        if "requestBody" not in operation:
+            continue
+        shown = operation["requestBody"]["content"]["application/json"]["schema"]
+        for walk in _walks(document, *_resolve(document, shown)):
+            walked_bodies.add(walk.model)
+            for what, body, accepted in walk.cases():
+                async with app.http.request(method, app.url(path), json=body) as resp:
+                    shown = await resp.json() if "json" in resp.content_type else None
+                    if accepted:
+                        assert 200 <= resp.status < 300, (path, what, shown)
+                        _conforms(document, operation, resp.status, shown)
+                        continue
+                    assert resp.status == 422, (path, what, resp.status, shown)
+                    assert resp.content_type == "application/problem+json"
+                assert shown is not None
+                assert what in [error["field"] for error in shown["errors"]], (path, shown)
+    assert {"JobRequest", "RenderOptions", "BatchItem", "TemplateRequest"} <= walked_bodies
+
+
+async def test_every_documented_query_parameter_is_accepted_up_to_its_bounds(
+    walked: tuple[RunningApp, Json],
+) -> None:
+    app, document = walked
+    walked_params = set()
+    for method, path, operation in _operations(document):
+        for parameter in operation.get("parameters", []):
+            name = parameter["name"]
+            if parameter["in"] != "query" or name not in QUERY_EXAMPLES:
+                continue  # streams and signed links have tests of their own
+            _, schema = _non_null(document, parameter["schema"])
+            values = [QUERY_EXAMPLES[name]]
+            if schema.get("type") == "integer":
+                assert "maximum" in schema, f"{path} ?{name} documents no maximum"
+                values += [str(schema["minimum"]), str(schema["maximum"])]
+            for value in values:
+                async with app.http.request(method, app.url(path), params={name: value}) as resp:
+                    shown = await resp.json()
+                    assert resp.status == 200, (path, name, value, shown)
+                _conforms(document, operation, resp.status, shown)
+            walked_params.add(name)
+    assert walked_params == set(QUERY_EXAMPLES)
