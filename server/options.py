@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from server.problems import field_errors
+from server.fields import field_errors
 
 PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
 LENGTH_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?(px|in|cm|mm)?\s*$"

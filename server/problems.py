@@ -11,6 +11,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from server.errors import DB_ERRORS
+from server.fields import field_errors
 
 log = logging.getLogger(__name__)
 
@@ -76,53 +77,6 @@ def invalid(
         kind="validation",
         errors=[{"field": field, "message": message} for field, message in errors],
     )
-
-
-Loc = tuple[int | str, ...]
-
-
-def field_errors(exc: ValidationError, prefix: Loc = ()) -> list[tuple[str, str]]:
-    """pydantic's errors as (field, message): fields written `items[3].options.scale` (the
-    body itself is ""), unknown fields first at each level, then the rest in field order."""
-    listed = [((*prefix, *error["loc"]), error) for error in exc.errors(include_url=False)]
-    first: dict[Loc, int] = {}
-    for index, (loc, _) in enumerate(listed):
-        for depth in range(len(loc) + 1):
-            first.setdefault(loc[:depth], index)
-
-    def order(item: tuple[int, tuple[Loc, Any]]) -> list[tuple[int, int]]:
-        index, (loc, error) = item
-        extra = error["type"] == "extra_forbidden"
-        steps = [(1, first[loc[: depth + 1]]) for depth in range(len(loc))]
-        if extra and steps:
-            steps[-1] = (0, index)
-        return steps
-
-    return [
-        (_path(loc), _message(error, loc))
-        for _, (loc, error) in sorted(enumerate(listed), key=order)
-    ]
-
-
-def _path(loc: Loc) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
-    return path
-
-
-def _message(error: Any, loc: Loc) -> str:
-    kind = error["type"]
-    if kind == "value_error":
-        return str(error["ctx"]["error"])
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return "is not a known field"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return "the body must be a JSON object" if not loc else "must be an object"
-    message: str = error["msg"]  # "Input should be a valid integer": the field is the input
-    return message.removeprefix("Input ") if message.startswith("Input ") else message
 
 
 def invalid_input(exc: ValidationError, detail: str = "The request body is not valid.") -> Problem:
