@@ -575,7 +575,7 @@ def _push_output(push: Result) -> str:
     return "\n".join(line for line in lines if not line.startswith("(")).rstrip()
 
 
-def _latency(lat: Result) -> str:
+def _percentiles(lat: Result) -> str:
     return (
         f"p50 {lat['p50_ms']:.2f} ms, p90 {lat['p90_ms']:.2f} ms, "
         f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms"
@@ -600,7 +600,7 @@ _ENV.globals.update(
     table=table,
     frames=_frames,
     share_of=_share_of,
-    latency=_latency,
+    percentiles=_percentiles,
     p50_p99=_p50_p99,
     writepath_header=WRITEPATH_HEADER,
 )
