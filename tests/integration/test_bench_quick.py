@@ -36,7 +36,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_quick_bench_writes_the_whole_report(server_dsn: str, tmp_path: Path) -> None:
     env = {**os.environ, "BENCH_QUICK": "1", "DATABASE_URL": server_dsn}
     done = subprocess.run(
@@ -45,7 +45,7 @@ def test_quick_bench_writes_the_whole_report(server_dsn: str, tmp_path: Path) ->
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=400,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
