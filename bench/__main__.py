@@ -7,7 +7,7 @@ default), so a quick run never overwrites the committed report. --tiny shrinks t
 further (the suite's test).
 bench/push.py, when present, runs as `python -m bench.push` (--quick in quick mode).
 
-    python -m bench [--out DIR] [--only accept,queue,render,egress,soak,push,profile] [--tiny]
+    python -m bench [--out DIR] [--only accept,queue,...,profile] [--tiny]
 """
 
 from __future__ import annotations
@@ -26,19 +26,44 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import accept, egress, profile, queue, render, report, soak
+from bench import (
+    accept,
+    egress,
+    in_flight,
+    latency,
+    profile,
+    queue,
+    render,
+    report,
+    soak,
+    writepath,
+)
 from bench.common import QUICK, ROOT, machine, postgres, server_version
 from server.render import find_system_chromium
 
-ALL = ["accept", "queue", "render", "egress", "soak", "push", "profile"]
+ALL = [
+    "accept",
+    "queue",
+    "in_flight",
+    "render",
+    "egress",
+    "latency",
+    "soak",
+    "push",
+    "writepath",
+    "profile",
+]
 
 #: Arguments per benchmark in --tiny mode (on top of the quick defaults).
 TINY = {
     "accept": ["--duration", "1"],
     "queue": ["--jobs", "300", "--slots", "4,16", "--latency-jobs", "20"],
+    "in_flight": ["--jobs", "20", "--backlog", "500"],
     "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
+    "latency": ["--docs", "5", "--rounds", "1"],
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
+    "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
     "profile": ["--duration", "1"],
 }
 PUSH_TIMEOUT_S = 900
@@ -95,11 +120,13 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if name not in wanted:
             return
         print(f"== {name}", flush=True)
+        began = time.perf_counter()
         try:
             results[name] = await bench()
         except Exception:
             errors[name] = traceback.format_exc()
             print(errors[name], file=sys.stderr, flush=True)
+        print(f"== {name}: {time.perf_counter() - began:.1f} s", flush=True)
 
     async with postgres() as server:
         meta = {
@@ -116,11 +143,14 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         }
         await step("accept", lambda: accept.run(arguments("accept", accept)))
         await step("queue", lambda: queue.run(arguments("queue", queue)))
+        await step("in_flight", lambda: in_flight.run(arguments("in_flight", in_flight)))
         await step("render", lambda: render.run(arguments("render", render)))
         await step("egress", lambda: egress.run(arguments("egress", egress)))
+        await step("latency", lambda: latency.run(arguments("latency", latency)))
         await step("soak", lambda: soak.run(arguments("soak", soak)))
         if (ROOT / "bench" / "push.py").exists():
             await step("push", lambda: asyncio.to_thread(push, args.tiny))
+        await step("writepath", lambda: writepath.run(arguments("writepath", writepath)))
         profile_args = arguments("profile", profile)
         profile_args.out = str(out)
         await step("profile", lambda: profile.run(profile_args))
@@ -139,6 +169,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(ALL)}")
     parser.add_argument("--tiny", action="store_true", help="smallest sizes (the suite's test)")
     args = parser.parse_args()
+    unknown = set(args.only.split(",")) - set(ALL) if args.only else set()
+    if unknown:
+        parser.error(f"--only: no benchmark named {', '.join(sorted(unknown))}")
     if args.out is None:
         args.out = str(ROOT / "docs") if not QUICK else tempfile.mkdtemp(prefix="pressroom-bench-")
     args.external_db = "DATABASE_URL" in os.environ

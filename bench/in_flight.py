@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 from typing import Any
 from unittest import mock
@@ -17,13 +18,27 @@ from unittest import mock
 import asyncpg
 
 import server.app
-from bench.common import checkpoint, database, latency_summary, postgres, running_app
+from bench.common import (
+    QUICK,
+    checkpoint,
+    command,
+    database,
+    latency_summary,
+    postgres,
+    running_app,
+)
 from bench.noop import StartClock
 from bench.queue import WARMUP_JOBS, _submitter, _true, wait_until
 from server import admission
 from server.admission import InFlight
+from server.settings import Settings
 
-DEFAULT_CAP = 10_000
+NAME = "bench.in_flight"
+#: The cap the benchmark runs at: the setting's default.
+DEFAULT_CAP: int = Settings.model_fields["tenant_max_inflight"].default
+#: How long the background read trusts a count: InFlight's default.
+TTL_S: float = inspect.signature(InFlight).parameters["ttl_s"].default
+SLOTS = 4
 
 
 class PerAdmission(InFlight):
@@ -53,7 +68,7 @@ async def one(count: int, interval_s: float, backlog: int, *, background: bool) 
                 await conn.close()
         await checkpoint(dsn)
         overrides: dict[str, Any] = {
-            "render_slots": 4,
+            "render_slots": SLOTS,
             "renderer_factory": lambda _s: clock,
             "tenant_max_inflight": DEFAULT_CAP,
         }
@@ -71,36 +86,55 @@ async def one(count: int, interval_s: float, backlog: int, *, background: bool) 
     }
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    results: dict[str, Any] = {}
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Both ways of counting, over an empty queue and a backlog, in --rounds rounds."""
+    runs: list[dict[str, Any]] = []
     async with postgres():
         for round_ in range(args.rounds):
             for backlog in (0, args.backlog):
                 # Each round runs the two the other way round, so drift in the machine's load
                 # does not favour one.
                 for background in (True, False) if round_ % 2 == 0 else (False, True):
-                    how = "background" if background else "count"
-                    name = f"round {round_} backlog={backlog} {how}"
                     r = await one(
                         args.jobs, args.interval_ms / 1000, backlog, background=background
                     )
-                    results[name] = r
+                    cap = "background" if background else "count"
+                    runs.append({"round": round_, "backlog": backlog, "cap": cap, **r})
                     a, s = r["answer"], r["start"]
                     print(
-                        f"{name:42} 202 p50 {a['p50_ms']:.2f} p99 {a['p99_ms']:.2f} ms;"
-                        f" start p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms",
+                        f"{f'round {round_} backlog={backlog} {cap}':42} 202 p50 "
+                        f"{a['p50_ms']:.2f} p99 {a['p99_ms']:.2f} ms; start p50 "
+                        f"{s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms",
                         flush=True,
                     )
-    print(json.dumps(results))
+    return {
+        "args": vars(args),
+        "command": command(
+            NAME,
+            f"--jobs {args.jobs}",
+            f"--interval-ms {args.interval_ms:g}",
+            f"--backlog {args.backlog}",
+            f"--rounds {args.rounds}",
+        ),
+        "cap": DEFAULT_CAP,
+        "ttl_s": TTL_S,
+        "slots": SLOTS,
+        "warmup_jobs": WARMUP_JOBS,
+        "runs": runs,
+    }
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=100 if QUICK else 300)
     parser.add_argument("--interval-ms", type=float, default=40)
     parser.add_argument("--backlog", type=int, default=9000)
     parser.add_argument("--rounds", type=int, default=1)
-    asyncio.run(main_async(parser.parse_args()))
+    return parser
+
+
+def main() -> None:
+    print(json.dumps(asyncio.run(run(parser().parse_args()))))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ from server import templates
 from server.render import PRINT_VIEWPORT
 
 NAME = "bench.latency"
+#: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
+TARGET_ADDED_MS = {"p50": 3.0, "p99": 6.0}
 
 
 async def client(url: str, docs: int) -> list[float]:
@@ -114,6 +116,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": command(NAME, f"--docs {args.docs}", f"--rounds {args.rounds}"),
         "row": row,
         "rounds": rounds,
+        "targets_added_ms": TARGET_ADDED_MS,
     }
 
 

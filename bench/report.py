@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,8 @@ def summary_rows(results: Result) -> list[list[str]]:
                     False,
                 )
             )
+    if results.get("in_flight"):
+        rows.append(in_flight_summary(results["in_flight"]))
     render = results.get("render")
     if render:
         for row in render["rows"]:
@@ -165,6 +168,8 @@ def summary_rows(results: Result) -> list[list[str]]:
                 "-",
             ]
         )
+    if results.get("latency"):
+        rows.append(latency_summary(results["latency"]))
     soak = results.get("soak")
     if soak:
         jobs = soak["samples"][-1]["jobs"]
@@ -193,6 +198,8 @@ def summary_rows(results: Result) -> list[list[str]]:
         )
     if results.get("push"):
         rows += push_rows(results["push"])
+    if results.get("writepath"):
+        rows.append(writepath_summary(results["writepath"]))
     return rows
 
 
@@ -209,6 +216,194 @@ def _start_row(label: str, lat: Result, baseline: str, target: bool) -> list[str
         "-",
         "p99 < 3 ms" if target else "-",
         _verdict(lat["p99_ms"] < 3) if target else "-",
+    ]
+
+
+def _span(values: list[float], digits: int = 2, *, sign: bool = False) -> str:
+    """The range of `values` as "low to high" ("-" when there are none)."""
+    if not values:
+        return "-"
+    form = f"{{:{'+' if sign else ''},.{digits}f}}"
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low} to {high}"
+
+
+def _in_flight_run(result: Result, round_: int, backlog: int, cap: str) -> Result:
+    return next(
+        r
+        for r in result["runs"]
+        if r["round"] == round_ and r["backlog"] == backlog and r["cap"] == cap
+    )
+
+
+def _in_flight_pairs(result: Result) -> list[tuple[Result, Result]]:
+    """(background read, count per admission) for each round and backlog."""
+    return [
+        (r, _in_flight_run(result, r["round"], r["backlog"], "count"))
+        for r in result["runs"]
+        if r["cap"] == "background"
+    ]
+
+
+def in_flight_rows(result: Result) -> list[list[str]]:
+    """p50 ms per backlog, each cell listing every round's figure."""
+    rounds = sorted({r["round"] for r in result["runs"]})
+    rows = []
+    for backlog in sorted({r["backlog"] for r in result["runs"]}):
+        label = "empty" if backlog == 0 else f"{backlog:,} queued"
+        row = [f"{label}, round {' / '.join(str(n + 1) for n in rounds)}"]
+        for measure in ("start", "answer"):
+            for cap in ("background", "count"):
+                p50s = [_in_flight_run(result, n, backlog, cap)[measure]["p50_ms"] for n in rounds]
+                row.append(" / ".join(f"{p50:.2f}" for p50 in p50s))
+        rows.append(row)
+    return rows
+
+
+def in_flight_spans(result: Result) -> dict[str, str]:
+    """Ranges over the rounds and backlogs, in ms at p50: the background read's submit→start,
+    and what the count per admission added to submit→start and to the 202 answer."""
+    pairs = _in_flight_pairs(result)
+
+    def added(measure: str) -> list[float]:
+        return [c[measure]["p50_ms"] - b[measure]["p50_ms"] for b, c in pairs]
+
+    return {
+        "background_start": _span([b["start"]["p50_ms"] for b, _c in pairs]),
+        "added_start": _span(added("start"), sign=True),
+        "added_answer": _span(added("answer"), sign=True),
+    }
+
+
+def in_flight_summary(result: Result) -> list[str]:
+    """POST→start p50 per backlog (the median over the rounds), both ways."""
+    backlogs = sorted({r["backlog"] for r in result["runs"]})
+
+    def p50s(cap: str) -> str:
+        mine = [r for r in result["runs"] if r["cap"] == cap]
+        return " / ".join(
+            f"{statistics.median(r['start']['p50_ms'] for r in mine if r['backlog'] == b):.2f}"
+            for b in backlogs
+        )
+
+    queues = " / ".join("empty" if b == 0 else f"{b:,} queued" for b in backlogs)
+    return [
+        f"P4 in-flight cap at {result['cap']:,}: POST→start p50 ({queues})",
+        f"{p50s('background')} ms (background read)",
+        f"{p50s('count')} ms (one indexed count per admission)",
+        "-",
+        "-",
+        "-",
+    ]
+
+
+def latency_rows(result: Result) -> list[list[str]]:
+    """p50 and p99: the raw print, Pressroom's submit→job.done, what it adds, the target."""
+    row, targets = result["row"], result["targets_added_ms"]
+    return [
+        [
+            p,
+            f"{row[f'raw_{p}']:.1f}",
+            f"{row[p]:.1f}",
+            f"{row[f'added_{p}']:+.1f}",
+            f"≤ raw {p} + {targets[p]:g} ms",
+            _verdict(row[f"added_{p}"] <= targets[p]),
+        ]
+        for p in ("p50", "p99")
+    ]
+
+
+def latency_summary(result: Result) -> list[str]:
+    row, targets = result["row"], result["targets_added_ms"]
+    met = all(row[f"added_{p}"] <= targets[p] for p in ("p50", "p99"))
+    return [
+        "Submit→PDF, one job at a time on an idle server (POST to its `job.done`), p50 / p99",
+        f"{row['p50']:.1f} / {row['p99']:.1f} ms",
+        f"{row['raw_p50']:.1f} / {row['raw_p99']:.1f} ms (raw Playwright, one reused page)",
+        f"{row['added_p50']:+.1f} / {row['added_p99']:+.1f} ms",
+        f"p50 ≤ raw + {targets['p50']:g} ms, p99 ≤ raw p99 + {targets['p99']:g} ms",
+        _verdict(met),
+    ]
+
+
+def _latency_rounds(result: Result) -> str:
+    """Each round's added p50 / p99, when there were several."""
+    rounds = result["rounds"]
+    if len(rounds) < 2:
+        return ""
+    return ", ".join(f"{r['added_p50']:+.1f} / {r['added_p99']:+.1f}" for r in rounds)
+
+
+WRITEPATH_HEADER = [
+    "measured",
+    "webhook",
+    "statement",
+    "n",
+    "before 0010",
+    "0010 trigger",
+    "ratio p50 / p99",
+    "jobs triggers",
+    "ratio p50 / p99",
+]
+
+
+def writepath_rows(result: Result) -> list[list[str]]:
+    """Per statement, p50 / p99 ms for each way, and each later way's ratio to the first."""
+    rows = []
+    for row in result["rows"]:
+        cells = [row["mode"], row["webhook"], row["statement"], str(row["before"]["n"])]
+        for name in result["labels"]:
+            s = row[name]
+            cells.append(f"{s['p50_ms']:.3f} / {s['p99_ms']:.3f}")
+            if name != "before":
+                cells.append(f"{row[name + '_ratio_p50']:.2f} / {row[name + '_ratio_p99']:.2f}")
+        rows.append(cells)
+    return rows
+
+
+def writepath_spans(result: Result) -> dict[str, str]:
+    """Ranges of the p50 figures the reading of bench/writepath.py quotes."""
+
+    def pick(mode: str, *, one: bool, heartbeat: bool) -> list[Result]:
+        return [
+            r
+            for r in result["rows"]
+            if r["mode"] == mode
+            and (r["jobs"] == 1) == one
+            and (r["sql"] == "heartbeat") == heartbeat
+        ]
+
+    def ratios(rows: list[Result], way: str = "trigger") -> str:
+        return _span([r[f"{way}_ratio_p50"] for r in rows])
+
+    server, client = result["modes"]["server"], result["modes"]["client"]
+    one = pick(server, one=True, heartbeat=False)
+    heartbeats = pick(server, one=True, heartbeat=True)
+    batch_heartbeats = pick(server, one=False, heartbeat=True)
+    return {
+        "one": ratios(one),
+        "one_before_ms": _span([r["before"]["p50_ms"] for r in one]),
+        "one_trigger_ms": _span([r["trigger"]["p50_ms"] for r in one]),
+        "heartbeat": ratios(heartbeats),
+        "client_ms": _span(
+            [r["before"]["p50_ms"] for r in pick(client, one=True, heartbeat=False)], 1
+        ),
+        "batch": ratios(pick(server, one=False, heartbeat=False)),
+        "batch_heartbeat": ratios(batch_heartbeats),
+        "jobs_trigger_heartbeat": ratios(heartbeats + batch_heartbeats, "jobs_trigger"),
+    }
+
+
+def writepath_summary(result: Result) -> list[str]:
+    spans = writepath_spans(result)
+    return [
+        "Write path: one-job state changes with the job_events trigger (0010), server "
+        "execution p50",
+        f"{spans['one_trigger_ms']} ms",
+        f"{spans['one_before_ms']} ms (each statement writing its side effects, before 0010)",
+        f"{spans['one']} (the heartbeat, the same statement: {spans['heartbeat']})",
+        "-",
+        "-",
     ]
 
 
@@ -380,7 +575,7 @@ def _push_output(push: Result) -> str:
     return "\n".join(line for line in lines if not line.startswith("(")).rstrip()
 
 
-def _latency(lat: Result) -> str:
+def _percentiles(lat: Result) -> str:
     return (
         f"p50 {lat['p50_ms']:.2f} ms, p90 {lat['p90_ms']:.2f} ms, "
         f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms"
@@ -400,9 +595,14 @@ _ENV = jinja2.Environment(
     extensions=["jinja2.ext.do"],
     autoescape=False,  # Markdown, not HTML
 )
-_ENV.filters.update(n=_f, pct=_pct)
+_ENV.filters.update(n=_f, pct=_pct, json=json.dumps)
 _ENV.globals.update(
-    table=table, frames=_frames, share_of=_share_of, latency=_latency, p50_p99=_p50_p99
+    table=table,
+    frames=_frames,
+    share_of=_share_of,
+    percentiles=_percentiles,
+    p50_p99=_p50_p99,
+    writepath_header=WRITEPATH_HEADER,
 )
 
 
@@ -414,6 +614,9 @@ def markdown(results: Result) -> str:
         "render": render_rows,
         "egress": egress_rows,
         "soak": soak_rows,
+        "in_flight": in_flight_rows,
+        "latency": latency_rows,
+        "writepath": writepath_rows,
     }
     context: dict[str, Any] = {
         "meta": results["meta"],
@@ -426,6 +629,12 @@ def markdown(results: Result) -> str:
     for name, rows in sections.items():
         context[name] = results.get(name)
         context[f"{name}_rows"] = rows(results[name]) if name in results else []
+    if "in_flight" in results:
+        context["in_flight_spans"] = in_flight_spans(results["in_flight"])
+    if "latency" in results:
+        context["latency_rounds"] = _latency_rounds(results["latency"])
+    if "writepath" in results:
+        context["writepath_spans"] = writepath_spans(results["writepath"])
     text = _ENV.get_template("report.md.j2").render(context)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"
 

@@ -26,7 +26,16 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import command, latency_summary, machine, postgres, server_version, with_database
+from bench import report
+from bench.common import (
+    QUICK,
+    command,
+    latency_summary,
+    machine,
+    postgres,
+    server_version,
+    with_database,
+)
 from server import db, sql
 
 NAME = "bench.writepath"
@@ -34,6 +43,10 @@ HERE = Path(__file__).resolve().parent
 HOOK = "https://example.com/hook"
 WORKER = "bench-worker"
 LEASE_S = 60.0
+
+
+#: What a time is recorded under: how it was measured, webhook or not, the step, its jobs.
+Key = tuple[str, str, str, int]
 
 
 class Way:
@@ -48,7 +61,8 @@ class Way:
         self.conn: asyncpg.Connection
         self.heard: dict[str, int] = {"pressroom": 0, "pressroom_webhooks": 0}
         self.marker = asyncio.Event()
-        self.times: dict[tuple[str, str, str], list[float]] = {}
+        self.times: dict[Key, list[float]] = {}
+        self.sql: dict[Key, str] = {}  # the named statement each key timed
 
 
 def ways() -> list[Way]:
@@ -137,8 +151,9 @@ CLIENT = "client, durable commit"
 SERVER = "server, execution"
 
 
-async def timed(way: Way, key: tuple[str, str, str], name: str, *args: Any) -> list[Any]:
+async def timed(way: Way, key: Key, name: str, *args: Any) -> list[Any]:
     """Run one statement and record its time as its mode sees it."""
+    way.sql[key] = name
     if key[0] == SERVER:
         raw = await way.conn.fetchval(
             f"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) {way.statements[name]}", *args
@@ -166,8 +181,8 @@ async def one_round(
     """The hot transitions, each statement on its own (its own implicit transaction)."""
     hook = "webhook" if webhook else "no webhook"
 
-    def key(step: str) -> tuple[str, str, str]:
-        return (mode, hook, step)
+    def key(step: str, jobs: int = 1) -> Key:
+        return (mode, hook, step, jobs)
 
     for _ in range(jobs):  # submit → claim → heartbeat → done
         await timed(
@@ -227,18 +242,20 @@ async def one_round(
     for _ in range(batches):
         await timed(
             way,
-            key(f"insert {batch} (job.queued)"),
+            key(f"insert {batch} (job.queued)", batch),
             "insert_jobs",
             *job_columns(batch, webhook=webhook, max_attempts=1),
         )
         claimed = await timed(
-            way, key(f"claim {batch} (job.running)"), "claim_jobs", batch, WORKER, LEASE_S
+            way, key(f"claim {batch} (job.running)", batch), "claim_jobs", batch, WORKER, LEASE_S
         )
         ids = [row["id"] for row in claimed]
-        await timed(way, key(f"heartbeat {batch} (no event)"), "heartbeat", ids, WORKER, LEASE_S)
+        await timed(
+            way, key(f"heartbeat {batch} (no event)", batch), "heartbeat", ids, WORKER, LEASE_S
+        )
         await timed(
             way,
-            key(f"done {batch} (job.done)"),
+            key(f"done {batch} (job.done)", batch),
             "finish_done_many",
             ids,
             WORKER,
@@ -269,7 +286,11 @@ async def written(way: Way) -> dict[str, int]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     all_ways = ways()
-    result: dict[str, Any] = {"command": command(NAME, *_argv(args)), "machine": machine()}
+    result: dict[str, Any] = {
+        "args": vars(args),
+        "command": command(NAME, *_argv(args)),
+        "machine": machine(),
+    }
     started = time.perf_counter()
     async with postgres() as server, databases(server, all_ways):
         result["server"] = await server_version(server)
@@ -285,11 +306,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for way in all_ways[shift:] + all_ways[:shift]:
                         await one_round(way, mode, webhook, args.jobs, args.batch, args.batches)
         result["written"] = {way.name: await written(way) for way in all_ways}
+    result["same_written"] = (
+        len({json.dumps(w, sort_keys=True) for w in result["written"].values()}) == 1
+    )
     result["seconds"] = time.perf_counter() - started
     before, *others = all_ways
     rows = []
     for key, base in before.times.items():
-        row: dict[str, Any] = {"mode": key[0], "webhook": key[1], "statement": key[2]}
+        row: dict[str, Any] = {
+            "mode": key[0],
+            "webhook": key[1],
+            "statement": key[2],
+            "jobs": key[3],
+            "sql": before.sql[key],
+        }
         row[before.name] = latency_summary(base)
         for way in others:
             row[way.name] = latency_summary(way.times[key])
@@ -298,28 +328,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(row)
     result["rows"] = rows
     result["labels"] = {way.name: way.label for way in all_ways}
+    result["modes"] = {"client": CLIENT, "server": SERVER}
     return result
 
 
 def print_result(result: dict[str, Any]) -> None:
-    labels = result["labels"]
     print(f"machine: {result['machine']}; {result['server']}; {result['seconds']:.0f} s")
     print(f"command: {result['command']}")
     print("p50 / p99 ms per statement; ratio = the way / before 0010")
     print()
-    print(
-        "| measured | webhook | statement | n | before 0010 | 0010 trigger | ratio p50 / p99 "
-        "| jobs triggers | ratio p50 / p99 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in result["rows"]:
-        cells = [row["mode"], row["webhook"], row["statement"], str(row["before"]["n"])]
-        for name in labels:
-            s = row[name]
-            cells.append(f"{s['p50_ms']:.3f} / {s['p99_ms']:.3f}")
-            if name != "before":
-                cells.append(f"{row[name + '_ratio_p50']:.2f} / {row[name + '_ratio_p99']:.2f}")
-        print("| " + " | ".join(cells) + " |")
+    print(report.table(report.WRITEPATH_HEADER, report.writepath_rows(result)))
     print()
     print("written (must match): " + json.dumps(result["written"]))
 
@@ -328,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2 if QUICK else 10)
     parser.add_argument("--jobs", type=int, default=10, help="jobs per path per round")
     parser.add_argument("--batch", type=int, default=100, help="jobs in the many-job statements")
     parser.add_argument("--batches", type=int, default=3, help="many-job cycles per round")
@@ -348,7 +366,7 @@ def main() -> None:
     args = parser().parse_args()
     result = asyncio.run(run(args))
     print_result(result)
-    if len({json.dumps(w, sort_keys=True) for w in result["written"].values()}) != 1:
+    if not result["same_written"]:
         raise SystemExit("the ways wrote different rows or notifications: see 'written'")
 
 
