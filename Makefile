@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP_DEPS    := $(VENV)/.stamp-deps
 STAMP_BROWSER := $(VENV)/.stamp-browser
 # The suite runs on this many pytest-xdist workers (docs/performance.md, "Test suite").
-TEST_WORKERS  ?= 4
+TEST_WORKERS  ?= 3
 
 # Every Python process of the suite reads its modules from bytecode caches (about 1.7 s of
 # CPU to start instead of 5); some machines turn their writing off for the whole environment.
