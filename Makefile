@@ -4,6 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_DEPS    := $(VENV)/.stamp-deps
 STAMP_BROWSER := $(VENV)/.stamp-browser
+# The suite runs on this many pytest-xdist workers (docs/performance.md, "Test suite").
+TEST_WORKERS  ?= 3
+
+# Every Python process of the suite reads its modules from bytecode caches (about 1.7 s of
+# CPU to start instead of 5); some machines turn their writing off for the whole environment.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast lint typecheck bench install clean
 
@@ -11,17 +17,18 @@ run: install
 	$(VENV)/bin/pressroom serve
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 -m "not slow and not browser"
 
 install: $(STAMP_DEPS) $(STAMP_BROWSER)
 
+# uv installs in seconds what pip takes minutes for; pip remains when uv cannot be had.
 $(STAMP_DEPS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench]'
+	{ $(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) -e '.[test,dev,bench]'; } || \
+	  { $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[test,dev,bench]'; }
 	touch $@
 
 $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import tempfile
 import uuid
@@ -28,21 +29,49 @@ from tests.sio import SioClient
 TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, so that under xdist none is left to run alone at the end: those
+    that allow themselves a longer timeout, then slow ones, then browser ones, then the rest."""
+
+    def weight(item: pytest.Item) -> tuple[float, bool, bool]:
+        timeout = item.get_closest_marker("timeout")
+        allowed = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+        slow = item.get_closest_marker("slow") is not None
+        browser = item.get_closest_marker("browser") is not None
+        return (-allowed, not slow, not browser)
+
+    items.sort(key=weight)  # stable: collection order within each weight
+
+
 def _with_database(dsn: str, name: str) -> str:
     return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
 
 
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
-    """A PostgreSQL server: DATABASE_URL when set, else an embedded one for this session."""
+    """A PostgreSQL server: DATABASE_URL when set, else an embedded one for this session (one
+    per xdist worker, so each has the server's connection limit to itself)."""
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
     folder = Path(tempfile.mkdtemp(prefix="prt-pg-"))
     embedded = db.EmbeddedPostgres(folder / "pg")
     dsn = asyncio.run(embedded.start())
+    asyncio.run(_skip_fsync(dsn))
     yield dsn
     asyncio.run(embedded.stop())
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _skip_fsync(dsn: str) -> None:
+    """A throwaway server need not survive a power cut: without fsync, the CREATE and DROP
+    DATABASE of every test stop waiting on the disk (tests/pgcluster.py does the same)."""
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute("ALTER SYSTEM SET fsync = off")
+        await admin.execute("SELECT pg_reload_conf()")
+    finally:
+        await admin.close()
 
 
 @pytest.fixture(scope="session")

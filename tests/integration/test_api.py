@@ -141,7 +141,9 @@ async def test_oversize_body_is_413(api: RunningApp) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [f"/v1/jobs/{uuid.uuid4()}", "/v1/jobs/not-a-uuid", f"/v1/jobs/{uuid.uuid4()}/events"]
+    "path",
+    [f"/v1/jobs/{uuid.uuid4()}", "/v1/jobs/not-a-uuid", f"/v1/jobs/{uuid.uuid4()}/events"],
+    ids=["unknown-id", "not-a-uuid", "unknown-id-events"],  # the same ids in every xdist worker
 )
 async def test_unknown_jobs_are_404(api: RunningApp, path: str) -> None:
     async with api.http.get(api.url(path)) as resp:
