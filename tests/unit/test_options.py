@@ -98,8 +98,8 @@ def test_document_information_is_bounded_as_documented() -> None:
 def test_field_errors_name_nested_places() -> None:
     from pydantic import ValidationError
 
-    from server.models import BatchRequest, Checks
     from server.fields import field_errors
+    from server.models import BatchRequest, Checks
     from server.settings import Settings
 
     body = {"items": [{"key": "a", "template": "x", "options": {"scale": 9, "dpi": 1}}], "x": 1}
