@@ -1,4 +1,4 @@
-"""REST routes and Server-Sent Events."""
+"""The jobs API: submit, get (with long-poll), list, cancel, retry, download, and tokens."""
 
 from __future__ import annotations
 
