@@ -19,7 +19,6 @@ import email.utils
 import functools
 import json
 import logging
-import random
 import socket
 import time
 import uuid
@@ -240,7 +239,7 @@ class WebhookSender:
                     task.add_done_callback(functools.partial(self._done, delivery.id))
                 if claimed and len(claimed) == free:
                     continue
-            sleep_s = self._settings.poll_interval_s * random.uniform(0.5, 1.5)
+            sleep_s = jittered(self._settings.poll_interval_s, 0.5)
             if self._retry_due is not None:
                 left_s = self._retry_due - time.monotonic()
                 if left_s <= 0:

@@ -13,7 +13,6 @@ import enum
 import itertools
 import logging
 import os
-import random
 import socket
 import time
 import uuid
@@ -24,7 +23,14 @@ from typing import Any, TypeVar
 import asyncpg
 
 from server import jobs, options, templates
-from server.errors import DB_ERRORS, DB_OR_QUERY_ERRORS, PermanentError, RenderError, backoff_s
+from server.errors import (
+    DB_ERRORS,
+    DB_OR_QUERY_ERRORS,
+    PermanentError,
+    RenderError,
+    backoff_s,
+    jittered,
+)
 from server.events import JobEvent
 from server.jobs import ClaimedJob, JobState
 from server.metrics import Metrics
@@ -271,7 +277,7 @@ class Workers:
                     self._start(job, None)
                 if claimed and len(claimed) == free:
                     continue  # the queue may hold more: claim again as soon as a slot frees
-            poll_s = self._config.poll_interval_s * random.uniform(0.5, 1.5)
+            poll_s = jittered(self._config.poll_interval_s, 0.5)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll_s):
                     await self._wake.wait()
