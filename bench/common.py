@@ -168,13 +168,17 @@ async def database(*, migrated: bool = False) -> AsyncIterator[str]:
 async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, web.Application]]:
     """The real app on a free port; yields its base URL and the app.
 
-    `renderer_factory` is passed to create_app; every other keyword overrides a setting. The
-    per-tenant cap on jobs in flight is lifted, since benchmarks queue far more than a tenant
-    would, and webhooks are off (no benchmark job has one).
+    `renderer_factory` is passed to create_app; every other keyword overrides a setting, as
+    does a PRESSROOM_* variable of the environment. The per-tenant cap on jobs in flight is
+    lifted, since benchmarks queue far more than a tenant would, and webhooks are off (no
+    benchmark job has one).
     """
     renderer_factory = overrides.pop("renderer_factory", None)
     data_dir = Path(tempfile.mkdtemp(prefix="prb-data-"))
-    env = {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
+    # PRESSROOM_* variables of the benchmark's environment reach the app (another engine,
+    # a mechanism turned off), as they would a real server.
+    env = {name: value for name, value in os.environ.items() if name.startswith("PRESSROOM_")}
+    env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
     overrides.setdefault("tenant_max_inflight", 10**9)
     settings = Settings.from_env(env, **overrides)
     app = create_app(settings, renderer_factory=renderer_factory)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import statistics
 import time
@@ -104,7 +105,8 @@ class RawLoop:
         # A launch that fails for want of Playwright's own build leaves its profile folder
         # behind: choose the executable first.
         browser = await playwright.chromium.launch(
-            executable_path=choose_chromium(playwright.chromium.executable_path),
+            executable_path=os.environ.get("PRESSROOM_CHROMIUM")
+            or choose_chromium(playwright.chromium.executable_path),
             args=list(CHROMIUM_ARGS),
         )
         self._stack.push_async_callback(browser.close)
