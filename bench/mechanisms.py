@@ -1,0 +1,130 @@
+"""The worker's three ways of starting a job sooner, each on and off in the same run.
+
+Hand-off at submission (PRESSROOM_HAND_OFF), claim-while-printing
+(PRESSROOM_CLAIM_WHILE_PRINTING_S) and prefetch (PRESSROOM_PREFETCH) against the defaults and
+against none of them: one app per configuration, each on a database of its own, all started
+once and warmed; then, in --rounds rounds, every configuration in turn prints a burst of --docs
+invoices at --slots slots (PDFs/s, HTTP submit → done on SSE, as bench.render) and --latency-docs
+invoices one at a time (submit → job.done, as bench.latency), beside the raw loop printing the
+same documents from pages with Pressroom's print viewport. Rows report medians of the rounds.
+
+    python -m bench.mechanisms [--docs 150] [--latency-docs 60] [--slots 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+from typing import Any
+
+from bench.common import (
+    INVOICE,
+    QUICK,
+    command,
+    database,
+    invoice_data,
+    machine,
+    postgres,
+    run_module,
+    running_app,
+)
+from bench.latency import raw_latencies, summary
+from bench.render import RawLoop, pressroom
+from server import templates
+from server.render import PRINT_VIEWPORT
+
+NAME = "bench.mechanisms"
+
+#: Each configuration's settings; "defaults" is what a user gets.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "defaults (hand-off, claim-while-printing)": {},
+    "without hand-off": {"hand_off": False},
+    "without claim-while-printing": {"claim_while_printing_s": 0},
+    "with prefetch 1": {"prefetch": 1},
+    "none of them": {"hand_off": False, "claim_while_printing_s": 0, "prefetch": 0},
+}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*CONFIGS, "raw"]}
+    async with postgres(), contextlib.AsyncExitStack() as stack:
+        raw = await stack.enter_async_context(RawLoop(args.slots, PRINT_VIEWPORT))
+        raw_one = await stack.enter_async_context(RawLoop(1, PRINT_VIEWPORT))
+        await raw.warm(html)
+        await raw_one.warm(html)
+        apps: dict[str, str] = {}
+        for name, overrides in CONFIGS.items():
+            dsn = await stack.enter_async_context(database())
+            base, _ = await stack.enter_async_context(
+                running_app(dsn, render_slots=args.slots, **overrides)
+            )
+            await pressroom(base, args.slots * 4, 20)  # warm: Chromium, fonts, pools
+            apps[name] = base
+        for _ in range(args.rounds):
+            floor, _ = await raw.run(html)
+            one = summary(await raw_latencies(raw_one, html[: args.latency_docs]))
+            rounds["raw"].append({"pdfs_per_s": floor, **one})
+            for name, base in apps.items():
+                ours, _ = await pressroom(base, args.docs, 20)
+                waits = await run_module(
+                    "bench.latency", "--client", base, "--docs", str(args.latency_docs)
+                )
+                rounds[name].append({"pdfs_per_s": ours, **summary(waits)})
+    rows = []
+    raw_row = {key: statistics.median(r[key] for r in rounds["raw"]) for key in rounds["raw"][0]}
+    for name in CONFIGS:
+        row: dict[str, Any] = {"config": name, "settings": CONFIGS[name]}
+        for key in ("pdfs_per_s", "p50", "p99"):
+            row[key] = statistics.median(r[key] for r in rounds[name])
+        row["ratio"] = row["pdfs_per_s"] / raw_row["pdfs_per_s"]
+        row["added_p50"] = row["p50"] - raw_row["p50"]
+        row["added_p99"] = row["p99"] - raw_row["p99"]
+        rows.append(row)
+        print(
+            f"mechanisms {name:45} {row['pdfs_per_s']:6.1f} PDF/s (ratio {row['ratio']:.2f}); "
+            f"one at a time p50 {row['p50']:5.1f} ms ({row['added_p50']:+.1f}), p99 "
+            f"{row['p99']:5.1f} ms ({row['added_p99']:+.1f})",
+            flush=True,
+        )
+    print(
+        f"mechanisms raw loop (print viewport) {raw_row['pdfs_per_s']:6.1f} PDF/s; one at a "
+        f"time p50 {raw_row['p50']:.1f} ms, p99 {raw_row['p99']:.1f} ms",
+        flush=True,
+    )
+    return {
+        "args": vars(args),
+        "command": command(
+            NAME,
+            f"--docs {args.docs}",
+            f"--latency-docs {args.latency_docs}",
+            f"--slots {args.slots}",
+            f"--rounds {args.rounds}",
+        ),
+        "raw": raw_row,
+        "rows": rows,
+        "rounds": rounds,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs", type=int, default=20 if QUICK else 150)
+    parser.add_argument("--latency-docs", type=int, default=10 if QUICK else 60)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1 if QUICK else 3)
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
+    print(f"machine: {machine()}")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
