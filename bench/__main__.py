@@ -31,6 +31,7 @@ from bench import (
     egress,
     in_flight,
     latency,
+    mechanisms,
     profile,
     queue,
     render,
@@ -48,6 +49,7 @@ ALL = [
     "render",
     "egress",
     "latency",
+    "mechanisms",
     "soak",
     "push",
     "writepath",
@@ -61,6 +63,7 @@ TINY = {
     "in_flight": ["--jobs", "20", "--backlog", "500"],
     "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
     "latency": ["--docs", "5", "--rounds", "1"],
+    "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults,none".split(),
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
@@ -147,6 +150,7 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         await step("render", lambda: render.run(arguments("render", render)))
         await step("egress", lambda: egress.run(arguments("egress", egress)))
         await step("latency", lambda: latency.run(arguments("latency", latency)))
+        await step("mechanisms", lambda: mechanisms.run(arguments("mechanisms", mechanisms)))
         await step("soak", lambda: soak.run(arguments("soak", soak)))
         if (ROOT / "bench" / "push.py").exists():
             await step("push", lambda: asyncio.to_thread(push, args.tiny))

@@ -9,6 +9,7 @@ invoices one at a time (submit → job.done, as bench.latency), beside the raw l
 same documents from pages with Pressroom's print viewport. Rows report medians of the rounds.
 
     python -m bench.mechanisms [--docs 150] [--latency-docs 60] [--slots 2] [--rounds 3]
+                               [--configs defaults,no-hand-off,...]
 """
 
 from __future__ import annotations
@@ -37,26 +38,32 @@ from server.render import PRINT_VIEWPORT
 
 NAME = "bench.mechanisms"
 
-#: Each configuration's settings; "defaults" is what a user gets.
-CONFIGS: dict[str, dict[str, Any]] = {
-    "defaults (hand-off, claim-while-printing)": {},
-    "without hand-off": {"hand_off": False},
-    "without claim-while-printing": {"claim_while_printing_s": 0},
-    "with prefetch 1": {"prefetch": 1},
-    "none of them": {"hand_off": False, "claim_while_printing_s": 0, "prefetch": 0},
+#: Each configuration: its name, what the report calls it, its settings ("defaults" is what a
+#: user gets).
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "defaults": ("defaults (hand-off, claim-while-printing)", {}),
+    "no-hand-off": ("without hand-off", {"hand_off": False}),
+    "no-claim-while-printing": ("without claim-while-printing", {"claim_while_printing_s": 0}),
+    "prefetch": ("with prefetch 1", {"prefetch": 1}),
+    "none": (
+        "none of them",
+        {"hand_off": False, "claim_while_printing_s": 0, "prefetch": 0},
+    ),
 }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
-    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*CONFIGS, "raw"]}
+    configs = args.configs.split(",")
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*configs, "raw"]}
     async with postgres(), contextlib.AsyncExitStack() as stack:
         raw = await stack.enter_async_context(RawLoop(args.slots, PRINT_VIEWPORT))
         raw_one = await stack.enter_async_context(RawLoop(1, PRINT_VIEWPORT))
         await raw.warm(html)
         await raw_one.warm(html)
         apps: dict[str, str] = {}
-        for name, overrides in CONFIGS.items():
+        for name in configs:
+            overrides = CONFIGS[name][1]
             dsn = await stack.enter_async_context(database())
             base, _ = await stack.enter_async_context(
                 running_app(dsn, render_slots=args.slots, **overrides)
@@ -75,8 +82,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 rounds[name].append({"pdfs_per_s": ours, **summary(waits)})
     rows = []
     raw_row = {key: statistics.median(r[key] for r in rounds["raw"]) for key in rounds["raw"][0]}
-    for name in CONFIGS:
-        row: dict[str, Any] = {"config": name, "settings": CONFIGS[name]}
+    for name in configs:
+        label, overrides = CONFIGS[name]
+        row: dict[str, Any] = {"config": label, "settings": overrides}
         for key in ("pdfs_per_s", "p50", "p99"):
             row[key] = statistics.median(r[key] for r in rounds[name])
         row["ratio"] = row["pdfs_per_s"] / raw_row["pdfs_per_s"]
@@ -84,7 +92,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         row["added_p99"] = row["p99"] - raw_row["p99"]
         rows.append(row)
         print(
-            f"mechanisms {name:45} {row['pdfs_per_s']:6.1f} PDF/s (ratio {row['ratio']:.2f}); "
+            f"mechanisms {label:45} {row['pdfs_per_s']:6.1f} PDF/s (ratio {row['ratio']:.2f}); "
             f"one at a time p50 {row['p50']:5.1f} ms ({row['added_p50']:+.1f}), p99 "
             f"{row['p99']:5.1f} ms ({row['added_p99']:+.1f})",
             flush=True,
@@ -102,6 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"--latency-docs {args.latency_docs}",
             f"--slots {args.slots}",
             f"--rounds {args.rounds}",
+            f"--configs {args.configs}",
         ),
         "raw": raw_row,
         "rows": rows,
@@ -117,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-docs", type=int, default=10 if QUICK else 60)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1 if QUICK else 3)
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"a subset of {','.join(CONFIGS)}"
+    )
     return parser
 
 

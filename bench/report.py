@@ -326,6 +326,23 @@ def latency_summary(result: Result) -> list[str]:
     ]
 
 
+def mechanisms_rows(result: Result) -> list[list[str]]:
+    """One row per configuration: PDFs/s and its ratio to the raw loop, latency one at a time."""
+    raw = result["raw"]
+    rows = [
+        [
+            row["config"],
+            f"{row['pdfs_per_s']:.1f}",
+            f"{row['ratio']:.2f}",
+            f"{row['p50']:.1f} ({row['added_p50']:+.1f})",
+            f"{row['p99']:.1f} ({row['added_p99']:+.1f})",
+        ]
+        for row in result["rows"]
+    ]
+    raw_cells = [f"{raw['pdfs_per_s']:.1f}", "1.00", f"{raw['p50']:.1f}", f"{raw['p99']:.1f}"]
+    return [*rows, ["raw loop, print viewport", *raw_cells]]
+
+
 def _latency_rounds(result: Result) -> str:
     """Each round's added p50 / p99, when there were several."""
     rounds = result["rounds"]
@@ -616,6 +633,7 @@ def markdown(results: Result) -> str:
         "soak": soak_rows,
         "in_flight": in_flight_rows,
         "latency": latency_rows,
+        "mechanisms": mechanisms_rows,
         "writepath": writepath_rows,
     }
     context: dict[str, Any] = {
