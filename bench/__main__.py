@@ -63,7 +63,7 @@ TINY = {
     "in_flight": ["--jobs", "20", "--backlog", "500"],
     "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
     "latency": ["--docs", "5", "--rounds", "1"],
-    "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults,none".split(),
+    "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults".split(),
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
