@@ -1,12 +1,12 @@
-"""The worker's three ways of starting a job sooner, each on and off in the same run.
+"""The worker's ways of starting a job sooner, each on and off in the same run.
 
-Hand-off at submission (PRESSROOM_HAND_OFF), claim-while-printing
-(PRESSROOM_CLAIM_WHILE_PRINTING_S) and prefetch (PRESSROOM_PREFETCH) against the defaults and
-against none of them: one app per configuration, each on a database of its own, all started
-once and warmed; then, in --rounds rounds, every configuration in turn prints a burst of --docs
-invoices at --slots slots (PDFs/s, HTTP submit → done on SSE, as bench.render) and --latency-docs
-invoices one at a time (submit → job.done, as bench.latency), beside the raw loop printing the
-same documents from pages with Pressroom's print viewport. Rows report medians of the rounds.
+Hand-off at submission (PRESSROOM_HAND_OFF) and claim-while-printing
+(PRESSROOM_CLAIM_WHILE_PRINTING_S) against the defaults and against neither: one database per
+configuration; in --rounds rounds, every configuration in turn starts its app (the only one
+alive), warms it, prints a burst of --docs invoices at --slots slots (PDFs/s, HTTP submit →
+done on SSE, as bench.render) and --latency-docs invoices one at a time (submit → job.done, as
+bench.latency), beside the raw loop printing the same documents from pages with Pressroom's
+print viewport. Rows report medians of the rounds.
 
     python -m bench.mechanisms [--docs 150] [--latency-docs 60] [--slots 2] [--rounds 3]
                                [--configs defaults,no-hand-off,...]
@@ -44,11 +44,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "defaults": ("defaults (hand-off, claim-while-printing)", {}),
     "no-hand-off": ("without hand-off", {"hand_off": False}),
     "no-claim-while-printing": ("without claim-while-printing", {"claim_while_printing_s": 0}),
-    "prefetch": ("with prefetch 1", {"prefetch": 1}),
-    "none": (
-        "none of them",
-        {"hand_off": False, "claim_while_printing_s": 0, "prefetch": 0},
-    ),
+    "none": ("neither", {"hand_off": False, "claim_while_printing_s": 0}),
 }
 
 
@@ -61,24 +57,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raw_one = await stack.enter_async_context(RawLoop(1, PRINT_VIEWPORT))
         await raw.warm(html)
         await raw_one.warm(html)
-        apps: dict[str, str] = {}
-        for name in configs:
-            overrides = CONFIGS[name][1]
-            dsn = await stack.enter_async_context(database())
-            base, _ = await stack.enter_async_context(
-                running_app(dsn, render_slots=args.slots, **overrides)
-            )
-            await pressroom(base, args.slots * 4, 20)  # warm: Chromium, fonts, pools
-            apps[name] = base
+        dsns = {name: await stack.enter_async_context(database()) for name in configs}
         for _ in range(args.rounds):
             floor, _ = await raw.run(html)
             one = summary(await raw_latencies(raw_one, html[: args.latency_docs]))
             rounds["raw"].append({"pdfs_per_s": floor, **one})
-            for name, base in apps.items():
-                ours, _ = await pressroom(base, args.docs, 20)
-                waits = await run_module(
-                    "bench.latency", "--client", base, "--docs", str(args.latency_docs)
-                )
+            for name in configs:
+                # One app alive at a time: an idle app's Chromium and pollers weigh on the others.
+                app = running_app(dsns[name], render_slots=args.slots, **CONFIGS[name][1])
+                async with app as (base, _):
+                    await pressroom(base, args.slots * 4, 20)  # warm: Chromium, fonts, pools
+                    ours, _ = await pressroom(base, args.docs, 20)
+                    waits = await run_module(
+                        "bench.latency", "--client", base, "--docs", str(args.latency_docs)
+                    )
                 rounds[name].append({"pdfs_per_s": ours, **summary(waits)})
     rows = []
     raw_row = {key: statistics.median(r[key] for r in rounds["raw"]) for key in rounds["raw"][0]}

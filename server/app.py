@@ -159,7 +159,6 @@ def create_app(
             retry_max_s=settings.retry_max_s,
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
-            prefetch=settings.prefetch if settings.render_slots else 0,
             claim_while_printing_s=settings.claim_while_printing_s,
         )
         workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)

@@ -54,10 +54,6 @@ class WorkerConfig:
     retry_max_s: float
     shutdown_grace_s: float
     max_pages: int = 1000
-    #: Jobs claimed beyond the free render slots: each is prepared (options, template) while
-    #: Chromium prints the others, and starts the moment a slot frees. Such a job waits for
-    #: this process even when another process has a slot free, hence 0 unless asked.
-    prefetch: int = 0
     #: A slot whose page loaded within this many seconds is about to free when it starts
     #: printing: the next job is claimed then, so that its claim and its template are done
     #: when the slot frees, instead of after (the print of a page that loads quickly is short
@@ -201,15 +197,15 @@ class Workers:
         return self._config.lease_s
 
     def _free(self, *, ahead: bool) -> int:
-        """Render slots no job holds; `ahead` adds those a job may be claimed ahead for (the
-        prefetch, and one per slot printing a page that loaded quickly)."""
+        """Render slots no job holds; `ahead` adds those a job may be claimed ahead for (one
+        per slot printing a page that loaded quickly)."""
         holding = printing = 0
         for entry in self._jobs.values():
             holding += entry.phase.holds_slot
             printing += entry.phase is Phase.PRINTING
         capacity = self._config.slots
         if ahead:
-            capacity += self._config.prefetch + printing
+            capacity += printing
         return capacity - holding
 
     def _move(self, entry: InFlightJob, phase: Phase) -> None:

@@ -19,7 +19,7 @@ SECTIONS = [
     "## Render path (P3)",
     "## Egress gate",
     "## Submit→PDF latency (one job at a time)",
-    "## Mechanisms on and off (hand-off, claim-while-printing, prefetch)",
+    "## Mechanisms on and off (hand-off, claim-while-printing)",
     "## Soak (P6)",
     "## Push (Socket.IO, SSE)",
     "## Write path (a state change's side effects)",

@@ -76,9 +76,7 @@ async def test_a_job_cancelled_while_printing_frees_its_slot_and_records_nothing
 ) -> None:
     renderer = FakeRenderer(prints=True)
     renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(
-        renderer=renderer, render_slots=1, prefetch=0, claim_while_printing_s=5
-    )
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, claim_while_printing_s=5)
     workers: Workers = app.app[WORKERS]
     job_id, entry = await in_slot(app, renderer)
     assert entry.phase is Phase.PRINTING  # a page that loaded at once: its slot's next is due

@@ -31,7 +31,7 @@ async def scrape(app: RunningApp) -> dict[tuple[str, tuple[tuple[str, str], ...]
 async def test_metrics_move_when_their_events_happen(start_app: Callable[..., Any]) -> None:
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, prefetch=0)
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     before = await scrape(app)
     assert before[("pressroom_jobs", (("state", "queued"),))] == 0
     assert before[("pressroom_events_published_total", ())] == 0

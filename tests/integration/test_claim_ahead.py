@@ -1,8 +1,8 @@
-"""One job claimed ahead of a free render slot (PRESSROOM_PREFETCH=1): it is prepared while
-Chromium prints, starts the moment the slot frees, and is never rendered once cancelled or once
-the process begins to stop. Stopping returns every job not yet in Chromium at once, claimed
-ahead or not. And by default, the slot's next job is claimed when a page that loaded quickly
-begins to print (PRESSROOM_CLAIM_WHILE_PRINTING_S)."""
+"""Claiming ahead: by default, a slot's next job is claimed when a page that loaded quickly
+begins to print (PRESSROOM_CLAIM_WHILE_PRINTING_S). The job claimed is prepared while Chromium
+prints, starts the moment the slot frees, and is never rendered once cancelled or once the
+process begins to stop. Stopping returns every job not yet in Chromium at once, claimed ahead
+or not."""
 
 from __future__ import annotations
 
@@ -35,10 +35,13 @@ async def wait_event(app: RunningApp, job_id: str, event: str) -> None:
     assert messages[-1].event == event, [m.event for m in messages]
 
 
-async def held_app(start_app: Callable[..., Any], **overrides: Any) -> tuple[RunningApp, Any]:
-    renderer = FakeRenderer()
+async def printing_app(
+    start_app: Callable[..., Any], *, load_s: float = 0.0, **overrides: Any
+) -> tuple[RunningApp, FakeRenderer]:
+    """One slot; the renderer "loads" for load_s, says it prints, then holds."""
+    renderer = FakeRenderer(prints=True, load_s=load_s)
     renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, prefetch=1, **overrides)
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1, **overrides)
     return app, renderer
 
 
@@ -51,23 +54,10 @@ async def submit_in_slot(app: RunningApp, renderer: FakeRenderer) -> str:
     return job_id
 
 
-async def test_one_job_is_claimed_ahead_and_rendered_next(start_app: Callable[..., Any]) -> None:
-    app, renderer = await held_app(start_app)
-    first = await submit_in_slot(app, renderer)
-    second, third = await submit(app, "b"), await submit(app, "c")
-    await wait_event(app, second, "job.running")  # claimed while the only slot is busy
-    assert await status(app, third) == "queued"  # one ahead, no more
-    assert renderer.calls == ["<p>a</p>"]  # claimed ahead is not rendered yet
-    renderer.gate.set()
-    for job_id in (first, second, third):
-        await wait_event(app, job_id, "job.done")
-    assert renderer.rendered == ["<p>a</p>", "<p>b</p>", "<p>c</p>"]
-
-
 async def test_a_job_cancelled_while_it_waits_for_the_slot_is_never_rendered(
     start_app: Callable[..., Any],
 ) -> None:
-    app, renderer = await held_app(start_app)
+    app, renderer = await printing_app(start_app, claim_while_printing_s=5)
     first, second = await submit_in_slot(app, renderer), await submit(app, "b")
     await wait_event(app, second, "job.running")
     async with app.http.post(app.url(f"/v1/jobs/{second}/cancel")) as resp:
@@ -86,7 +76,7 @@ async def test_a_job_cancelled_while_it_waits_for_the_slot_is_never_rendered(
 async def test_stopping_returns_a_job_claimed_ahead_to_the_queue_at_once(
     start_app: Callable[..., Any],
 ) -> None:
-    app, renderer = await held_app(start_app, shutdown_grace_s=30)
+    app, renderer = await printing_app(start_app, claim_while_printing_s=5, shutdown_grace_s=30)
     first, second = await submit_in_slot(app, renderer), await submit(app, "b")
     await wait_event(app, second, "job.running")
     stopping = asyncio.create_task(app.app[WORKERS].stop())
@@ -114,19 +104,6 @@ async def test_stopping_returns_a_job_still_rendering_its_template_at_once(
     assert asyncio.get_running_loop().time() - started < 5, "not held for the grace period"
     assert await status(app, job_id) == "queued"
     assert renderer.calls == []
-
-
-# --- claimed while the slot prints -----------------------------------------------------------
-
-
-async def printing_app(
-    start_app: Callable[..., Any], *, load_s: float = 0.0, **overrides: Any
-) -> tuple[RunningApp, FakeRenderer]:
-    """One slot, no prefetch; the renderer "loads" for load_s, says it prints, then holds."""
-    renderer = FakeRenderer(prints=True, load_s=load_s)
-    renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, **overrides)
-    return app, renderer
 
 
 async def test_the_next_job_is_claimed_while_the_only_slot_prints(
