@@ -212,32 +212,23 @@ async def one_round(
             "insert_jobs",
             *job_columns(1, webhook=webhook, max_attempts=2),
         )
-        [job] = await timed(way, key("claim 1 (job.running)"), "claim_jobs", 1, WORKER, LEASE_S)
-        await timed(
-            way,
-            key("failed, retry (job.retrying)"),
-            "finish_failed",
-            job["id"],
-            WORKER,
-            job["attempts"],
-            "boom",
-            0.0,
-            True,
-            [],
-        )
-        [job] = await timed(way, key("claim 1 (job.running)"), "claim_jobs", 1, WORKER, LEASE_S)
-        await timed(
-            way,
-            key("failed, final (job.failed)"),
-            "finish_failed",
-            job["id"],
-            WORKER,
-            job["attempts"],
-            "boom",
-            0.0,
-            False,
-            [],
-        )
+        for label, retry in (
+            ("failed, retry (job.retrying)", True),
+            ("failed, final (job.failed)", False),
+        ):
+            [job] = await timed(way, key("claim 1 (job.running)"), "claim_jobs", 1, WORKER, LEASE_S)
+            await timed(
+                way,
+                key(label),
+                "finish_failed",
+                job["id"],
+                WORKER,
+                job["attempts"],
+                "boom",
+                0.0,
+                retry,
+                [],
+            )
     # Group commit and the done recorder: many jobs in one statement.
     for _ in range(batches):
         await timed(

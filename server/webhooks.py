@@ -49,10 +49,6 @@ LEASE_MARGIN_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 USER_AGENT = "Pressroom-Webhooks/1"
 
-#: The sender works in the background: a statement the server refused is tried again later,
-#: as a lost connection is.
-DB_ERRORS = DB_OR_QUERY_ERRORS
-
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes | str) -> str:
     """The `webhook-signature` value of one secret: `v1,` + base64 HMAC-SHA256 over
@@ -259,7 +255,7 @@ class WebhookSender:
             rows = await self._pool.fetch(
                 query("claim_webhooks"), limit, self.sender_id, self._lease_s
             )
-        except DB_ERRORS as exc:
+        except DB_OR_QUERY_ERRORS as exc:
             log.warning("webhook claim failed: %s", exc)
             return []
         return [
@@ -288,7 +284,7 @@ class WebhookSender:
             task.cancel()
         if unfinished:
             await asyncio.wait(unfinished.values())
-            with contextlib.suppress(*DB_ERRORS):
+            with contextlib.suppress(*DB_OR_QUERY_ERRORS):
                 await self._pool.execute(
                     query("release_webhooks"), list(unfinished), self.sender_id
                 )
@@ -327,7 +323,7 @@ class WebhookSender:
                 attempt.outcome,
                 attempt.retry_in_s,
             )
-        except DB_ERRORS as exc:
+        except DB_OR_QUERY_ERRORS as exc:
             # The lease runs out and another attempt follows, with the same webhook-id.
             log.warning("could not record webhook attempt: %s", exc, extra=extra)
             return
@@ -407,7 +403,7 @@ class WebhookSender:
             return result("pending", f"could not make the download URL: {exc}")
         try:
             signing = await self.signing_secrets(delivery.tenant)
-        except DB_ERRORS as exc:
+        except DB_OR_QUERY_ERRORS as exc:
             return result("pending", f"could not read the signing secret: {_describe(exc)}")
         timestamp = int(time.time())
         headers = {
