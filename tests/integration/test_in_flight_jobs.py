@@ -19,6 +19,7 @@ from server.jobs import ClaimedJob
 from server.keys import SETTINGS, WORKERS
 from server.worker import InFlightJob, Phase, Workers
 from tests.conftest import RunningApp
+from tests.integration.test_hand_off import idle_workers
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
 
@@ -87,8 +88,10 @@ async def test_a_job_cancelled_while_printing_frees_its_slot_and_records_nothing
     assert renderer.rendered == [] and stored_files(app) == []
     status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", entry.job.id)
     assert status == "cancelled"
-    # The slot is free and the worker idle again: the next job goes straight to it.
+    # The slot is free and the worker idle again (once its wake-up from the cancel has found
+    # the queue empty): the next job goes straight to it.
     renderer.gate.set()
+    await idle_workers(app)
     handed_before = workers.handed_off
     second = await submit(app, "Bo")
     seen = await collect(app.http, app.url(f"/v1/jobs/{second}/events"), until="job.done")
