@@ -28,6 +28,7 @@ from typing import Any
 
 from bench import (
     accept,
+    budget,
     egress,
     in_flight,
     latency,
@@ -47,6 +48,7 @@ ALL = [
     "queue",
     "in_flight",
     "render",
+    "budget",
     "egress",
     "latency",
     "mechanisms",
@@ -65,6 +67,7 @@ TINY = {
     "latency": ["--docs", "5", "--rounds", "1"],
     "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults".split(),
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
+    "budget": ["--docs", "6", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
     "profile": ["--duration", "1"],
@@ -148,6 +151,7 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         await step("queue", lambda: queue.run(arguments("queue", queue)))
         await step("in_flight", lambda: in_flight.run(arguments("in_flight", in_flight)))
         await step("render", lambda: render.run(arguments("render", render)))
+        await step("budget", lambda: budget.run(arguments("budget", budget)))
         await step("egress", lambda: egress.run(arguments("egress", egress)))
         await step("latency", lambda: latency.run(arguments("latency", latency)))
         await step("mechanisms", lambda: mechanisms.run(arguments("mechanisms", mechanisms)))

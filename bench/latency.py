@@ -41,7 +41,6 @@ from bench.common import (
 )
 from bench.render import RawLoop
 from server import templates
-from server.render import PRINT_VIEWPORT
 
 NAME = "bench.latency"
 #: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
@@ -83,7 +82,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, float]] = []
     async with (
         postgres(),
-        RawLoop(1, PRINT_VIEWPORT) as raw,
+        RawLoop(1) as raw,
         database() as dsn,
         running_app(dsn) as (base, _app),
     ):

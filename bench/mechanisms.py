@@ -34,7 +34,6 @@ from bench.common import (
 from bench.latency import raw_latencies, summary
 from bench.render import RawLoop, pressroom
 from server import templates
-from server.render import PRINT_VIEWPORT
 
 NAME = "bench.mechanisms"
 
@@ -53,8 +52,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     configs = args.configs.split(",")
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*configs, "raw"]}
     async with postgres(), contextlib.AsyncExitStack() as stack:
-        raw = await stack.enter_async_context(RawLoop(args.slots, PRINT_VIEWPORT))
-        raw_one = await stack.enter_async_context(RawLoop(1, PRINT_VIEWPORT))
+        raw = await stack.enter_async_context(RawLoop(args.slots))
+        raw_one = await stack.enter_async_context(RawLoop(1))
         await raw.warm(html)
         await raw_one.warm(html)
         dsns = {name: await stack.enter_async_context(database()) for name in configs}

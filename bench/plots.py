@@ -50,27 +50,24 @@ def latency(path: Path, title: str, series: dict[str, list[float]], unit: str = 
 
 
 def render_slots(path: Path, rows: list[dict[str, Any]]) -> None:
-    """PDFs per second against render slots, Pressroom and raw Playwright; a panel per length."""
-    page_counts = sorted({r["pages"] for r in rows})
-    fig, axes = plt.subplots(1, len(page_counts), figsize=(5 * len(page_counts), 3.8))
-    for ax, pages in zip(list(getattr(axes, "flat", [axes])), page_counts, strict=True):
-        mine = sorted((r for r in rows if r["pages"] == pages), key=lambda r: r["slots"])
+    """PDFs per second against render slots, Pressroom and the best raw Playwright loop; a
+    panel per engine and length."""
+    panels = sorted({(r.get("engine", "chromium"), r["pages"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (engine, pages) in zip(axes.flat, panels, strict=True):
+        mine = sorted(
+            (r for r in rows if (r.get("engine", "chromium"), r["pages"]) == (engine, pages)),
+            key=lambda r: r["slots"],
+        )
         slots = [r["slots"] for r in mine]
         ax.plot(slots, [r["pressroom"] for r in mine], marker="o", label="Pressroom")
-        ax.plot(slots, [r["raw"] for r in mine], marker="s", linestyle="--", label="raw Playwright")
-        if all(r.get("raw_print") is not None for r in mine):
-            ax.plot(
-                slots,
-                [r["raw_print"] for r in mine],
-                marker="^",
-                linestyle=":",
-                label="raw Playwright, 1-pixel viewport",
-            )
+        ax.plot(slots, [r["raw"] for r in mine], marker="s", linestyle="--", label="raw loop")
         ax.set_xticks(slots)
         ax.set_xlabel("render slots")
         ax.set_ylabel("PDFs per second")
         ax.set_ylim(bottom=0)
-        ax.set_title("1-page invoice" if pages <= 1 else f"{pages}-page invoice")
+        length = "1-page invoice" if pages <= 1 else f"{pages}-page invoice"
+        ax.set_title(f"{engine}: {length}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Render throughput against render slots")

@@ -39,8 +39,9 @@ def py_spy() -> str:
     return found
 
 
-async def record(output: Path, fmt: str, duration_s: float) -> None:
-    """Sample this process for `duration_s` seconds into `output`."""
+async def record(output: Path, fmt: str, duration_s: float, *, gil: bool = False) -> None:
+    """Sample this process for `duration_s` seconds into `output`; with `gil`, only the
+    thread holding the GIL (Python's CPU, not threads blocked in a system call)."""
     proc = await asyncio.create_subprocess_exec(
         py_spy(),
         "record",
@@ -55,6 +56,7 @@ async def record(output: Path, fmt: str, duration_s: float) -> None:
         fmt,
         "--output",
         str(output),
+        *(["--gil"] if gil else []),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

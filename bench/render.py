@@ -1,19 +1,22 @@
-"""Render path: end-to-end PDFs/s through Pressroom against a raw Playwright loop (the floor).
+"""Render path: end-to-end PDFs/s through Pressroom against the best raw Playwright loop.
 
-Both render the same invoice (20 lines, some CSS) in the same run, at the same concurrency.
-The raw loop reuses one page per slot; Pressroom goes submit over HTTP (a client in another
-process, bench.burst) → claim → render → store → done event, read from the SSE stream.
+Both render the same invoice (20 lines, some CSS) in the same run, at the same concurrency,
+on the same engine. The floor is the fastest loop a user could write for that document: one
+browser, one reused page per slot in a context with JavaScript off, printing from the
+one-pixel viewport Pressroom prints pages without scripts from, the HTML rendered ahead, then
+`set_content` and `pdf` with Pressroom's PDF arguments and nothing else. Pressroom goes submit
+over HTTP (a client in another process, bench.burst) → claim → template → render → store →
+done event, read from the SSE stream.
 
 A 20-page document (the invoice with 640 lines) is measured at the same slot counts, with
-fewer documents (--docs * 2 / pages). A second raw loop prints from pages with Pressroom's
-one-pixel print viewport (server.render.PRINT_VIEWPORT), so the report can say how much of
-Pressroom's figure is that choice; the target ratio is against the plain loop, with
-Playwright's default viewport, as a user would write it. For each row all three are started
-once and warmed, then print the same --docs documents in --rounds alternating rounds; the row
-reports the medians, so a drift of the machine's speed during the run (a shared host) weighs
-on all alike.
+fewer documents (--docs * 2 / pages). Each engine of --engines (the headless shell and the
+full chromium, from Debian's packages or PRESSROOM_CHROMIUM) is measured in turn. For each row
+both are started once and warmed, then print the same --docs documents in --rounds alternating
+rounds; the row reports the medians, so a drift of the machine's speed during the run (a
+shared host) weighs on both alike.
 
     python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
+                           [--engines headless-shell,chromium]
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ import asyncio
 import contextlib
 import os
 import resource
+import shutil
 import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import ClientSession
-from playwright.async_api import ViewportSize, async_playwright
+from playwright.async_api import async_playwright
 
 from bench.common import (
     INVOICE,
@@ -89,13 +93,13 @@ def cpu_clock() -> Iterator[CpuClock]:
 
 
 class RawLoop:
-    """The floor: one browser, one reused page per slot, documents taken from a shared queue,
-    `set_content` then `pdf`, nothing else. Stays open across rounds. `viewport`: the pages'
-    size on screen (None: Playwright's default)."""
+    """The floor: one browser, one reused page per slot (JavaScript off, the print viewport),
+    documents taken from a shared queue, `set_content` then `pdf`, nothing else. Stays open
+    across rounds. `executable`: the engine (None: the one Pressroom would choose)."""
 
-    def __init__(self, slots: int, viewport: ViewportSize | None = None) -> None:
+    def __init__(self, slots: int, executable: str | None = None) -> None:
         self._slots = slots
-        self._viewport = viewport
+        self._executable = executable
         self._stack = contextlib.AsyncExitStack()
         self._pages: list[Any] = []
         self._pdf_args = RenderOptions().pdf_arguments()
@@ -105,12 +109,15 @@ class RawLoop:
         # A launch that fails for want of Playwright's own build leaves its profile folder
         # behind: choose the executable first.
         browser = await playwright.chromium.launch(
-            executable_path=os.environ.get("PRESSROOM_CHROMIUM")
+            executable_path=self._executable
+            or os.environ.get("PRESSROOM_CHROMIUM")
             or choose_chromium(playwright.chromium.executable_path),
             args=list(CHROMIUM_ARGS),
         )
         self._stack.push_async_callback(browser.close)
-        self._pages = [await browser.new_page(viewport=self._viewport) for _ in range(self._slots)]
+        for _ in range(self._slots):
+            context = await browser.new_context(java_script_enabled=False, viewport=PRINT_VIEWPORT)
+            self._pages.append(await context.new_page())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -156,25 +163,25 @@ async def pressroom(base: str, docs: int, lines: int) -> tuple[float, CpuClock]:
 
 
 async def run_pages(
-    docs: int, slot_counts: list[int], pages: int, rounds: int
+    docs: int, slot_counts: list[int], pages: int, rounds: int, engine: str
 ) -> list[dict[str, Any]]:
-    """One row per slot count: raw Playwright and Pressroom, both started once and warmed,
-    print the same documents in `rounds` alternating pairs; the row holds the medians and
-    every round. Pairs close in time share the drift of a shared host's speed."""
+    """One row per slot count: the raw loop and Pressroom on `engine` (an executable), both
+    started once and warmed, print the same documents in `rounds` alternating pairs; the row
+    holds the medians and every round. Pairs close in time share the drift of a shared host's
+    speed."""
     rows: list[dict[str, Any]] = []
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
     data = [invoice_data(n, lines) for n in range(docs)]
     html = [templates.render(INVOICE, d) for d in data]
+    name = engine_name(engine)
     for slots in slot_counts:
         pairs: list[dict[str, Any]] = []
         async with (
-            RawLoop(slots) as raw,
-            RawLoop(slots, PRINT_VIEWPORT) as raw_print,
+            RawLoop(slots, engine) as raw,
             database() as dsn,
-            running_app(dsn, render_slots=slots) as (base, _app),
+            running_app(dsn, render_slots=slots, chromium=engine) as (base, _app),
         ):
             await raw.warm(html)
-            await raw_print.warm(html)
             async with ClientSession() as session:
                 bodies = [{"template": INVOICE, "data": d} for d in data[: slots * 2]]
                 await wait_done(session, base, set(await submit_many(session, base, bodies, slots)))
@@ -182,14 +189,11 @@ async def run_pages(
             for _ in range(rounds):
                 floor, floor_cpu = await raw.run(html)
                 ours, ours_cpu = await pressroom(base, docs, lines)
-                floor_print, _ = await raw_print.run(html)
                 pairs.append(
                     {
                         "raw": floor,
                         "pressroom": ours,
                         "ratio": ours / floor,
-                        "raw_print": floor_print,
-                        "ratio_print": ours / floor_print,
                         "raw_cpu_ms": floor_cpu.per(docs),
                         "pressroom_cpu_ms": ours_cpu.per(docs),
                         "raw_machine_cpu_ms": floor_cpu.machine_per(docs),
@@ -197,18 +201,22 @@ async def run_pages(
                         "client_cpu_ms": ours_cpu.client_per(docs),
                     }
                 )
-        row: dict[str, Any] = {"slots": slots, "docs": docs, "pages": pages, "rounds": pairs}
+        row: dict[str, Any] = {
+            "engine": name,
+            "slots": slots,
+            "docs": docs,
+            "pages": pages,
+            "rounds": pairs,
+        }
         for key in pairs[0]:
             values = [pair[key] for pair in pairs]
             row[key] = None if None in values else statistics.median(values)
         rows.append(row)
         each = ", ".join(f"{pair['ratio']:.2f}" for pair in pairs)
         print(
-            f"render  slots={slots} docs={docs} pages≈{pages}: raw Playwright "
+            f"render  {name} slots={slots} docs={docs} pages≈{pages}: raw Playwright "
             f"{row['raw']:6.1f} PDF/s, Pressroom {row['pressroom']:6.1f} PDF/s, ratio "
-            f"{row['ratio']:.2f} (median of {rounds}: "
-            f"{each}); raw Playwright with the print viewport {row['raw_print']:6.1f} PDF/s, "
-            f"ratio {row['ratio_print']:.2f}; CPU per PDF in this "
+            f"{row['ratio']:.2f} (median of {rounds}: {each}); CPU per PDF in this "
             f"process {row['raw_cpu_ms']:.1f} / {row['pressroom_cpu_ms']:.1f} ms, of the machine "
             f"{row['raw_machine_cpu_ms'] or float('nan'):.1f} / "
             f"{row['pressroom_machine_cpu_ms'] or float('nan'):.1f} ms",
@@ -217,14 +225,38 @@ async def run_pages(
     return rows
 
 
+#: The engines --engines names, by the Debian command each is.
+ENGINES = {"headless-shell": "chromium-headless-shell", "chromium": "chromium"}
+
+
+def engine_name(executable: str) -> str:
+    return "headless shell" if "headless" in os.path.basename(executable) else "chromium"
+
+
+def engines(names: str) -> list[str]:
+    """Executables for --engines; `default` is the one Pressroom would choose here."""
+    found = []
+    for name in names.split(","):
+        if name == "default":
+            found.append(os.environ.get("PRESSROOM_CHROMIUM") or choose_chromium(""))
+            continue
+        path = shutil.which(ENGINES[name])
+        if path is None:
+            raise RuntimeError(f"--engines {name}: {ENGINES[name]} is not installed")
+        found.append(path)
+    return found
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every page count at every slot count; the longer documents get fewer docs."""
     slot_counts = [int(s) for s in args.slots.split(",")]
     rows: list[dict[str, Any]] = []
     async with postgres():
-        for pages in [int(p) for p in args.pages.split(",")]:
-            docs = args.docs if pages <= 1 else max(2 * max(slot_counts), args.docs * 2 // pages)
-            rows += await run_pages(docs, slot_counts, pages, args.rounds)
+        for engine in engines(args.engines):
+            for pages in [int(p) for p in args.pages.split(",")]:
+                shorter = max(2 * max(slot_counts), args.docs * 2 // pages)
+                docs = args.docs if pages <= 1 else shorter
+                rows += await run_pages(docs, slot_counts, pages, args.rounds, engine)
     return {"args": vars(args), "command": command(NAME, *_argv(args)), "rows": rows}
 
 
@@ -241,6 +273,11 @@ def parser() -> argparse.ArgumentParser:
         default=1 if QUICK else 5,
         help="alternating raw/Pressroom pairs per row; the row reports their medians",
     )
+    parser.add_argument(
+        "--engines",
+        default="default" if QUICK else "headless-shell,chromium",
+        help="headless-shell, chromium, default (what Pressroom chooses here)",
+    )
     return parser
 
 
@@ -250,6 +287,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
         f"--slots {args.slots}",
         f"--pages {args.pages}",
         f"--rounds {args.rounds}",
+        f"--engines {args.engines}",
     ]
 
 
