@@ -41,6 +41,9 @@ from bench.common import (
 )
 from bench.render import RawLoop
 from server import templates
+from server.keys import METRICS
+from server.metrics import Metrics
+from server.worker import Phase
 
 NAME = "bench.latency"
 #: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
@@ -73,6 +76,20 @@ async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
     return latencies
 
 
+#: The phases a job passes in the worker, in order (bench.latency reports their means).
+PHASES = [Phase.PREPARING, Phase.RENDERING, Phase.PRINTING, Phase.STORING, Phase.RECORDING]
+PHASE_METRIC = "pressroom_job_phase_duration_seconds"
+
+
+def phase_totals(metrics: Metrics) -> dict[str, float]:
+    """Seconds spent so far in each phase, summed over every attempt (from /metrics)."""
+    totals = {}
+    for phase in PHASES:
+        value = metrics.registry.get_sample_value(f"{PHASE_METRIC}_sum", {"phase": phase.value})
+        totals[phase.value] = value or 0.0
+    return totals
+
+
 def summary(latencies: list[float]) -> dict[str, float]:
     return {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
 
@@ -84,16 +101,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         postgres(),
         RawLoop(1) as raw,
         database() as dsn,
-        running_app(dsn) as (base, _app),
+        running_app(dsn) as (base, app),
     ):
         await raw.warm(html)
         await run_module(NAME, "--client", base, "--docs", "4")
         await checkpoint(dsn)
         for _ in range(args.rounds):
             floor = summary(await raw_latencies(raw, html))
-            ours = summary(await run_module(NAME, "--client", base, "--docs", str(args.docs)))
+            before = phase_totals(app[METRICS])
+            timed = await run_module(NAME, "--client", base, "--docs", str(args.docs))
+            after = phase_totals(app[METRICS])
+            ours = summary(timed)
+            spent = {p: (after[p] - before[p]) * 1000 / args.docs for p in after}
             rounds.append(
                 {
+                    "mean": statistics.fmean(timed),
+                    **{f"phase_{p}": ms for p, ms in spent.items()},
+                    "outside_worker": statistics.fmean(timed) - sum(spent.values()),
                     "raw_p50": floor["p50"],
                     "raw_p99": floor["p99"],
                     "p50": ours["p50"],
@@ -108,6 +132,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 {row['p50']:.1f} ms p99 "
         f"{row['p99']:.1f} ms; added p50 {row['added_p50']:+.1f} ms p99 {row['added_p99']:+.1f} ms "
         f"(median of {args.rounds} rounds)",
+        flush=True,
+    )
+    phases = ", ".join(f"{p.value} {row[f'phase_{p.value}']:.1f}" for p in PHASES)
+    print(
+        f"latency Pressroom's mean {row['mean']:.1f} ms: in the worker {phases}; outside it "
+        f"(HTTP, the insert's commit before the job starts, the event to the client) "
+        f"{row['outside_worker']:.1f} ms",
         flush=True,
     )
     return {

@@ -58,6 +58,15 @@ class Metrics:
             buckets=DURATION_BUCKETS_S,
             registry=self.registry,
         )
+        self.phase_seconds = Histogram(
+            "pressroom_job_phase_duration_seconds",
+            "Time an attempt spent in each phase of its worker: preparing (options, template, "
+            "waiting for a slot), rendering, printing, storing (waiting for its row, writing "
+            "the file), recording (the final statement).",
+            ["phase"],
+            buckets=DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
         self.jobs_started = Counter(
             "pressroom_job_starts",
             "Attempts started, by how the worker got the job: a claim from the queue, or a "

@@ -108,11 +108,16 @@ class InFlightJob:
     task: asyncio.Task[None] = dataclasses.field(init=False)
     #: The attempt's final write, a task of its own so that cancelling `task` cannot cut it.
     write: asyncio.Task[Any] | None = None
+    #: When it entered its phase (time.perf_counter).
+    since: float = dataclasses.field(default_factory=time.perf_counter)
 
-    def enter(self, phase: Phase) -> None:
+    def enter(self, phase: Phase) -> float:
+        """Move on to `phase`; the seconds spent in the one it leaves."""
         if phase not in _NEXT[self.phase]:
             raise RuntimeError(f"job {self.job.id} cannot go from {self.phase} to {phase}")
-        self.phase = phase
+        now = time.perf_counter()
+        spent, self.phase, self.since = now - self.since, phase, now
+        return spent
 
     @property
     def held(self) -> bool:
@@ -209,8 +214,9 @@ class Workers:
         return capacity - holding
 
     def _move(self, entry: InFlightJob, phase: Phase) -> None:
-        held_slot = entry.phase.holds_slot
-        entry.enter(phase)
+        left = entry.phase
+        held_slot = left.holds_slot
+        self._metrics.phase_seconds.labels(left).observe(entry.enter(phase))
         if held_slot and not phase.holds_slot:
             self._wake.set()  # its slot is free for the next job
 
@@ -302,6 +308,9 @@ class Workers:
             if entry.ended and self._jobs.get(entry.job.id) is entry:
                 del self._jobs[entry.job.id]
                 self._wake.set()
+                if entry.phase is Phase.RECORDING:
+                    spent = time.perf_counter() - entry.since
+                    self._metrics.phase_seconds.labels(Phase.RECORDING).observe(spent)
 
         task.add_done_callback(ended)
 

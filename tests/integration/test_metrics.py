@@ -66,6 +66,10 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     assert after[("pressroom_job_attempts_total", (("outcome", "done"),))] == 2
     assert after[("pressroom_job_attempts_total", (("outcome", "failed"),))] == 1
     assert after[("pressroom_render_duration_seconds_count", ())] == 3, "every attempt is timed"
+    phase = "pressroom_job_phase_duration_seconds_count"
+    assert after[(phase, (("phase", "preparing"),))] == 3, "every attempt left preparing"
+    assert after[(phase, (("phase", "rendering"),))] == 3, "and rendering"
+    assert after[(phase, (("phase", "storing"),))] == 2, "the two done ones stored"
     started = [after.get(("pressroom_job_starts_total", (("via", via),)), 0) for via in VIAS]
     assert sum(started) == 3, "every attempt is counted once, claimed or handed off"
     assert after[("pressroom_events_published_total", ())] >= 8
