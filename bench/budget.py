@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import statistics
 import tempfile
 from pathlib import Path
@@ -43,6 +44,8 @@ from bench.common import (
     wait_done,
 )
 from bench.profile import WAITING, record
+from bench.render import RawLoop
+from server import templates
 from server.keys import CHROMIUM
 
 NAME = "bench.budget"
@@ -152,12 +155,27 @@ def stages(raw: Path) -> dict[str, float]:
     return {name: counts[name] / total for name in [*(n for n, _ in STAGES), OTHER]}
 
 
+async def raw_round(raw: RawLoop, counters: Counters, html: list[str]) -> dict[str, float]:
+    """The floor's CPU per document by process: this process (the loop's side of the pipe),
+    its driver and its Chromium."""
+    before = counters.read()
+    rate, _ = await raw.run(html)
+    after = counters.read()
+    per = {k: (after[k] - before[k]) * 1000 / len(html) for k in ("server", "driver", "chromium")}
+    return {"pdfs_per_s": rate, **per}
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, float]] = []
-    async with (
-        database() as dsn,
-        running_app(dsn, render_slots=args.slots) as (base, app),
-    ):
+    floor: list[dict[str, float]] = []
+    html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
+    children = {p.pid for p in psutil.Process().children()}
+    async with contextlib.AsyncExitStack() as stack:
+        raw = await stack.enter_async_context(RawLoop(args.slots))
+        await raw.warm(html)
+        raw_driver = next(p for p in psutil.Process().children() if p.pid not in children)
+        dsn = await stack.enter_async_context(database())
+        base, app = await stack.enter_async_context(running_app(dsn, render_slots=args.slots))
         async with ClientSession() as session:
             bodies = [{"template": INVOICE, "data": invoice_data(n)} for n in range(4 * args.slots)]
             await wait_done(session, base, set(await submit_many(session, base, bodies, 8)))
@@ -167,8 +185,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             driver_pid = app[CHROMIUM].driver_pid
             assert driver_pid is not None, "the renderer has no driver"
             counters = Counters(backend.parent() or backend, psutil.Process(driver_pid))
+            raw_counters = Counters(backend.parent() or backend, raw_driver)
             await checkpoint(dsn)
             for _ in range(args.rounds):
+                floor.append(await raw_round(raw, raw_counters, html))
                 before, (xid0, wal0) = counters.read(), await database_position(conn)
                 result = await run_module("bench.burst", base, "--docs", str(args.docs))
                 after, (xid1, wal1) = counters.read(), await database_position(conn)
@@ -178,28 +198,36 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 per["transactions"] = (xid1 - xid0) / args.docs
                 per["wal_bytes"] = (wal1 - wal0) / args.docs
                 rounds.append(per)
+                f = floor[-1]
                 print(
-                    f"budget  {per['pdfs_per_s']:5.1f} PDF/s; CPU per job: server "
+                    f"budget  raw loop {f['pdfs_per_s']:5.1f} PDF/s; CPU per document: its "
+                    f"process {f['server']:.2f} ms, driver {f['driver']:.2f} ms, Chromium "
+                    f"{f['chromium']:.2f} ms",
+                    flush=True,
+                )
+                print(
+                    f"budget  Pressroom {per['pdfs_per_s']:5.1f} PDF/s; CPU per job: server "
                     f"{per['server']:.2f} ms, PostgreSQL {per['postgres']:.2f} ms, driver "
                     f"{per['driver']:.2f} ms, Chromium {per['chromium']:.2f} ms, client "
                     f"{per['client']:.2f} ms; {per['transactions']:.2f} writing transactions, "
                     f"{per['wal_bytes']:.0f} WAL bytes",
                     flush=True,
                 )
-            raw = Path(tempfile.mkdtemp(prefix="pressroom-budget-")) / "server.txt"
+            profiled = Path(tempfile.mkdtemp(prefix="pressroom-budget-")) / "server.txt"
             # Enough documents to sample for many seconds, since a job is a few ms of this process.
             docs = args.docs * PROFILE_ROUNDS
             burst = asyncio.create_task(run_module("bench.burst", base, "--docs", str(docs)))
             await asyncio.sleep(0.5)  # the client's start-up
-            await record(raw, "raw", docs / max(rounds[-1]["pdfs_per_s"], 1) * 0.8, gil=True)
+            await record(profiled, "raw", docs / max(rounds[-1]["pdfs_per_s"], 1) * 0.8, gil=True)
             await burst
         finally:
             await conn.close()
     median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    shares = stages(raw)
+    shares = stages(profiled)
     return {
         "median": median,
         "rounds": rounds,
+        "floor": {k: statistics.median(r[k] for r in floor) for k in floor[0]},
         "stages": {name: share * median["server"] for name, share in shares.items()},
     }
 

@@ -611,15 +611,20 @@ def _slots(count: int) -> str:
 
 
 def budget_rows(result: Result) -> list[list[str]]:
-    """CPU per job by process, then the server's share by stage."""
-    m = result["median"]
+    """CPU per job by process, Pressroom's beside the raw loop's."""
+    m, f = result["median"], result.get("floor", {})
+
+    def floor(key: str) -> str:
+        return f"{f[key]:.2f}" if key in f else "-"
+
     return [
-        ["server (Pressroom's process)", f"{m['server']:.2f}"],
-        ["PostgreSQL (postmaster and backends)", f"{m['postgres']:.2f}"],
-        ["server + PostgreSQL", f"**{m['server'] + m['postgres']:.2f}**"],
-        ["Playwright's driver", f"{m['driver']:.2f}"],
-        ["Chromium", f"{m['chromium']:.2f}"],
-        ["client (its own process)", f"{m['client']:.2f}"],
+        ["server (Pressroom's process; the raw loop's own)", f"{m['server']:.2f}", floor("server")],
+        ["PostgreSQL (postmaster and backends)", f"{m['postgres']:.2f}", "-"],
+        ["server + PostgreSQL", f"**{m['server'] + m['postgres']:.2f}**", floor("server")],
+        ["Playwright's driver", f"{m['driver']:.2f}", floor("driver")],
+        ["Chromium", f"{m['chromium']:.2f}", floor("chromium")],
+        ["client (its own process)", f"{m['client']:.2f}", "-"],
+        ["PDFs/s", f"{m['pdfs_per_s']:.1f}", floor("pdfs_per_s").replace(".00", ".0")],
     ]
 
 
