@@ -194,7 +194,7 @@ async def preview_stored(request: web.Request) -> web.Response:
     if asked.options is not None:  # the body's own options on top of the template's
         try:
             render_options = options.parse(
-                {**stored.options, **asked.options.model_dump(exclude_unset=True)}
+                options.layered(stored.options, asked.options.model_dump(exclude_unset=True))
             )
         except options.OptionsError as exc:
             raise invalid(exc.errors) from None

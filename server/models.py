@@ -33,7 +33,7 @@ from pydantic_core import PydanticCustomError
 from server import events, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
-from server.options import RenderOptions
+from server.options import RenderOptions, layered
 from server.settings import Settings
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
@@ -300,7 +300,7 @@ class JobRequest(BaseModel):
         given = data.get("options")
         if stored is None or not (given is None or isinstance(given, dict)):
             return data
-        return {**data, "options": {**stored.options, **(given or {})}}
+        return {**data, "options": layered(stored.options, given or {})}
 
     @field_validator("template_id")
     @classmethod

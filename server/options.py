@@ -512,7 +512,22 @@ def parse(raw: Any) -> RenderOptions:
 
 
 def to_json(options: RenderOptions) -> dict[str, Any]:
-    """The options as stored on the job (only what differs from the defaults)."""
+    """The options as stored on the job (only what differs from the defaults, an image's own
+    default media included: a template's stays its output's when a job changes the output)."""
     if options is _DEFAULT:
         return {}
-    return options.model_dump(exclude_defaults=True)
+    stored = options.model_dump(exclude_defaults=True)
+    if options.image and options.media == "screen":
+        del stored["media"]
+    return stored
+
+
+def layered(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """A job's own options on top of its stored template's. A job that names another output
+    leaves behind the template's options for the output it does not want (a print's margins
+    under a screenshot, a screenshot's viewport under a PDF); its own are checked as given."""
+    merged = {**base, **own}
+    if "output" not in own:
+        return merged
+    unwanted = PDF_ONLY if (own["output"] or "pdf") in IMAGES else ("screenshot",)
+    return {name: value for name, value in merged.items() if name in own or name not in unwanted}

@@ -1,14 +1,13 @@
 """What a job's files are: the document (a PDF, or an image with options.output) and, when
 asked, a PNG thumbnail of its first page; each with its content type, file extension and the
-signature its bytes must start with before they are stored."""
+signature its bytes must start with before they are stored. Imports nothing of the server: the
+option model and the client commands read it too."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
-
-from server.errors import StorageError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,9 +51,10 @@ def wants_thumbnail(options: Mapping[str, Any]) -> bool:
     return options.get("thumbnail") is not None
 
 
-def check(data: bytes, content_type: str) -> None:
-    """Refuse to store a rendered file that is not whole (a truncated render, an error page);
-    files of other types (uploads kept as they came) are not Pressroom's to judge."""
+def incomplete(data: bytes, content_type: str) -> str | None:
+    """Why a rendered file of this type is not whole (a truncated render, an error page), or
+    None; files of other types (uploads kept as they came) are not Pressroom's to judge."""
     output = _BY_TYPE.get(content_type)
     if output is not None and not output.complete(data):
-        raise StorageError(f"rendered output is not a complete {output.name.upper()} file")
+        return f"rendered output is not a complete {output.name.upper()} file"
+    return None

@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from server import outputs, signing
 from server.errors import StorageError
 from server.settings import Settings, SettingsError
+from server.storage import check_complete
 
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 30.0
@@ -81,7 +82,7 @@ class S3Storage:
     async def put(
         self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
     ) -> None:
-        outputs.check(data, content_type)
+        check_complete(data, content_type)
         object_key = self.object_key(key)
         try:
             await self._client.put_object(

@@ -28,7 +28,7 @@ class Storage(Protocol):
     async def put(
         self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
     ) -> None:
-        """Store `data`; a rendered file (a PDF, an image) must be whole (outputs.check)."""
+        """Store `data`; a rendered file (a PDF, an image) must be whole (check_complete)."""
         ...
 
     async def get(self, key: str) -> bytes: ...
@@ -55,6 +55,12 @@ class Storage(Protocol):
     async def check(self) -> None:
         """Raise StorageError when the store cannot be written (readiness)."""
         ...
+
+
+def check_complete(data: bytes, content_type: str) -> None:
+    """Refuse to store a rendered file that is not whole (outputs.incomplete)."""
+    if (why := outputs.incomplete(data, content_type)) is not None:
+        raise StorageError(why)
 
 
 class LocalStorage:
@@ -88,7 +94,7 @@ class LocalStorage:
     async def put(
         self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
     ) -> None:
-        outputs.check(data, content_type)
+        check_complete(data, content_type)
         path = self._path(key)
         try:
             await self._run(_atomic_write, path, data)
