@@ -185,16 +185,6 @@ Keywords = Annotated[
 ]
 
 
-def _together(one: str, other: str) -> dict[str, Any]:
-    """Given `one` (not null), `other` is given too."""
-    return {
-        "anyOf": [
-            {"properties": {one: {"type": "null"}}},
-            {"required": [other], "properties": {other: {"not": {"type": "null"}}}},
-        ]
-    }
-
-
 def _null(name: str) -> dict[str, Any]:
     """`name` is absent or null."""
     return {"properties": {name: {"type": "null"}}}
@@ -223,20 +213,24 @@ def _options_schema(schema: dict[str, Any]) -> None:
     go with a PDF and screenshot with an image, whose quality and transparency need a format
     that has them (see _for_pdf and _for_image)."""
     _nullable(schema)
-    pdf = {"properties": {"output": {"anyOf": [{"type": "null"}, {"const": "pdf"}]}}}
-    depends: dict[str, Any] = {name: {"anyOf": [_null(name), pdf]} for name in PDF_ONLY}
-    for one, other in (("width", "height"), ("height", "width")):
-        depends[one] = {"allOf": [_together(one, other), depends[one]]}
-    quality = {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in("jpeg", "webp")]}
-    transparent = {
-        "anyOf": [
-            _screenshot_has("omit_background", {"anyOf": [{"type": "null"}, {"const": False}]}),
-            _output_in("png", "webp"),
-        ]
+    pdf = {"output": {"anyOf": [{"type": "null"}, {"const": "pdf"}]}}
+    depends: dict[str, Any] = {
+        name: {"anyOf": [_null(name), {"properties": pdf}]} for name in PDF_ONLY
     }
-    image = {"allOf": [_output_in(*IMAGES), quality, transparent]}
-    depends["screenshot"] = {"anyOf": [_null("screenshot"), image]}
+    for one, other in (("width", "height"), ("height", "width")):
+        given = {"required": [other], "properties": {other: {"not": {"type": "null"}}, **pdf}}
+        depends[one] = {"anyOf": [_null(one), given]}
+    depends["screenshot"] = {"anyOf": [_null("screenshot"), _output_in(*IMAGES)]}
     schema["dependentSchemas"] = depends
+    schema["allOf"] = [
+        {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in("jpeg", "webp")]},
+        {
+            "anyOf": [
+                _screenshot_has("omit_background", {"anyOf": [{"type": "null"}, {"const": False}]}),
+                _output_in("png", "webp"),
+            ]
+        },
+    ]
 
 
 def _screenshot_schema(schema: dict[str, Any]) -> None:
