@@ -2,9 +2,10 @@
 a PNG thumbnail of a PDF's first page.
 
 Screenshots are taken with Chromium's own Page.captureScreenshot over a CDP session rather than
-Playwright's page.screenshot(), which knows PNG and JPEG only and cannot scale: the one call
-writes all three formats, WebP included, and its clip's scale renders at that resolution (as a
-device scale factor would, on the reused page of a slot). docs/performance.md has the figures.
+Playwright's page.screenshot(), which knows PNG and JPEG only and scales by its context's device
+factor alone: the one call writes all three formats, WebP included, and its clip's scale renders
+at that resolution (as a device scale factor would) on a slot's reused page.
+docs/performance-notes.md has the figures.
 
 A thumbnail is page 1 of the PDF as printed, rasterised by PDFium (pypdfium2, Chromium's own
 PDF engine) and written by Pillow, in a thread: a screenshot of the page would show the screen
