@@ -43,6 +43,8 @@ SCREENSHOT_MIN_SIDE, SCREENSHOT_MAX_SIDE = 16, 4096
 SCREENSHOT_WIDTH, SCREENSHOT_HEIGHT = 1280, 720
 SCREENSHOT_MAX_SCALE = 4.0
 THUMBNAIL_MIN_WIDTH, THUMBNAIL_MAX_WIDTH = 16, 2000
+# The image formats that have a compression quality, and those that have transparency.
+WITH_QUALITY, WITH_ALPHA = ("jpeg", "webp"), ("png", "webp")
 #: Options that only a printed PDF has: refused beside an image output.
 PDF_ONLY = (
     "format",
@@ -121,6 +123,12 @@ def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _output(value: Any) -> Any:
+    if not isinstance(value, str) or value not in OUTPUTS:
+        raise ValueError(f"must be one of {', '.join(OUTPUTS)}")
+    return value
+
+
 def _keywords(value: Any) -> Any:
     if isinstance(value, list) and all(isinstance(word, str) for word in value):
         return ", ".join(value)
@@ -165,6 +173,9 @@ PageRanges = Annotated[
     WithJsonSchema({"type": "string", "pattern": PAGE_RANGES_PATTERN}),
 ]
 Text = Annotated[str, Field(max_length=MAX_TEXT_OPTION)]
+OutputName = Annotated[
+    str, BeforeValidator(_output), WithJsonSchema({"type": "string", "enum": list(OUTPUTS)})
+]
 # After the bounds, so that they stay JSON Schema keywords.
 Side = Annotated[
     int, Field(ge=SCREENSHOT_MIN_SIDE, le=SCREENSHOT_MAX_SIDE), BeforeValidator(_integral)
@@ -223,11 +234,11 @@ def _options_schema(schema: dict[str, Any]) -> None:
     depends["screenshot"] = {"anyOf": [_null("screenshot"), _output_in(*IMAGES)]}
     schema["dependentSchemas"] = depends
     schema["allOf"] = [
-        {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in("jpeg", "webp")]},
+        {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in(*WITH_QUALITY)]},
         {
             "anyOf": [
                 _screenshot_has("omit_background", {"anyOf": [{"type": "null"}, {"const": False}]}),
-                _output_in("png", "webp"),
+                _output_in(*WITH_ALPHA),
             ]
         },
     ]
@@ -311,7 +322,7 @@ class RenderOptions(BaseModel):
     )
 
     # First: the checks of the fields after it read it.
-    output: Literal["pdf", "png", "jpeg", "webp"] = Field(
+    output: OutputName = Field(
         default="pdf", description="A PDF, or a screenshot of the page as png, jpeg or webp."
     )
     screenshot: Screenshot | None = Field(
@@ -377,23 +388,25 @@ class RenderOptions(BaseModel):
     @field_validator(*PDF_ONLY)
     @classmethod
     def _for_pdf(cls, value: Any, info: ValidationInfo) -> Any:
-        output = info.data.get("output", "pdf")
-        if value is not None and output != "pdf":
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if value is not None and output not in (None, "pdf"):
             raise ValueError(f"applies to a PDF only, and output is {output}")
         return value
 
     @field_validator("screenshot")
     @classmethod
     def _for_image(cls, shot: Screenshot | None, info: ValidationInfo) -> Screenshot | None:
-        output = info.data.get("output", "pdf")
-        if shot is None or output not in OUTPUTS:
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if shot is None or output is None:
             return shot
         if output == "pdf":
-            raise ValueError("applies to an image only: set output to png, jpeg or webp")
-        if shot.quality is not None and output not in ("jpeg", "webp"):
-            raise ValueError(f"quality applies to jpeg and webp only, and output is {output}")
-        if shot.omit_background and output == "jpeg":
-            raise ValueError("omit_background needs png or webp: jpeg has no transparency")
+            raise ValueError(f"applies to an image only: set output to {' or '.join(IMAGES)}")
+        if shot.quality is not None and output not in WITH_QUALITY:
+            formats = " and ".join(WITH_QUALITY)
+            raise ValueError(f"quality applies to {formats} only, and output is {output}")
+        if shot.omit_background and output not in WITH_ALPHA:
+            formats = " or ".join(WITH_ALPHA)
+            raise ValueError(f"omit_background needs {formats}: {output} has no transparency")
         return shot
 
     @field_validator("width")

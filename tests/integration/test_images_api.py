@@ -102,3 +102,12 @@ async def test_a_thumbnail_is_the_first_page_n_pixels_wide_behind_its_own_signed
     async with api.http.get(api.url("/v1/jobs")) as resp:
         [listed] = (await resp.json())["items"]
     assert URL(listed["thumbnail_url"]).path == URL(job["thumbnail_url"]).path
+
+
+async def test_a_preview_of_an_image_output_is_the_image(api: RunningApp) -> None:
+    body = {"html": HTML, "data": {"name": "Bo"}, "options": {"output": "jpeg"}}
+    async with api.http.post(api.url("/v1/templates/preview"), json=body) as resp:
+        assert resp.status == 200 and resp.content_type == "image/jpeg"
+        assert resp.headers["Content-Disposition"] == 'inline; filename="preview.jpg"'
+        assert "Pressroom-Pages" not in resp.headers
+        assert (await resp.read()).startswith(b"\xff\xd8\xff")
