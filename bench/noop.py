@@ -52,7 +52,7 @@ class NoopRenderer:
         on_print: Callable[[], None] | None = None,
     ) -> RenderResult:
         self.rendered += 1
-        return RenderResult(pdf=PDF, pages=1, warnings=[])
+        return RenderResult(data=PDF, pages=1, warnings=[])
 
     async def check(self) -> None:
         return None

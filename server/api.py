@@ -14,6 +14,7 @@ from aiohttp import web
 from server import (
     admission,
     auth,
+    downloads,
     jobs,
     library,
     options,
@@ -76,39 +77,18 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
     )
 
 
-def links(request: web.Request | None, job_id: str) -> dict[str, str]:
-    return {
-        "self": f"/v1/jobs/{job_id}",
-        "events": f"/v1/jobs/{job_id}/events",
-        "pdf": f"/v1/jobs/{job_id}/pdf",
-    }
-
-
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
-    """The job as clients see it: links, and a signed download URL once it is done."""
+    """The job as clients see it: links, and signed download URLs once it is done."""
     return await present_job(request.app, job, tenant, auth.key_id_of(request))
 
 
 async def present_job(
     app: web.Application, job: dict[str, Any], tenant: str, minted_by: int
 ) -> dict[str, Any]:
-    """`present` without a request (Socket.IO). A local download URL is made absolute with
-    PRESSROOM_PUBLIC_URL, never with the request's Host, which the client chooses, and names
-    the key `minted_by` (it stops working when that key is revoked)."""
-    shown = dict(job)
-    shown["links"] = links(None, job["id"])
-    if job["status"] == JobState.DONE:
-        settings = app[SETTINGS]
-        key = jobs.object_key(tenant, job["id"], job["attempts"])
-        url = await app[STORAGE].url(
-            key,
-            job_id=job["id"],
-            filename=f"{job['id']}.pdf",
-            ttl_s=settings.url_ttl_s,
-            minted_by=minted_by,
-        )
-        shown["url"] = settings.public_base_url + url if url.startswith("/") else url
-    return shown
+    """`present` without a request (Socket.IO); its URLs name the key `minted_by`."""
+    return await downloads.present(
+        job, tenant, storage=app[STORAGE], settings=app[SETTINGS], minted_by=minted_by
+    )
 
 
 @routes.post("/v1/jobs")
@@ -310,7 +290,19 @@ async def retry(request: web.Request) -> web.Response:
 
 @routes.get("/v1/jobs/{job_id}/pdf")
 async def download(request: web.Request) -> web.StreamResponse:
-    """The PDF: with a signed link (no credentials needed) or as the job's tenant."""
+    """The job's document (its PDF or image): with a signed link or as the job's tenant."""
+    return await _serve(request, signing.DOCUMENT)
+
+
+@routes.get("/v1/jobs/{job_id}/thumbnail")
+async def download_thumbnail(request: web.Request) -> web.StreamResponse:
+    """The PNG of the PDF's first page, for a job that asked for one (options.thumbnail)."""
+    return await _serve(request, signing.THUMBNAIL)
+
+
+async def _serve(request: web.Request, route: str) -> web.StreamResponse:
+    """One file of a job, by its route: with a link signed for that route (no credentials
+    needed) or as the job's tenant."""
     settings = request.app[SETTINGS]
     storage = request.app[STORAGE]
     job_id = parse_job_id(request)
@@ -321,6 +313,7 @@ async def download(request: web.Request) -> web.StreamResponse:
             request.query.get("expires", ""),
             request.query.get("key", ""),
             request.query.get("sig", ""),
+            route=route,
         )
         if minted_by is None:
             raise Problem(
@@ -340,29 +333,38 @@ async def download(request: web.Request) -> web.StreamResponse:
     stored = await jobs.get(request.app[POOL], job_id, tenant)
     if stored is None:
         raise not_found()
+    job = stored.job
+    files = jobs.job_files(tenant, job["id"], job["attempts"], job["options"])
+    file = next((file for file in files if file.route == route), None)
+    if file is None:
+        raise Problem(
+            404, "Not Found", "The job has no thumbnail: it asked for none (options.thumbnail)."
+        )
     if stored.status != JobState.DONE or stored.object_key is None:
         raise Problem(
-            409, "Conflict", f"The job is {stored.status}; the PDF exists once it is done."
+            409, "Conflict", f"The job is {stored.status}; its files exist once it is done."
         )
-    filename = f"{job_id}.pdf"
     if storage.redirects:
         url = await storage.url(
-            stored.object_key,
+            stored.object_key if route == signing.DOCUMENT else file.key,
             job_id=str(job_id),
-            filename=filename,
+            filename=file.filename,
             ttl_s=settings.url_ttl_s,
             minted_by=auth.key_id_of(request),
+            content_type=file.output.content_type,
+            route=route,
         )
         raise web.HTTPFound(url)
     try:
-        data = await storage.get(stored.object_key)
+        # The row names the document it recorded done; a thumbnail lies beside it.
+        data = await storage.get(stored.object_key if route == signing.DOCUMENT else file.key)
     except FileNotFoundError:
         raise Problem(410, "Gone", "The file has been deleted (retention).") from None
     return web.Response(
         body=data,
-        content_type="application/pdf",
+        content_type=file.output.content_type,
         headers={
-            "Content-Disposition": f'inline; filename="{filename}"',
+            "Content-Disposition": f'inline; filename="{file.filename}"',
             "Cache-Control": "private, max-age=60",
         },
     )

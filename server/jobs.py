@@ -13,6 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 
+from server import outputs, signing
 from server.sql import query
 
 JsonDict = dict[str, Any]
@@ -52,10 +53,50 @@ class NewJob:
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
 
 
-def object_key(tenant: str, job_id: uuid.UUID | str, attempt: int) -> str:
-    """Where an attempt's PDF is stored. One key per attempt: a late result of an abandoned
-    attempt can then be deleted without touching the file of the attempt that won."""
-    return f"{tenant}/{job_id}/{attempt}.pdf"
+def object_key(
+    tenant: str, job_id: uuid.UUID | str, attempt: int, output: outputs.Output = outputs.PDF
+) -> str:
+    """Where an attempt's file (its PDF or image) is stored. One key per attempt: a late result
+    of an abandoned attempt can then be deleted without touching the file of the attempt that
+    won."""
+    return f"{tenant}/{job_id}/{attempt}.{output.extension}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFile:
+    """One file an attempt of a job stores: where, and how it is downloaded."""
+
+    key: str
+    filename: str
+    output: outputs.Output
+    route: str  # its download route under /v1/jobs/{id}/ (signing.DOCUMENT or THUMBNAIL)
+
+
+def job_files(
+    tenant: str, job_id: uuid.UUID | str, attempt: int, options: JsonDict
+) -> list[JobFile]:
+    """The files an attempt of a job with these stored options writes: its document (the PDF
+    or the image), then the thumbnail of its first page when the options ask for one."""
+    output = outputs.of(options)
+    files = [
+        JobFile(
+            object_key(tenant, job_id, attempt, output),
+            f"{job_id}.{output.extension}",
+            output,
+            signing.DOCUMENT,
+        )
+    ]
+    if outputs.wants_thumbnail(options):
+        thumbnail = outputs.THUMBNAIL
+        files.append(
+            JobFile(
+                f"{tenant}/{job_id}/{attempt}-thumbnail.{thumbnail.extension}",
+                f"{job_id}-thumbnail.{thumbnail.extension}",
+                thumbnail,
+                signing.THUMBNAIL,
+            )
+        )
+    return files
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,7 +113,11 @@ class ClaimedJob:
 
     @property
     def object_key(self) -> str:
-        return object_key(self.tenant, self.id, self.attempt)
+        return object_key(self.tenant, self.id, self.attempt, outputs.of(self.options))
+
+    def files(self, attempt: int | None = None) -> list[JobFile]:
+        """The files this attempt (or another attempt of the job) writes."""
+        return job_files(self.tenant, self.id, attempt or self.attempt, self.options)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,7 +247,7 @@ async def finish_done(
     *,
     worker_id: str,
     size_bytes: int,
-    pages: int,
+    pages: int | None,
     warnings: list[str],
 ) -> bool:
     """Mark the attempt done; False when the job is no longer this attempt's (cancelled,
@@ -420,7 +465,7 @@ class Done:
 
     job: ClaimedJob
     size_bytes: int
-    pages: int
+    pages: int | None  # None for an image
     warnings: list[str]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import options, templates
+from server import options, outputs, templates
 from server.errors import PermanentError, RenderError
 from server.http_common import (
     checks,
@@ -194,12 +194,12 @@ async def preview_stored(request: web.Request) -> web.Response:
     if asked.options is not None:  # the body's own options on top of the template's
         try:
             render_options = options.parse(
-                {**stored.options, **asked.options.model_dump(exclude_unset=True)}
+                options.layered(stored.options, asked.options.model_dump(exclude_unset=True))
             )
         except options.OptionsError as exc:
             raise invalid(exc.errors) from None
-    filename = f"{stored.name}-v{stored.version}-preview.pdf"
-    return await _preview(request, stored.html, data, render_options, filename)
+    name = f"{stored.name}-v{stored.version}-preview"
+    return await _preview(request, stored.html, data, render_options, name)
 
 
 @routes.post("/v1/templates/preview")
@@ -210,7 +210,7 @@ async def preview_inline(request: web.Request) -> web.Response:
         await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
     asked = validated(InlinePreviewRequest, body, checks(request))
     render_options = asked.options or options.parse(None)
-    return await _preview(request, asked.html, asked.data, render_options, "preview.pdf")
+    return await _preview(request, asked.html, asked.data, render_options, "preview")
 
 
 async def _preview(
@@ -218,9 +218,10 @@ async def _preview(
     html: str,
     data: dict[str, Any],
     render_options: options.RenderOptions,
-    filename: str,
+    name: str,
 ) -> web.Response:
-    """Template + data → PDF through this process's renderer, within the render time limit."""
+    """Template + data → PDF (or the image options.output asks for) through this process's
+    renderer, within the render time limit; the file is called `name` and its extension."""
     app = request.app
     settings = app[SETTINGS]
     if RENDERER not in app:
@@ -249,22 +250,21 @@ async def _preview(
         raise _try_again(str(exc) or f"the preview took longer than {timeout_s:g} s") from None
     finally:
         previews.release()
-    if result.pages > settings.max_pages:
+    if result.pages is not None and result.pages > settings.max_pages:
         raise Problem(
             422,
             "Cannot render",
             f"the PDF has more than {settings.max_pages} pages, the limit",
             kind="render-failed",
         )
-    return web.Response(
-        body=result.pdf,
-        content_type="application/pdf",
-        headers={
-            "Content-Disposition": f'inline; filename="{filename}"',
-            "Cache-Control": "no-store",
-            "Pressroom-Pages": str(result.pages),
-        },
-    )
+    output = outputs.OUTPUTS[render_options.output]
+    headers = {
+        "Content-Disposition": f'inline; filename="{name}.{output.extension}"',
+        "Cache-Control": "no-store",
+    }
+    if result.pages is not None:
+        headers["Pressroom-Pages"] = str(result.pages)
+    return web.Response(body=result.data, content_type=output.content_type, headers=headers)
 
 
 def _try_again(detail: str) -> Problem:

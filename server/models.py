@@ -33,7 +33,7 @@ from pydantic_core import PydanticCustomError
 from server import events, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
-from server.options import RenderOptions
+from server.options import RenderOptions, layered
 from server.settings import Settings
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
@@ -300,7 +300,7 @@ class JobRequest(BaseModel):
         given = data.get("options")
         if stored is None or not (given is None or isinstance(given, dict)):
             return data
-        return {**data, "options": {**stored.options, **(given or {})}}
+        return {**data, "options": layered(stored.options, given or {})}
 
     @field_validator("template_id")
     @classmethod
@@ -520,7 +520,10 @@ class JobLinks(BaseModel):
         description="The job's SSE stream; for requests made with an API key it carries a "
         "subscription token for this job (?token=)."
     )
-    pdf: str = Field(description="The PDF, once done.")
+    pdf: str = Field(description="The job's file once done: the PDF, or the image (output).")
+    thumbnail: str | None = Field(
+        None, description="The PNG of the PDF's first page, once done (options.thumbnail)."
+    )
 
 
 class WebhookDelivery(BaseModel):
@@ -550,8 +553,8 @@ class Job(BaseModel):
     options: dict[str, Any] = Field(description="The render options that differ from defaults.")
     metadata: dict[str, Any] = Field(description="As submitted.")
     webhook_url: str | None = Field(description="Where its events are POSTed.")
-    pages: int | None = Field(description="Pages of the PDF, once done.")
-    bytes: int | None = Field(description="Size of the PDF, once done.")
+    pages: int | None = Field(description="Pages of the PDF, once done; null for an image.")
+    bytes: int | None = Field(description="Size of the file (PDF or image), once done.")
     run_after: dt.datetime = Field(description="Not claimed before this time.")
     created_at: dt.datetime = Field(description="Submitted at.")
     updated_at: dt.datetime = Field(description="Last changed at.")
@@ -559,6 +562,9 @@ class Job(BaseModel):
     finished_at: dt.datetime | None = Field(description="Finished at.")
     links: JobLinks = Field(description="What can be done with it.")
     url: str | None = Field(None, description="Signed, expiring download URL (once done).")
+    thumbnail_url: str | None = Field(
+        None, description="Signed, expiring URL of the thumbnail (once done, if asked for)."
+    )
     webhooks: list[WebhookDelivery] | None = Field(
         None, description="Webhook deliveries (GET /v1/jobs/{job_id} only)."
     )

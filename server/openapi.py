@@ -12,12 +12,13 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from server import admission, events
+from server import admission, events, outputs
 from server import models as m
 from server.options import RenderOptions
 
 JsonSchema = dict[str, Any]
-Body = type[BaseModel] | str | None  # a model, a media type (its bytes), or no body
+# A model, a media type (its bytes) or several (one of them), or no body.
+Body = type[BaseModel] | str | tuple[str, ...] | None
 PROBLEM = "application/problem+json"
 REF = "#/components/schemas/{model}"
 
@@ -104,7 +105,9 @@ PREVIEW_ERRORS = {
 HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
 NO_JOB = {"404": "No such job (or another tenant's)."}
 BAD_QUERY = {"422": "A query parameter is not valid (see errors)."}
-PDF = "application/pdf"
+PDF = outputs.PDF.content_type
+# A job's document, or a preview: a PDF, or the image options.output asks for.
+DOCUMENT = (PDF, *(outputs.OUTPUTS[name].content_type for name in outputs.IMAGES))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,9 +149,21 @@ OPERATIONS = (
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
        {"202": ("Queued again.", m.Job)}, {**NO_JOB, "409": "The job has not failed."}),
     Op("get", "/v1/jobs/{job_id}/pdf",
-       "Download the PDF (with an API key, or with the signed url of the job)", "jobs",
-       {"200": ("The PDF.", PDF), "302": ("Redirect to a presigned S3 URL.", None)},
+       "Download the job's file: the PDF, or its image (with an API key, or with the signed "
+       "url of the job)", "jobs",
+       {"200": ("The PDF, or the image options.output asked for.", DOCUMENT),
+        "302": ("Redirect to a presigned S3 URL.", None)},
        {**NO_JOB, "401": "The signed link was minted for an API key since revoked.",
+        "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
+        "410": "The file was deleted (retention)."},
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+    Op("get", "/v1/jobs/{job_id}/thumbnail",
+       "Download the PNG of the PDF's first page (with an API key, or with the signed "
+       "thumbnail_url of the job)", "jobs",
+       {"200": ("The thumbnail.", outputs.THUMBNAIL.content_type),
+        "302": ("Redirect to a presigned S3 URL.", None)},
+       {"404": "No such job (or another tenant's), or the job asked for no thumbnail.",
+        "401": "The signed link was minted for an API key since revoked.",
         "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
         "410": "The file was deleted (retention)."},
        parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
@@ -175,14 +190,16 @@ OPERATIONS = (
     Op("get", "/v1/templates", "The latest version of each template, by name", "templates",
        {"200": ("A page.", m.TemplateList)}, BAD_QUERY, query=m.TemplateListQuery),
     Op("post", "/v1/templates/preview", "Render template html to PDF now, without storing it",
-       "templates", {"200": ("The PDF (header Pressroom-Pages: its pages).", PDF)},
+       "templates", {"200": ("The PDF (header Pressroom-Pages: its pages), or the image "
+                             "options.output asks for.", DOCUMENT)},
        PREVIEW_ERRORS, body=m.InlinePreviewRequest),
     Op("get", "/v1/templates/{template_id}", "A stored template (latest, or name@version) "
        "and its versions", "templates", {"200": ("The template.", m.Template)},
        {"404": "No such template."}),
     Op("post", "/v1/templates/{template_id}/preview", "Render a stored template with its "
        "sample data (or data given) to PDF now", "templates",
-       {"200": ("The PDF (header Pressroom-Pages: its pages).", PDF)},
+       {"200": ("The PDF (header Pressroom-Pages: its pages), or the image options.output "
+                "asks for.", DOCUMENT)},
        {**PREVIEW_ERRORS, "404": "No such template."}, body=m.PreviewRequest,
        body_required=False),
     Op("get", "/v1/openapi.json", "This document", "meta",
@@ -232,6 +249,8 @@ def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSch
         response["content"] = _content("application/json", _ref(body))
     elif body == "application/json":
         response["content"] = _content(body, {"type": "object"})
+    elif isinstance(body, tuple):
+        response["content"] = {media: {"schema": {"type": "string"}} for media in body}
     elif body is not None:
         response["content"] = _content(body, {"type": "string"})
     if headers:

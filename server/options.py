@@ -1,5 +1,9 @@
 """Render options: the pydantic model a submission is validated with, stored as JSON on the
-job and read back by the renderer, and what each option means to Chromium."""
+job and read back by the renderer, and what each option means to Chromium.
+
+A job prints a PDF (the default) or, with `output`, takes a PNG, JPEG or WebP screenshot of
+the page (`screenshot` says how). Options that only mean something to a printed PDF are
+refused beside an image output, and the image's own beside a PDF, each naming its field."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pydantic import (
 )
 
 from server.fields import field_errors
+from server.outputs import IMAGES, OUTPUTS
 
 PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
 LENGTH_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?(px|in|cm|mm)?\s*$"
@@ -32,6 +37,33 @@ HEADER_FOOTER_MARGIN = "15mm"
 _LENGTH = re.compile(LENGTH_PATTERN)
 _PAGE_RANGES = re.compile(PAGE_RANGES_PATTERN)
 _LENGTH_HINT = "must be a length such as 210mm, 8.5in or 800px"
+# A screenshot's viewport (CSS pixels) and scale (device pixels per CSS pixel); Playwright's
+# own default viewport, 1280x720, unless the job says otherwise.
+SCREENSHOT_MIN_SIDE, SCREENSHOT_MAX_SIDE = 16, 4096
+SCREENSHOT_WIDTH, SCREENSHOT_HEIGHT = 1280, 720
+SCREENSHOT_MAX_SCALE = 4.0
+THUMBNAIL_MIN_WIDTH, THUMBNAIL_MAX_WIDTH = 16, 2000
+# The image formats that have a compression quality, and those that have transparency.
+WITH_QUALITY, WITH_ALPHA = ("jpeg", "webp"), ("png", "webp")
+#: Options that only a printed PDF has: refused beside an image output.
+PDF_ONLY = (
+    "format",
+    "landscape",
+    "margin",
+    "scale",
+    "print_background",
+    "page_ranges",
+    "prefer_css_page_size",
+    "header_html",
+    "footer_html",
+    "title",
+    "author",
+    "subject",
+    "keywords",
+    "thumbnail",
+    "height",
+    "width",
+)
 
 
 class OptionsError(ValueError):
@@ -86,6 +118,17 @@ def _scale(value: Any) -> Any:
     return float(value)
 
 
+def _integral(value: Any) -> Any:
+    # JSON Schema counts 800.0 as an integer; so do the options.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _output(value: Any) -> Any:
+    if not isinstance(value, str) or value not in OUTPUTS:
+        raise ValueError(f"must be one of {', '.join(OUTPUTS)}")
+    return value
+
+
 def _keywords(value: Any) -> Any:
     if isinstance(value, list) and all(isinstance(word, str) for word in value):
         return ", ".join(value)
@@ -130,6 +173,13 @@ PageRanges = Annotated[
     WithJsonSchema({"type": "string", "pattern": PAGE_RANGES_PATTERN}),
 ]
 Text = Annotated[str, Field(max_length=MAX_TEXT_OPTION)]
+OutputName = Annotated[
+    str, BeforeValidator(_output), WithJsonSchema({"type": "string", "enum": list(OUTPUTS)})
+]
+# After the bounds, so that they stay JSON Schema keywords.
+Side = Annotated[
+    int, Field(ge=SCREENSHOT_MIN_SIDE, le=SCREENSHOT_MAX_SIDE), BeforeValidator(_integral)
+]
 Info = Annotated[str, Field(max_length=MAX_METADATA_CHARS)]
 Keywords = Annotated[
     str,
@@ -146,23 +196,22 @@ Keywords = Annotated[
 ]
 
 
-def _together(one: str, other: str) -> dict[str, Any]:
-    """Given `one` (not null), `other` is given too."""
-    return {
-        "anyOf": [
-            {"properties": {one: {"type": "null"}}},
-            {"required": [other], "properties": {other: {"not": {"type": "null"}}}},
-        ]
-    }
+def _null(name: str) -> dict[str, Any]:
+    """`name` is absent or null."""
+    return {"properties": {name: {"type": "null"}}}
 
 
-def _null_means_default(schema: dict[str, Any]) -> None:
-    """Every option may be sent as null, which leaves it at its default (see _drop_nulls);
-    width and height go together (see _with_height)."""
-    schema["dependentSchemas"] = {
-        "width": _together("width", "height"),
-        "height": _together("height", "width"),
-    }
+def _screenshot_has(field: str, absent: dict[str, Any]) -> dict[str, Any]:
+    """The screenshot's `field` is absent, or matches `absent` (its value that asks nothing)."""
+    return {"properties": {"screenshot": {"properties": {field: absent}}}}
+
+
+def _output_in(*names: str) -> dict[str, Any]:
+    return {"required": ["output"], "properties": {"output": {"enum": list(names)}}}
+
+
+def _nullable(schema: dict[str, Any]) -> None:
+    """Every field may be sent as null, which leaves it at its default (see _drop_nulls)."""
     for name, prop in schema["properties"].items():
         if {"type": "null"} in prop.get("anyOf", ()):
             continue
@@ -170,13 +219,118 @@ def _null_means_default(schema: dict[str, Any]) -> None:
         schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **described}
 
 
+def _options_schema(schema: dict[str, Any]) -> None:
+    """Null means the default; width and height go together (see _with_height); PDF options
+    go with a PDF and screenshot with an image, whose quality and transparency need a format
+    that has them (see _for_pdf and _for_image)."""
+    _nullable(schema)
+    pdf = {"output": {"anyOf": [{"type": "null"}, {"const": "pdf"}]}}
+    depends: dict[str, Any] = {
+        name: {"anyOf": [_null(name), {"properties": pdf}]} for name in PDF_ONLY
+    }
+    for one, other in (("width", "height"), ("height", "width")):
+        given = {"required": [other], "properties": {other: {"not": {"type": "null"}}, **pdf}}
+        depends[one] = {"anyOf": [_null(one), given]}
+    depends["screenshot"] = {"anyOf": [_null("screenshot"), _output_in(*IMAGES)]}
+    schema["dependentSchemas"] = depends
+    schema["allOf"] = [
+        {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in(*WITH_QUALITY)]},
+        {
+            "anyOf": [
+                _screenshot_has("omit_background", {"anyOf": [{"type": "null"}, {"const": False}]}),
+                _output_in(*WITH_ALPHA),
+            ]
+        },
+    ]
+
+
+def _screenshot_schema(schema: dict[str, Any]) -> None:
+    """Null means the default; a selector or the full page, not both (see _not_both)."""
+    _nullable(schema)
+    not_full = {"properties": {"full_page": {"anyOf": [{"type": "null"}, {"const": False}]}}}
+    schema["dependentSchemas"] = {"selector": {"anyOf": [_null("selector"), not_full]}}
+
+
+def _drop_null_fields(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: value for key, value in data.items() if value is not None}
+    return data
+
+
+class Screenshot(BaseModel):
+    """How an image output is taken: the viewport, what part of the page, at what scale."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_screenshot_schema
+    )
+
+    full_page: bool = Field(
+        default=False, description="The whole scrollable page, not only the viewport."
+    )
+    width: Side = Field(default=SCREENSHOT_WIDTH, description="Viewport width in CSS pixels.")
+    height: Side = Field(default=SCREENSHOT_HEIGHT, description="Viewport height in CSS pixels.")
+    scale: Annotated[float, Field(ge=0.1, le=SCREENSHOT_MAX_SCALE)] = Field(
+        default=1.0, description="Image pixels per CSS pixel (2 for a sharp, retina image)."
+    )
+    quality: Annotated[int, Field(ge=0, le=100), BeforeValidator(_integral)] | None = Field(
+        default=None, description="Compression quality, jpeg and webp only (Chromium's default)."
+    )
+    omit_background: bool = Field(
+        default=False,
+        description="A transparent background where the page sets none (png and webp only).",
+    )
+    # Last: its check reads full_page.
+    selector: Annotated[Text, Field(min_length=1)] | None = Field(
+        default=None, description="Only the first element this CSS selector matches."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        return _drop_null_fields(data)
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    @field_validator("selector")
+    @classmethod
+    def _not_both(cls, selector: str | None, info: ValidationInfo) -> str | None:
+        if selector is not None and info.data.get("full_page"):
+            raise ValueError("give either selector or full_page, not both")
+        return selector
+
+
+class Thumbnail(BaseModel):
+    """A PNG of the PDF's first page, stored beside it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    width: Annotated[
+        int, Field(ge=THUMBNAIL_MIN_WIDTH, le=THUMBNAIL_MAX_WIDTH), BeforeValidator(_integral)
+    ] = Field(description="Its width in pixels; the height follows the page's proportions.")
+
+
 class RenderOptions(BaseModel):
     """How the page is printed; every field is optional."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, json_schema_extra=_null_means_default
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_options_schema
     )
 
+    # First: the checks of the fields after it read it.
+    output: OutputName = Field(
+        default="pdf", description="A PDF, or a screenshot of the page as png, jpeg or webp."
+    )
+    screenshot: Screenshot | None = Field(
+        default=None, description="How an image output is taken (image outputs only)."
+    )
+    thumbnail: Thumbnail | None = Field(
+        default=None, description="Also store a PNG of the PDF's first page (PDF only)."
+    )
     format: PaperFormat = Field(
         default="A4", description="Paper size, unless width and height are set."
     )
@@ -199,7 +353,7 @@ class RenderOptions(BaseModel):
         default=None, description="HTML printed at the bottom of each page."
     )
     media: Literal["print", "screen"] = Field(
-        default="print", description="CSS media type to emulate."
+        default="print", description="CSS media type to emulate (an image's default: screen)."
     )
     wait_for_selector: Text | None = Field(
         default=None, description="Print once this selector exists."
@@ -225,9 +379,35 @@ class RenderOptions(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_nulls(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
+        data = _drop_null_fields(data)
+        # A screenshot shows the page as a screen does, unless the job asks for print.
+        if isinstance(data, dict) and data.get("output") in IMAGES and "media" not in data:
+            data = {**data, "media": "screen"}
         return data
+
+    @field_validator(*PDF_ONLY)
+    @classmethod
+    def _for_pdf(cls, value: Any, info: ValidationInfo) -> Any:
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if value is not None and output not in (None, "pdf"):
+            raise ValueError(f"applies to a PDF only, and output is {output}")
+        return value
+
+    @field_validator("screenshot")
+    @classmethod
+    def _for_image(cls, shot: Screenshot | None, info: ValidationInfo) -> Screenshot | None:
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if shot is None or output is None:
+            return shot
+        if output == "pdf":
+            raise ValueError(f"applies to an image only: set output to {' or '.join(IMAGES)}")
+        if shot.quality is not None and output not in WITH_QUALITY:
+            formats = " and ".join(WITH_QUALITY)
+            raise ValueError(f"quality applies to {formats} only, and output is {output}")
+        if shot.omit_background and output not in WITH_ALPHA:
+            formats = " or ".join(WITH_ALPHA)
+            raise ValueError(f"omit_background needs {formats}: {output} has no transparency")
+        return shot
 
     @field_validator("width")
     @classmethod
@@ -235,6 +415,15 @@ class RenderOptions(BaseModel):
         if (width is None) != (info.data.get("height") is None):
             raise ValueError("width and height go together")
         return width
+
+    @property
+    def image(self) -> bool:
+        """Whether the output is a screenshot rather than a PDF."""
+        return self.output != "pdf"
+
+    def screenshot_or_default(self) -> Screenshot:
+        """How to take the screenshot (an image output)."""
+        return self.screenshot or _DEFAULT_SCREENSHOT
 
     def metadata(self) -> dict[str, str]:
         """PDF document information to set after printing (Chromium sets only the title)."""
@@ -316,6 +505,7 @@ def capped_ranges(ranges: str, pages: int) -> str:
 
 #: Frozen, so one instance serves every job that asks for nothing else.
 _DEFAULT = RenderOptions()
+_DEFAULT_SCREENSHOT = Screenshot()
 
 
 def parse(raw: Any) -> RenderOptions:
@@ -329,7 +519,22 @@ def parse(raw: Any) -> RenderOptions:
 
 
 def to_json(options: RenderOptions) -> dict[str, Any]:
-    """The options as stored on the job (only what differs from the defaults)."""
+    """The options as stored on the job (only what differs from the defaults, an image's own
+    default media included: a template's stays its output's when a job changes the output)."""
     if options is _DEFAULT:
         return {}
-    return options.model_dump(exclude_defaults=True)
+    stored = options.model_dump(exclude_defaults=True)
+    if options.image and options.media == "screen":
+        del stored["media"]
+    return stored
+
+
+def layered(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """A job's own options on top of its stored template's. A job that names another output
+    leaves behind the template's options for the output it does not want (a print's margins
+    under a screenshot, a screenshot's viewport under a PDF); its own are checked as given."""
+    merged = {**base, **own}
+    if "output" not in own:
+        return merged
+    unwanted = PDF_ONLY if (own["output"] or "pdf") in IMAGES else ("screenshot",)
+    return {name: value for name, value in merged.items() if name in own or name not in unwanted}

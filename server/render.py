@@ -12,7 +12,8 @@ dates, tests/e2e/test_render.py), but Chromium then has almost nothing to lay ou
 for the screen first: a one-page invoice costs about a tenth less CPU. A job that waits for a
 selector to become visible gets Playwright's usual 1280x720 while it waits, since visibility
 on screen is what it asks about; pages with scripts keep 1280x720 too, as scripts (charts,
-say) may size themselves to the window before printing.
+say) may size themselves to the window before printing. An image output gets the viewport its
+screenshot asks for (server/images.py takes it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from playwright.async_api import (
 )
 from playwright.async_api import Error as PlaywrightError
 
-from server import pdfmeta
+from server import images, pdfmeta
 from server.cgroups import Leaf, RenderCgroups
 from server.dropuser import Launcher, launcher
 from server.egress import Gate
@@ -92,13 +93,13 @@ SCREEN_VIEWPORT: ViewportSize = {"width": 1280, "height": 720}  # Playwright's d
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RenderResult:
-    pdf: bytes
-    pages: int
+    data: bytes  # the PDF, or the image options.output asks for
+    pages: int | None  # None for an image
     warnings: list[str]
 
 
 class Renderer(Protocol):
-    """Turns HTML into PDF bytes. Raises PermanentError or TransientError."""
+    """Turns HTML into PDF (or image) bytes. Raises PermanentError or TransientError."""
 
     async def render(
         self,
@@ -565,7 +566,7 @@ class ChromiumRenderer:
         slots = self._private_slot() if private else self._reused_slot()
         async with slots as slot:
             try:
-                pdf = await self._print(slot, html, options, timeout_s, on_print)
+                data = await self._print(slot, html, options, timeout_s, on_print)
             except PlaywrightError:
                 if slot.out_of_memory():
                     raise PermanentError(
@@ -573,10 +574,11 @@ class ChromiumRenderer:
                         "(PRESSROOM_RENDER_MAX_MB)"
                     ) from None
                 raise
-            pages, warnings = count_pages(pdf), list(slot.warnings)
+            pages = None if options.image else count_pages(data)
+            warnings = list(slot.warnings)
         # Outside the slot: the page takes the next job while the metadata is written.
-        pdf = await pdfmeta.apply(pdf, options)
-        return RenderResult(pdf=pdf, pages=pages, warnings=warnings)
+        data = await pdfmeta.apply(data, options)
+        return RenderResult(data=data, pages=pages, warnings=warnings)
 
     async def _print(
         self,
@@ -592,7 +594,7 @@ class ChromiumRenderer:
             await page.emulate_media(media=options.media)
             slot.media = options.media
         scripts = slot.javascript or options.wait_for_selector
-        viewport = SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT
+        viewport = images.viewport(options) or (SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT)
         if slot.viewport != viewport:
             await page.set_viewport_size(viewport)
             slot.viewport = viewport
@@ -603,7 +605,7 @@ class ChromiumRenderer:
             await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
         if on_print is not None:
             on_print()
-        return await page.pdf(**options.pdf_arguments(self._max_pages))
+        return await images.capture(page, options, self._max_pages)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files, then rows.
+"""Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files (documents and
+thumbnails), then rows.
 
 server/maintenance.py runs the sweep hourly in every process; one at a time sweeps.
 """
@@ -26,9 +27,14 @@ DELETE_CONCURRENCY = 8
 
 
 def attempt_keys(row: asyncpg.Record) -> set[str]:
-    """Every key an attempt of this job may have written: retries and rescues each get one."""
+    """Every key an attempt of this job may have written (its document, and its thumbnail when
+    asked for): retries and rescues each get their own."""
     last = max(row["attempts"], row["max_attempts"])
-    keys = {jobs.object_key(row["tenant"], row["id"], attempt) for attempt in range(1, last + 1)}
+    keys = {
+        file.key
+        for attempt in range(1, last + 1)
+        for file in jobs.job_files(row["tenant"], row["id"], attempt, row["options"])
+    }
     if row["object_key"]:
         keys.add(row["object_key"])
     return keys

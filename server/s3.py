@@ -15,9 +15,10 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
+from server import outputs, signing
 from server.errors import StorageError
 from server.settings import Settings, SettingsError
-from server.storage import check_pdf
+from server.storage import check_complete
 
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 30.0
@@ -78,15 +79,17 @@ class S3Storage:
             raise StorageError(f"object key has an empty or dot segment: {key!r}")
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None:
-        check_pdf(data)
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
+    ) -> None:
+        check_complete(data, content_type)
         object_key = self.object_key(key)
         try:
             await self._client.put_object(
                 Bucket=self.bucket,
                 Key=object_key,
                 Body=data,
-                ContentType="application/pdf",
+                ContentType=content_type,
                 ContentDisposition=content_disposition(filename),
             )
         except _S3_ERRORS as exc:
@@ -114,8 +117,19 @@ class S3Storage:
         except _S3_ERRORS as exc:
             raise self._error(f"could not delete {object_key}", exc) from exc
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
-        """A presigned GET URL with the PDF type and `filename` signed in as response headers.
+    async def url(
+        self,
+        key: str,
+        *,
+        job_id: str,
+        filename: str,
+        ttl_s: int,
+        minted_by: int,
+        content_type: str = outputs.PDF.content_type,
+        route: str = signing.DOCUMENT,
+    ) -> str:
+        """A presigned GET URL with `content_type` and `filename` signed in as response headers
+        (`route` names Pressroom's own route for the file, which a bucket's URL needs not).
         The bucket checks it, not Pressroom: it lasts ttl_s whatever becomes of `minted_by`."""
         if not 1 <= ttl_s <= S3_MAX_URL_TTL_S:
             raise StorageError(f"presigned URL lifetime must be 1 to {S3_MAX_URL_TTL_S} s: {ttl_s}")
@@ -126,7 +140,7 @@ class S3Storage:
                 Params={
                     "Bucket": self.bucket,
                     "Key": object_key,
-                    "ResponseContentType": "application/pdf",
+                    "ResponseContentType": content_type,
                     "ResponseContentDisposition": content_disposition(filename),
                 },
                 ExpiresIn=ttl_s,

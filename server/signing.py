@@ -26,6 +26,10 @@ NO_KEY = 0
 # Longer than any token this module makes; refused before any decoding.
 MAX_TOKEN_CHARS = 2048
 TOKEN_ALGORITHM = "HS256"
+# The routes under /v1/jobs/{id}/ a download link may open: the job's document (a PDF, or an
+# image) and its thumbnail. A link names one: it opens no other file of the job.
+DOCUMENT = "pdf"
+THUMBNAIL = "thumbnail"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,26 +98,35 @@ def _link_signer(secret: str) -> itsdangerous.Signer:
     return itsdangerous.Signer(secret, salt="pressroom.download", digest_method=hashlib.sha256)
 
 
-def _link_message(job_id: str, expires: int, key_id: int) -> bytes:
-    return f"{job_id}.{expires}.{key_id}".encode()
+def _link_message(job_id: str, expires: int, key_id: int, route: str) -> bytes:
+    # The document's links sign what they signed before there were other files.
+    file = "" if route == DOCUMENT else f"/{route}"
+    return f"{job_id}{file}.{expires}.{key_id}".encode()
 
 
-def sign_download(secret: str, job_id: str, expires: int, key_id: int) -> str:
-    """The signature that lets anyone holding the URL download one job's PDF until `expires`,
-    as long as key `key_id`, which it was minted for, is not revoked."""
-    return _link_signer(secret).get_signature(_link_message(job_id, expires, key_id)).decode()
+def sign_download(
+    secret: str, job_id: str, expires: int, key_id: int, *, route: str = DOCUMENT
+) -> str:
+    """The signature that lets anyone holding the URL download one file of one job (`route`:
+    its document or its thumbnail) until `expires`, as long as key `key_id`, which it was
+    minted for, is not revoked."""
+    message = _link_message(job_id, expires, key_id, route)
+    return _link_signer(secret).get_signature(message).decode()
 
 
-def check_download(secret: str, job_id: str, expires: str, key: str, signature: str) -> int | None:
-    """The id of the key a link was minted for when its signature matches and it has not
-    expired (NO_KEY: none), else None. Whether that key is still active is for the caller."""
+def check_download(
+    secret: str, job_id: str, expires: str, key: str, signature: str, *, route: str = DOCUMENT
+) -> int | None:
+    """The id of the key a link to `route` was minted for when its signature matches and it
+    has not expired (NO_KEY: none), else None. Whether that key is still active is for the
+    caller."""
     try:
         expires_at, key_id = int(expires), int(key)
     except ValueError:
         return None
     if expires_at < time.time() or key_id < 0:
         return None
-    message = _link_message(job_id, expires_at, key_id)
+    message = _link_message(job_id, expires_at, key_id, route)
     if not _link_signer(secret).verify_signature(message, signature):
         return None
     return key_id

@@ -1,4 +1,4 @@
-"""Where PDFs live: a Storage protocol and the local folder (S3 buckets: server/s3.py)."""
+"""Where rendered files live: a Storage protocol and the local folder (S3 buckets: server/s3.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
-from server import signing
+from server import outputs, signing
 from server.errors import StorageError
 
-PDF_MAGIC = b"%PDF-"
 IO_THREADS = 32
 T = TypeVar("T")
 
@@ -23,19 +22,34 @@ T = TypeVar("T")
 class Storage(Protocol):
     """A durable home for rendered files. `put` returns only once the bytes are durable."""
 
-    #: True when `GET /v1/jobs/{id}/pdf` should redirect to `url()` instead of streaming `get()`.
+    #: True when a job's download route should redirect to `url()` instead of streaming `get()`.
     redirects: bool
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None: ...
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
+    ) -> None:
+        """Store `data`; a rendered file (a PDF, an image) must be whole (check_complete)."""
+        ...
 
     async def get(self, key: str) -> bytes: ...
 
     async def delete(self, key: str) -> None: ...
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
-        """A download URL valid for ttl_s seconds (relative to the API for local storage);
-        one Pressroom serves names the API key it is minted for (`minted_by`, signing.NO_KEY for
-        none) and stops working when that key is revoked."""
+    async def url(
+        self,
+        key: str,
+        *,
+        job_id: str,
+        filename: str,
+        ttl_s: int,
+        minted_by: int,
+        content_type: str = outputs.PDF.content_type,
+        route: str = signing.DOCUMENT,
+    ) -> str:
+        """A download URL valid for ttl_s seconds (relative to the API for local storage: the
+        job's `route`, /v1/jobs/{id}/pdf or /thumbnail); one Pressroom serves names the API key
+        it is minted for (`minted_by`, signing.NO_KEY for none) and stops working when that key
+        is revoked."""
         ...
 
     async def check(self) -> None:
@@ -43,10 +57,10 @@ class Storage(Protocol):
         ...
 
 
-def check_pdf(data: bytes) -> None:
-    """Refuse to store anything that is not a PDF (a truncated render, an error page)."""
-    if not data.startswith(PDF_MAGIC) or b"%%EOF" not in data[-1024:]:
-        raise StorageError("rendered output is not a complete PDF")
+def check_complete(data: bytes, content_type: str) -> None:
+    """Refuse to store a rendered file that is not whole (outputs.incomplete)."""
+    if (why := outputs.incomplete(data, content_type)) is not None:
+        raise StorageError(why)
 
 
 class LocalStorage:
@@ -77,8 +91,10 @@ class LocalStorage:
             raise StorageError(f"object key escapes the storage folder: {key!r}")
         return self._resolved_root.joinpath(*parts)
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None:
-        check_pdf(data)
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
+    ) -> None:
+        check_complete(data, content_type)
         path = self._path(key)
         try:
             await self._run(_atomic_write, path, data)
@@ -99,11 +115,21 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
-    async def url(self, key: str, *, job_id: str, filename: str, ttl_s: int, minted_by: int) -> str:
+    async def url(
+        self,
+        key: str,
+        *,
+        job_id: str,
+        filename: str,
+        ttl_s: int,
+        minted_by: int,
+        content_type: str = outputs.PDF.content_type,
+        route: str = signing.DOCUMENT,
+    ) -> str:
         expires = int(time.time()) + ttl_s
-        signature = signing.sign_download(self._secret, job_id, expires, minted_by)
+        signature = signing.sign_download(self._secret, job_id, expires, minted_by, route=route)
         query = {"expires": expires, "key": minted_by, "sig": signature}
-        return f"/v1/jobs/{job_id}/pdf?" + urlencode(query)
+        return f"/v1/jobs/{job_id}/{route}?" + urlencode(query)
 
     async def check(self) -> None:
         try:

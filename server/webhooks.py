@@ -32,7 +32,7 @@ from aiohttp.abc import ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from server import jobs, tenants
+from server import downloads, tenants
 from server.errors import DB_OR_QUERY_ERRORS, StorageError, jittered
 from server.netpolicy import NetworkPolicy
 from server.settings import Settings
@@ -460,26 +460,16 @@ class WebhookSender:
 
     async def body(self, delivery: Delivery) -> bytes:
         """`{type, timestamp, data: {job}}`; the job as the API shows it, with a fresh URL."""
-        job = dict(delivery.payload)
-        job_id = str(job["id"])
-        job["links"] = {
-            "self": f"/v1/jobs/{job_id}",
-            "events": f"/v1/jobs/{job_id}/events",
-            "pdf": f"/v1/jobs/{job_id}/pdf",
-        }
-        if job.get("status") == jobs.JobState.DONE:
-            key = jobs.object_key(delivery.tenant, job_id, job["attempts"])
-            # Minted by the server for the tenant's own endpoint, not with a key: revoking the
-            # key that submitted the job does not void it (it expires as any link does).
-            url = await self._storage.url(
-                key,
-                job_id=job_id,
-                filename=f"{job_id}.pdf",
-                ttl_s=self._settings.url_ttl_s,
-                minted_by=NO_KEY,
-            )
-            # Local storage signs a path on this server; the receiver needs the whole URL.
-            job["url"] = self._settings.public_base_url + url if url.startswith("/") else url
+        # Minted by the server for the tenant's own endpoint, not with a key: revoking the key
+        # that submitted the job does not void its URLs (they expire as any link does). Local
+        # storage signs a path on this server; the receiver gets the whole URL.
+        job = await downloads.present(
+            dict(delivery.payload),
+            delivery.tenant,
+            storage=self._storage,
+            settings=self._settings,
+            minted_by=NO_KEY,
+        )
         message = {
             "type": delivery.type,
             "timestamp": delivery.created_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),

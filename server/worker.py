@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from server import jobs, options, templates
+from server import images, jobs, options, templates
 from server.errors import (
     DB_ERRORS,
     DB_OR_QUERY_ERRORS,
@@ -366,13 +366,20 @@ class Workers:
                         on_print=self._on_print(entry),
                     )
             warnings = result.warnings
-            if result.pages > self._config.max_pages:
+            if result.pages is not None and result.pages > self._config.max_pages:
                 limit = self._config.max_pages
                 raise PermanentError(f"the PDF has more than {limit} pages, the limit")
             self._move(entry, Phase.STORING)
+            files, contents = job.files(), [result.data]
+            if render_options.thumbnail is not None:
+                width = render_options.thumbnail.width
+                contents.append(await images.thumbnail(result.data, width))
             if not await self._row_written(entry):
                 return
-            await self._storage.put(job.object_key, result.pdf, filename=f"{job.id}.pdf")
+            for file, data in zip(files, contents, strict=True):
+                await self._storage.put(
+                    file.key, data, filename=file.filename, content_type=file.output.content_type
+                )
         except asyncio.CancelledError:
             if entry.phase is Phase.ABORTED:
                 log.info("render aborted", extra=entry.log_extra)
@@ -395,20 +402,24 @@ class Workers:
         self._move(entry, Phase.RECORDING)
         done = await self._record(
             entry,
-            lambda: self._done.submit(jobs.Done(job, len(result.pdf), result.pages, warnings)),
+            lambda: self._done.submit(jobs.Done(job, len(result.data), result.pages, warnings)),
         )
         self.rendered += 1
         if not done:
             log.info("late result discarded", extra=entry.log_extra)
-            with contextlib.suppress(Exception):
-                await self._storage.delete(job.object_key)
+            await self._delete(job.files())
             return
         log.info("job done", extra=entry.log_extra)
         self._metrics.jobs_finished.labels("done").inc()
-        # Earlier attempts of this job may have stored a file before their worker died.
+        # Earlier attempts of this job may have stored files before their worker died.
         for attempt in range(1, job.attempt):
+            await self._delete(job.files(attempt))
+
+    async def _delete(self, files: list[jobs.JobFile]) -> None:
+        """Files nobody will download; one that cannot be deleted is retention's to remove."""
+        for file in files:
             with contextlib.suppress(Exception):
-                await self._storage.delete(jobs.object_key(job.tenant, job.id, attempt))
+                await self._storage.delete(file.key)
 
     async def _fail(
         self, entry: InFlightJob, error: str, *, retryable: bool, warnings: list[str]

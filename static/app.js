@@ -179,6 +179,8 @@ function metaParts(job) {
   if (isNumber(job.attempts)) {
     parts.push(`attempts ${job.attempts}/${isNumber(job.max_attempts) ? job.max_attempts : "?"}`);
   }
+  const output = outputOf(job);
+  if (output !== "pdf") parts.push(output.toUpperCase());
   if (isNumber(job.pages)) parts.push(job.pages === 1 ? "1 page" : `${job.pages} pages`);
   if (isNumber(job.bytes)) parts.push(formatBytes(job.bytes));
   if (isNumber(job.priority) && job.priority !== 0) parts.push(`priority ${job.priority}`);
@@ -205,6 +207,12 @@ function errorText(job) {
   return describeError(job.errors[job.errors.length - 1]);
 }
 
+/** What the job makes: "pdf", or the image format its options ask for. */
+function outputOf(job) {
+  const output = job.options?.output;
+  return typeof output === "string" && output ? output : "pdf";
+}
+
 function downloadUrl(job) {
   return job.url || job.links?.pdf || `/v1/jobs/${encodeURIComponent(job.id)}/pdf`;
 }
@@ -226,6 +234,8 @@ function createEntry(id) {
     actions: el("div", "job-actions"),
     notice: el("p", "job-notice"),
     download: el("a", "download button", "Download"),
+    thumb: el("a", "job-thumb"),
+    thumbImg: el("img"),
     cancel: el("button", "cancel secondary", "Cancel"),
     retry: el("button", "retry secondary", "Retry"),
     noticeTimer: null,
@@ -236,13 +246,19 @@ function createEntry(id) {
   // The bar carries the value; the repeated percentage text would only be noise when read out.
   entry.progressText.setAttribute("aria-hidden", "true");
   entry.progressWrap.append(entry.progress, entry.progressText);
+  entry.thumbImg.alt = "";
+  entry.thumbImg.loading = "lazy";
+  entry.thumb.append(entry.thumbImg);
+  entry.thumb.hidden = true;
   entry.cancel.type = "button";
   entry.retry.type = "button";
   entry.cancel.addEventListener("click", () => runAction(id, "cancel", entry.cancel));
   entry.retry.addEventListener("click", () => runAction(id, "retry", entry.retry));
   const head = el("div", "job-head");
   head.append(entry.idEl, entry.badge, entry.created);
-  entry.row.append(head, entry.meta, entry.progressWrap, entry.error, entry.actions, entry.notice);
+  entry.row.append(
+    head, entry.meta, entry.thumb, entry.progressWrap, entry.error, entry.actions, entry.notice,
+  );
   return entry;
 }
 
@@ -258,6 +274,7 @@ function renderEntry(entry) {
   entry.created.dateTime = job.created_at || "";
   entry.created.title = job.created_at ? `created ${job.created_at}` : "";
   entry.meta.replaceChildren(...metaParts(job).map((part) => el("span", "", part)));
+  renderThumbnail(entry, job);
   renderProgress(entry, job);
   const error = errorText(job);
   entry.error.textContent = error;
@@ -265,6 +282,21 @@ function renderEntry(entry) {
   // After a retry the last error stays on the job; it is history then, not the outcome.
   entry.error.classList.toggle("job-error-past", job.status !== "failed");
   renderActions(entry, job);
+}
+
+/** The first page of a done job that asked for a thumbnail, linking to its file. */
+function renderThumbnail(entry, job) {
+  const show = job.status === "done" && typeof job.thumbnail_url === "string";
+  entry.thumb.hidden = !show;
+  if (!show) return;
+  // Each answer signs a fresh URL: load the picture once per attempt, not on every event.
+  const attempt = String(job.attempts);
+  if (entry.thumbImg.dataset.attempt !== attempt) {
+    entry.thumbImg.dataset.attempt = attempt;
+    entry.thumbImg.src = job.thumbnail_url;
+  }
+  entry.thumbImg.alt = `First page of job ${shortId(job.id)}`;
+  entry.thumb.href = downloadUrl(job);
 }
 
 function renderProgress(entry, job) {
@@ -280,7 +312,8 @@ function renderActions(entry, job) {
   const wanted = [];
   if (job.status === "done") {
     entry.download.href = downloadUrl(job);
-    entry.download.setAttribute("aria-label", `Download PDF of job ${shortId(job.id)}`);
+    const kind = outputOf(job).toUpperCase();
+    entry.download.setAttribute("aria-label", `Download ${kind} of job ${shortId(job.id)}`);
     wanted.push(entry.download);
   }
   if (job.status === "queued" || job.status === "running") wanted.push(entry.cancel);

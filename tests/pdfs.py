@@ -1,9 +1,13 @@
-"""Small helpers the tests share: a minimal valid PDF and a renderer that makes one."""
+"""Small helpers the tests share: a minimal valid PDF and a renderer that makes one (or a
+small image, for a job whose options ask for one)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
+
+from PIL import Image
 
 from server.errors import RenderError
 from server.options import RenderOptions
@@ -35,6 +39,13 @@ def minimal_pdf(text: str = "Pressroom") -> bytes:
         xref,
     )
     return bytes(out)
+
+
+def small_image(output: str, size: tuple[int, int] = (4, 3)) -> bytes:
+    """A real PNG, JPEG or WebP of `size` pixels, made by Pillow (no browser)."""
+    out = io.BytesIO()
+    Image.new("RGB", size, "white").save(out, format=output.upper())
+    return out.getvalue()
 
 
 class FakeRenderer:
@@ -71,7 +82,9 @@ class FakeRenderer:
         if self.fail_with is not None:
             raise self.fail_with
         self.rendered.append(html)
-        return RenderResult(pdf=minimal_pdf(), pages=self.pages, warnings=[])
+        if options.image:
+            return RenderResult(data=small_image(options.output), pages=None, warnings=[])
+        return RenderResult(data=minimal_pdf(), pages=self.pages, warnings=[])
 
     async def check(self) -> None:
         return None

@@ -351,7 +351,8 @@ SELECT pg_try_advisory_xact_lock($1);
 
 -- expired_jobs --
 -- Finished jobs past retention ($1 days), locked until this batch ($2 rows) is deleted.
-SELECT id, tenant, attempts, max_attempts, object_key FROM jobs
+-- Their options say which files each attempt wrote (the output's extension, a thumbnail).
+SELECT id, tenant, attempts, max_attempts, object_key, options FROM jobs
 WHERE status IN ('done', 'failed', 'cancelled')
   AND finished_at < now() - make_interval(days => $1)
 ORDER BY finished_at

@@ -180,6 +180,28 @@ async def test_phone_sized_screen_has_no_sideways_scroll_and_works(
     await page.close()
 
 
+async def test_a_job_with_a_thumbnail_shows_its_first_page_in_the_list(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    page = await browser.new_page()
+    await page.goto(app.url("/"))
+    await page.wait_for_selector(LIVE)
+    body = {"template": "<p>x</p>", "options": {"thumbnail": {"width": 64}}}
+    async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+        job_id = (await resp.json())["id"]
+    picture = page.locator(row(job_id, "done") + " .job-thumb img")
+    await picture.wait_for()
+    # Loaded through its signed URL (an <img> sends no API key), at the width asked for.
+    await page.wait_for_function("(img) => img.complete", arg=await picture.element_handle())
+    assert await picture.evaluate("(img) => img.naturalWidth") == 64
+    assert await picture.get_attribute("alt") == f"First page of job {job_id[:8]}"
+    href = await page.get_attribute(row(job_id) + " .job-thumb", "href")
+    assert href is not None and "/pdf?" in href
+    await page.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_after_a_restart_the_dashboard_catches_up_by_itself(

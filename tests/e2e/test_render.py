@@ -134,7 +134,7 @@ async def test_the_renderer_says_when_a_loaded_page_begins_to_print() -> None:
                 html, RenderOptions(), timeout_s=20, on_print=lambda: seen.append("print")
             )
             seen.append("pdf")
-            assert result.pdf.startswith(b"%PDF-")
+            assert result.data.startswith(b"%PDF-")
         assert seen == ["print", "pdf", "print", "pdf"]
     finally:
         await renderer.close()
@@ -186,7 +186,7 @@ async def test_the_print_viewport_does_not_change_the_pdf(raw_options: dict[str,
     await renderer.start()
     try:
         printed = [
-            (await renderer.render(html, each, timeout_s=20)).pdf for each in (tiny, screen, tiny)
+            (await renderer.render(html, each, timeout_s=20)).data for each in (tiny, screen, tiny)
         ]
     finally:
         await renderer.close()
@@ -206,7 +206,7 @@ async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
         first_browser = {p.pid for p in browser_processes()} - others
         for n in range(4):
             result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
-            assert result.pdf.startswith(b"%PDF-")
+            assert result.data.startswith(b"%PDF-")
         assert renderer.launches == 2
         assert first_browser.isdisjoint(p.pid for p in browser_processes()), (
             "the old browser is gone"
@@ -230,7 +230,7 @@ async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_rend
     try:
         for n in range(20):
             result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
-            assert result.pdf.startswith(b"%PDF-")
+            assert result.data.startswith(b"%PDF-")
             if renderer.launches > 1:
                 break
             await asyncio.sleep(0.2)  # time for the background reading to land
@@ -267,7 +267,7 @@ async def test_a_browser_that_stops_answering_mid_setup_does_not_hold_the_job(
         monkeypatch.undo()
         # The next job checks the browser first; this one answers again and renders.
         result = await renderer.render("<p>after</p>", RenderOptions(), timeout_s=20)
-        assert result.pdf.startswith(b"%PDF-")
+        assert result.data.startswith(b"%PDF-")
     finally:
         monkeypatch.undo()
         await renderer.close()
@@ -312,7 +312,7 @@ async def test_killing_a_hung_browser_spares_other_renderers_of_the_process(
         assert not alive(hung_browser)
         assert alive(other_browser), "another renderer's browser was killed"
         result = await other.render("<p>still here</p>", RenderOptions(), timeout_s=20)
-        assert result.pdf.startswith(b"%PDF-") and other.launches == 1
+        assert result.data.startswith(b"%PDF-") and other.launches == 1
     finally:
         monkeypatch.undo()
         await other.close()

@@ -66,6 +66,8 @@ async def test_old_finished_jobs_are_deleted_with_every_file(
     renderer = FakeRenderer()
     api: RunningApp = await start_app(renderer=renderer, render_slots=1, env=storage_env)
     old_done = await run_job(api)
+    old_image = await run_job(api, options={"output": "webp"})
+    old_thumbnail = await run_job(api, options={"thumbnail": {"width": 32}})
     renderer.fail_with = PermanentError("cannot print")
     old_failed = await run_job(api)
     renderer.fail_with = None
@@ -75,11 +77,15 @@ async def test_old_finished_jobs_are_deleted_with_every_file(
     pool, storage = api.app[POOL], api.app[STORAGE]
     # A file an earlier, abandoned attempt left behind (a worker that died after storing it).
     await storage.put(f"default/{old_done['id']}/2.pdf", minimal_pdf(), filename="x.pdf")
+    thumbnails = [f"default/{old_thumbnail['id']}/{n}-thumbnail.png" for n in (1, 2)]
+    png = await storage.get(thumbnails[0])
+    await storage.put(thumbnails[1], png, filename="x.png", content_type="image/png")
     if not storage_env:
         # And the temp file of a write to it killed midway (server/storage.py names them so).
         folder = api.app[STORAGE].root / "default" / old_done["id"]  # type: ignore[attr-defined]
         (folder / ".3.pdf.4242.1.tmp").write_bytes(b"%PDF-half")
-    old_ids = [old_done["id"], old_failed["id"], old_queued["id"]]
+    old_ids = [old_done["id"], old_image["id"], old_thumbnail["id"], old_failed["id"]]
+    old_ids.append(old_queued["id"])
     await pool.execute(
         "UPDATE jobs SET created_at = now() - interval '40 days',"
         " finished_at = CASE WHEN finished_at IS NULL THEN NULL"
@@ -89,18 +95,22 @@ async def test_old_finished_jobs_are_deleted_with_every_file(
 
     deleted = await retention.sweep(pool, storage, older_than_days=30)
 
-    assert deleted == 2
+    assert deleted == 4
     assert await status_of(api, old_done["id"]) == 404
     assert await status_of(api, old_failed["id"]) == 404
     assert not await stored(api, f"default/{old_done['id']}/1.pdf")
     assert not await stored(api, f"default/{old_done['id']}/2.pdf")
+    assert not await stored(api, f"default/{old_image['id']}/1.webp")
+    assert not await stored(api, f"default/{old_thumbnail['id']}/1.pdf")
+    for key in thumbnails:
+        assert not await stored(api, key)
     assert await status_of(api, old_queued["id"]) == 200  # not finished: never deleted
     assert await status_of(api, recent["id"]) == 200
     assert await stored(api, f"default/{recent['id']}/1.pdf")
     async with api.http.get(api.url(f"/v1/jobs/{recent['id']}/pdf")) as resp:
         assert resp.status == 200 and await resp.read() == minimal_pdf()
     events = await pool.fetchval(
-        "SELECT count(*) FROM job_events WHERE job_id = ANY($1::uuid[])", old_ids[:2]
+        "SELECT count(*) FROM job_events WHERE job_id = ANY($1::uuid[])", old_ids[:4]
     )
     assert events == 0
     if not storage_env:

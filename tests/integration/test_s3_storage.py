@@ -23,6 +23,7 @@ from pypdf import PdfWriter
 from server.errors import StorageError
 from server.s3 import S3Storage, open_s3_storage
 from server.settings import Settings
+from tests.pdfs import small_image
 
 ACCESS_KEY_ID = "AKIAPRESSROOMTEST01"
 SECRET_ACCESS_KEY = "pressroom-test-secret-0123456789"
@@ -151,6 +152,23 @@ async def test_presigned_url_downloads_the_stored_pdf(
     assert params["X-Amz-Credential"].endswith("/auto/s3/aws4_request")
     assert params["X-Amz-Signature"] == presigned_signature(url, SECRET_ACCESS_KEY)
     assert SECRET_ACCESS_KEY not in url
+
+
+async def test_an_image_is_stored_and_served_with_its_own_type(storage: S3Storage) -> None:
+    webp = small_image("webp")
+    await storage.put("jobs/job_4.webp", webp, filename="j.webp", content_type="image/webp")
+    url = await storage.url(
+        "jobs/job_4.webp",
+        job_id="job_4",
+        filename="j.webp",
+        ttl_s=900,
+        minted_by=1,
+        content_type="image/webp",
+    )
+    status, headers, body = await download(url)
+    assert (status, headers["Content-Type"], body) == (200, "image/webp", webp)
+    with pytest.raises(StorageError, match="complete WEBP"):
+        await storage.put("jobs/job_5.webp", b"RIFF", filename="j.webp", content_type="image/webp")
 
 
 async def test_url_refuses_a_lifetime_sigv4_cannot_sign(storage: S3Storage) -> None:

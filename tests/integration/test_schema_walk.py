@@ -62,16 +62,36 @@ EXAMPLES: dict[str, Any] = {
     "author": "Pressroom",
     "subject": "An invoice",
     "keywords": ["invoice", "2030"],
+    "output": "png",
+    "screenshot": {"full_page": True},
+    "thumbnail": {"width": 120},
+    "full_page": True,
+    "selector": "main",
+    "quality": 75,
+    "omit_background": True,
+}
+# Where a model gives a name another meaning: its own example (model name, property).
+MODEL_EXAMPLES: dict[tuple[str, str], Any] = {
+    ("Screenshot", "width"): 800,
+    ("Screenshot", "height"): 600,
+    ("Screenshot", "scale"): 2,
+    ("Thumbnail", "width"): 120,
 }
 # Properties that only make sense with others: sent together, and without the ones they exclude.
-TOGETHER = {"width": {"height": "12cm"}, "height": {"width": "10cm"}}
+# A screenshot goes with an image output (webp has both quality and transparency).
+TOGETHER = {
+    "width": {"height": "12cm"},
+    "height": {"width": "10cm"},
+    "screenshot": {"output": "webp"},
+}
 EXCLUDES = {"template_id": "template"}
 # The smallest valid body of each request model (by its name in components.schemas).
 BASE: dict[str, Callable[[], Json]] = {
     "JobRequest": lambda: {"template": HTML},
     "BatchItem": lambda: {"key": _key(), "template": HTML},
     "BatchRequest": lambda: {"items": [{"key": _key(), "template": HTML}]},
-    "TemplateRequest": lambda: {"name": "walk", "html": HTML},
+    # Versions of another template than the one previewed: its options stay the fixture's.
+    "TemplateRequest": lambda: {"name": "walk-versions", "html": HTML},
     "InlinePreviewRequest": lambda: {"html": HTML},
 }
 QUERY_EXAMPLES: dict[str, str] = {
@@ -85,9 +105,14 @@ QUERY_EXAMPLES: dict[str, str] = {
 }
 
 
-def _example(name: str) -> Any:
-    value = EXAMPLES[name]
+def _example(name: str, model: str = "") -> Any:
+    value = MODEL_EXAMPLES.get((model, name), EXAMPLES[name])
     return value() if callable(value) else value
+
+
+def _together(name: str, model: str) -> Json:
+    """What `name` is sent with in `model` (models that give the name its own meaning: none)."""
+    return {} if (model, name) in MODEL_EXAMPLES else TOGETHER.get(name, {})
 
 
 def _resolve(document: Json, schema: Json) -> tuple[str, Json]:
@@ -132,9 +157,9 @@ class Walk:
         for name, shown in documented.items():
             assert name in EXAMPLES, f"{self.at}{name} is documented: give it an example"
             _, prop = _non_null(self.document, shown)
-            values = [_example(name), *(_bounds(prop))]
+            values = [_example(name, model), *(_bounds(prop))]
             for value in values:
-                body = {**_base(model), **TOGETHER.get(name, {}), name: value}
+                body = {**_base(model), **_together(name, model), name: value}
                 body.pop(EXCLUDES.get(name, ""), None)
                 yield f"{self.at}{name}={str(value)[:40]!r}", self.wrap(body), True
         for name in [*sorted(set(EXAMPLES) - set(documented)), "undocumented"]:
@@ -147,7 +172,7 @@ class Walk:
             inner, prop = _non_null(self.document, shown)
 
             def inside(body: Json, name: str = name) -> Json:
-                return self.wrap({**_base(self.model), name: body})
+                return self.wrap({**_base(self.model), **_together(name, self.model), name: body})
 
             def listed(body: Json, name: str = name) -> Json:
                 return self.wrap({**_base(self.model), name: [body]})
@@ -222,14 +247,15 @@ async def test_every_documented_body_property_is_accepted_and_no_other(
                 async with app.http.request(method, app.url(path), json=body) as resp:
                     shown = await resp.json() if "json" in resp.content_type else None
                     if accepted:
-                        assert 200 <= resp.status < 300, (path, what, shown)
+                        assert 200 <= resp.status < 300, (path, what, shown, body)
                         _conforms(document, operation, resp.status, shown)
                         continue
                     assert resp.status == 422, (path, what, resp.status, shown)
                     assert resp.content_type == "application/problem+json"
                 assert shown is not None
                 assert what in [error["field"] for error in shown["errors"]], (path, shown)
-    assert {"JobRequest", "RenderOptions", "BatchItem", "TemplateRequest"} <= walked_bodies
+    assert {"JobRequest", "RenderOptions", "Screenshot", "Thumbnail"} <= walked_bodies
+    assert {"BatchItem", "TemplateRequest"} <= walked_bodies
 
 
 async def test_every_documented_query_parameter_is_accepted_up_to_its_bounds(

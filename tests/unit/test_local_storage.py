@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from server.errors import StorageError
 from server.storage import LocalStorage
-from tests.pdfs import minimal_pdf
+from tests.pdfs import minimal_pdf, small_image
 
 
 @pytest.fixture
@@ -47,5 +48,29 @@ async def test_a_put_syncs_the_file_and_every_folder_it_created_in_its_parent(
         await storage.put("acme/job-1/2.pdf", minimal_pdf(), filename="job-1.pdf")
         assert synced[0].parent == job and synced[1:] == [job]
         assert sorted(p.name for p in job.iterdir()) == ["1.pdf", "2.pdf"]
+    finally:
+        storage.close()
+
+
+async def test_a_rendered_file_is_stored_only_whole_and_of_the_type_it_claims(
+    tmp_path: Path,
+) -> None:
+    storage = LocalStorage(tmp_path, "secret")
+    try:
+        png = small_image("png")
+        await storage.put("t/j/1.png", png, filename="j.png", content_type="image/png")
+        assert await storage.get("t/j/1.png") == png
+        refused = [
+            ("image/png", minimal_pdf()),
+            ("image/jpeg", png),
+            ("image/webp", small_image("jpeg")),
+            ("application/pdf", minimal_pdf()[:-8]),  # cut short: no %%EOF
+        ]
+        for content_type, data in refused:
+            with pytest.raises(StorageError, match="not a complete"):
+                await storage.put("t/j/2.x", data, filename="x", content_type=content_type)
+        assert not (tmp_path / "t" / "j" / "2.x").exists()
+        # Bytes of a type no render makes are the uploader's own: stored as they came.
+        await storage.put("t/a/font", b"wOF2", filename="brand.woff2", content_type="font/woff2")
     finally:
         storage.close()

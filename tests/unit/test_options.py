@@ -110,3 +110,58 @@ def test_field_errors_name_nested_places() -> None:
         ("items[0].options.dpi", "is not a known field"),
         ("items[0].options.scale", "must be between 0.1 and 2"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "says"),
+    [
+        ({"screenshot": {"full_page": True}}, "options.screenshot", "image only"),
+        ({"output": "pdf", "screenshot": {}}, "options.screenshot", "image only"),
+        ({"output": "png", "screenshot": {"quality": 80}}, "options.screenshot", "jpeg and webp"),
+        ({"output": "jpeg", "screenshot": {"omit_background": True}}, "options.screenshot", "png"),
+        ({"output": "png", "landscape": True}, "options.landscape", "PDF only"),
+        ({"output": "webp", "thumbnail": {"width": 90}}, "options.thumbnail", "PDF only"),
+        (
+            {"output": "png", "screenshot": {"selector": "main", "full_page": True}},
+            "options.screenshot.selector",
+            "not both",
+        ),
+        ({"output": "png", "screenshot": {"width": 5000}}, "options.screenshot.width", "4096"),
+        ({"output": "png", "screenshot": {"scale": 8}}, "options.screenshot.scale", "4"),
+        ({"output": "jpeg", "screenshot": {"quality": 101}}, "options.screenshot.quality", "100"),
+        ({"thumbnail": {"width": 2001}}, "options.thumbnail.width", "2000"),
+        ({"thumbnail": {}}, "options.thumbnail.width", "required"),
+        ({"output": "gif"}, "options.output", "webp"),
+    ],
+)
+def test_image_options_that_do_not_go_together_name_their_field(
+    given: dict[str, object], field: str, says: str
+) -> None:
+    with pytest.raises(OptionsError) as caught:
+        options.parse(given)
+    assert [name for name, _ in caught.value.errors] == [field]
+    assert says in caught.value.errors[0][1]
+
+
+def test_an_image_is_taken_of_the_screen_and_stored_without_its_defaults() -> None:
+    shot = options.parse({"output": "webp", "screenshot": {"quality": 60, "scale": 2}})
+    assert shot.image and shot.media == "screen" and shot.screenshot_or_default().width == 1280
+    stored = options.to_json(shot)
+    assert stored == {"output": "webp", "screenshot": {"quality": 60, "scale": 2.0}}
+    assert options.parse(stored) == shot
+    assert options.parse({"output": "png", "media": "print"}).media == "print"
+
+
+def test_a_job_naming_another_output_leaves_the_templates_other_options_behind() -> None:
+    printed = {"landscape": True, "margin": {"top": "1cm"}, "wait_for_selector": "main"}
+    assert options.layered(printed, {"output": "png"}) == {
+        "output": "png",
+        "wait_for_selector": "main",
+    }
+    shot = {"output": "png", "screenshot": {"full_page": True}}
+    assert options.layered(shot, {"output": "pdf"}) == {"output": "pdf"}
+    assert options.layered(shot, {"output": None}) == {"output": None}
+    # Without an output of its own the job takes the template's, and its own are checked.
+    assert options.layered(shot, {"landscape": True}) == {**shot, "landscape": True}
+    with pytest.raises(OptionsError):
+        options.parse(options.layered(shot, {"landscape": True}))

@@ -64,3 +64,12 @@ def test_a_link_signature_is_no_token_and_a_token_signs_no_link() -> None:
     signature = token.rsplit(".", 1)[1]
     assert signing.check_download(SECRET, "j1", str(exp), "7", signature) is None
     assert signing.check_download(SECRET, "j1", str(exp), "7", link) == 7
+
+
+def test_a_link_opens_the_one_file_it_was_signed_for() -> None:
+    exp = int(time.time()) + 60
+    document = signing.sign_download(SECRET, "j1", exp, 7)
+    thumbnail = signing.sign_download(SECRET, "j1", exp, 7, route=signing.THUMBNAIL)
+    assert signing.check_download(SECRET, "j1", str(exp), "7", thumbnail, route="thumbnail") == 7
+    assert signing.check_download(SECRET, "j1", str(exp), "7", document, route="thumbnail") is None
+    assert signing.check_download(SECRET, "j1", str(exp), "7", thumbnail) is None
