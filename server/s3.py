@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from server.errors import StorageError
 from server.settings import Settings, SettingsError
-from server.storage import check_pdf
+from server.storage import PDF_TYPE, check_pdf
 
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 30.0
@@ -78,15 +78,18 @@ class S3Storage:
             raise StorageError(f"object key has an empty or dot segment: {key!r}")
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None:
-        check_pdf(data)
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = PDF_TYPE
+    ) -> None:
+        if content_type == PDF_TYPE:
+            check_pdf(data)
         object_key = self.object_key(key)
         try:
             await self._client.put_object(
                 Bucket=self.bucket,
                 Key=object_key,
                 Body=data,
-                ContentType="application/pdf",
+                ContentType=content_type,
                 ContentDisposition=content_disposition(filename),
             )
         except _S3_ERRORS as exc:

@@ -1,4 +1,4 @@
-"""Where PDFs live: a Storage protocol and the local folder (S3 buckets: server/s3.py)."""
+"""Where PDFs (and assets) live: a Storage protocol and the local folder (S3: server/s3.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from server import signing
 from server.errors import StorageError
 
 PDF_MAGIC = b"%PDF-"
+PDF_TYPE = "application/pdf"
 IO_THREADS = 32
 T = TypeVar("T")
 
@@ -26,7 +27,11 @@ class Storage(Protocol):
     #: True when `GET /v1/jobs/{id}/pdf` should redirect to `url()` instead of streaming `get()`.
     redirects: bool
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None: ...
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = PDF_TYPE
+    ) -> None:
+        """Store `data`; a PDF (the default type) is refused unless it is a whole one."""
+        ...
 
     async def get(self, key: str) -> bytes: ...
 
@@ -77,8 +82,11 @@ class LocalStorage:
             raise StorageError(f"object key escapes the storage folder: {key!r}")
         return self._resolved_root.joinpath(*parts)
 
-    async def put(self, key: str, data: bytes, *, filename: str) -> None:
-        check_pdf(data)
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = PDF_TYPE
+    ) -> None:
+        if content_type == PDF_TYPE:
+            check_pdf(data)
         path = self._path(key)
         try:
             await self._run(_atomic_write, path, data)
