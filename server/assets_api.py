@@ -270,16 +270,16 @@ async def read_multipart(request: web.Request) -> MultipartJob:
             if job:
                 raise _part_problem(JOB_PART, "is given twice")
             job = _job_part(data)
+        elif index_name := _index_name(name, filename):
+            if index is not None:
+                raise _part_problem(index_name, f"a job has one index part; {index[0]} came first")
+            index = (index_name, data)
         elif filename is None:
             raise _part_problem(
                 name or "",
                 "is not a part a job has: send files with a file name, and the job's fields "
                 f"as JSON in the part named {JOB_PART!r}",
             )
-        elif filename in INDEX_PARTS:
-            if index is not None:
-                raise _part_problem(filename, f"a job has one index part; {index[0]} came first")
-            index = (filename, data)
         else:
             if filename in files:
                 raise _part_problem(filename, "is given twice")
@@ -312,6 +312,13 @@ def _body(job: dict[str, Any], index: tuple[str, bytes], files: dict[str, str]) 
         # The files lie over the job part's own map (which validation checks as sent).
         body["assets"] = {**given, **files} if isinstance(given, dict) else files
     return body
+
+
+def _index_name(name: str | None, filename: str | None) -> str | None:
+    """index.html or index.md when the part is the page: by its file name, or by its name."""
+    if filename in INDEX_PARTS:
+        return filename
+    return name if name in INDEX_PARTS else None
 
 
 def _job_part(data: bytes) -> dict[str, Any]:

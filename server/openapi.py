@@ -111,6 +111,8 @@ NO_JOB = {"404": "No such job (or another tenant's)."}
 NO_ASSET = {"404": "No such asset (or another tenant's)."}
 STORAGE_DOWN = {"503": "The database or the file storage is unreachable."}
 BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary"}}
+#: A JSON asset is stored as sent, whatever JSON (or bytes) it is.
+ANY_JSON: JsonSchema = {"schema": {}}
 #: A job as multipart/form-data, as Gotenberg takes one: parts that are files are known by
 #: their file names, which OpenAPI cannot name, so the schema lists the named parts.
 MULTIPART_JOB: JsonSchema = {
@@ -211,7 +213,8 @@ OPERATIONS = (
         "assets over PRESSROOM_TENANT_MAX_ASSET_BYTES (type …/asset-quota).",
         "415": "The Content-Type is not one an asset may have.",
         "422": "A PDF asset that is not a whole PDF.", **STORAGE_DOWN},
-       media={kind: BINARY for kind in assets.CONTENT_TYPES},
+       media={kind: ANY_JSON if kind == "application/json" else BINARY
+              for kind in assets.CONTENT_TYPES},
        headers={"201": ("Location",), "200": ("Location",)}),
     Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
        {"200": ("The asset.", m.Asset)}, NO_ASSET),
@@ -286,7 +289,7 @@ def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSch
     if isinstance(body, type):
         response["content"] = _content("application/json", _ref(body))
     elif isinstance(body, tuple):
-        response["content"] = {media: {"schema": {"type": "string"}} for media in body}
+        response["content"] = {media: {"schema": {}} for media in body}
     elif body == "application/json":
         response["content"] = _content(body, {"type": "object"})
     elif body is not None:
