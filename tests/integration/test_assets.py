@@ -409,3 +409,32 @@ async def test_a_multipart_job_with_index_md_is_a_markdown_job(
     assert (await finished(api, job["id"]))["status"] == "done"
     assert "<h1>Invoice</h1>" in fake_renderer.rendered[-1]
     assert fake_renderer.assets[-1] == {"logo.png": ("image/png", LOGO)}
+
+
+async def test_batch_items_and_template_previews_take_their_assets(
+    api: RunningApp, fake_renderer: FakeRenderer, pool: asyncpg.Pool
+) -> None:
+    _, logo = await upload(api, LOGO)
+    items = [
+        {"key": "with-logo", "template": PAGE, "assets": {"img/logo.png": logo["id"]}},
+        {"key": "plain", "template": "<p>plain</p>"},
+        {"key": "bad", "template": PAGE, "assets": {"img/logo.png": "sha256:" + "1" * 64}},
+    ]
+    async with api.http.post(api.url("/v1/batches"), json={"items": items}) as resp:
+        assert resp.status == 422
+        assert "items[2].assets.img/logo.png" in fields(await resp.json())
+    async with api.http.post(api.url("/v1/batches"), json={"items": items[:2]}) as resp:
+        assert resp.status == 202, await resp.text()
+        batch = await resp.json()
+    for item in batch["items"]:
+        assert (await finished(api, item["job_id"]))["status"] == "done"
+    assert sorted(map(str, fake_renderer.assets)) == sorted(
+        ["None", str({"img/logo.png": ("image/png", LOGO)})]
+    )
+
+    template = {"name": "branded", "html": PAGE, "assets": {"img/logo.png": logo["id"]}}
+    async with api.http.post(api.url("/v1/templates"), json=template) as resp:
+        assert resp.status == 201
+    async with api.http.post(api.url("/v1/templates/branded/preview")) as resp:
+        assert resp.status == 200, await resp.text()
+    assert fake_renderer.assets[-1] == {"img/logo.png": ("image/png", LOGO)}
