@@ -4,6 +4,7 @@ maps in and what it is refused, deletes while jobs need them, templates, multipa
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -273,7 +274,7 @@ async def test_a_template_version_keeps_its_assets_and_a_job_map_lies_over_it(
         assert "assets.../x" in fields(await resp.json())
 
 
-def multipart(*parts: tuple[str, bytes | str, str | None, str | None]) -> FormData:
+def multipart(*parts: tuple[str, bytes | str | io.BytesIO, str | None, str | None]) -> FormData:
     """(name, content, file name, content type) parts, in order."""
     form = FormData()
     for name, content, filename, kind in parts:
@@ -438,3 +439,21 @@ async def test_batch_items_and_template_previews_take_their_assets(
     async with api.http.post(api.url("/v1/templates/branded/preview")) as resp:
         assert resp.status == 200, await resp.text()
     assert fake_renderer.assets[-1] == {"img/logo.png": ("image/png", LOGO)}
+
+
+async def test_assets_may_be_larger_than_a_json_body(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    big = b"\x00" * (3 * 1024 * 1024)  # over PRESSROOM_MAX_BODY_BYTES (2 MiB), under 10 MiB
+    headers = {"Content-Type": "font/woff2"}
+    async with api.http.post(api.url("/v1/assets"), data=io.BytesIO(big), headers=headers) as r:
+        assert r.status == 201, await r.text()
+    form = multipart(
+        ("files", b"<p>big</p>", "index.html", "text/html"),
+        ("files", io.BytesIO(big + b"\x01"), "fonts/big.woff2", None),
+    )
+    async with api.http.post(api.url("/v1/jobs"), data=form) as resp:
+        assert resp.status == 202, await resp.text()
+        job = await resp.json()
+    assert (await finished(api, job["id"]))["status"] == "done"
+    assert fake_renderer.assets[-1] == {"fonts/big.woff2": ("font/woff2", big + b"\x01")}
