@@ -13,6 +13,8 @@ from aiohttp import web
 
 from server import (
     admission,
+    assets,
+    assets_api,
     auth,
     downloads,
     jobs,
@@ -74,6 +76,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         priority=job.priority,
         webhook_url=job.webhook_url,
         run_at=job.run_at,
+        assets=assets.job_assets(job.assets, checks.assets),
     )
 
 
@@ -93,13 +96,25 @@ async def present_job(
 
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
+    """A job from its JSON body, or from a multipart/form-data body whose files become assets
+    (stored once the job is valid, before it is inserted: its render may start at once)."""
     settings = request.app[SETTINGS]
-    raw = await read_json(request)
+    multipart = None
+    if request.content_type == "multipart/form-data":
+        multipart = await assets_api.read_multipart(request)
+        raw: Any = multipart.body
+    else:
+        raw = await read_json(request)
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
     if isinstance(raw, dict):
         await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
-    named = checks(request, await library.named(request, [raw]))
+    stored = await library.named(request, [raw])
+    pending = multipart.uploads if multipart else ()
+    found = await assets_api.named(request, [raw], (t.assets for t in stored.values()), pending)
+    named = checks(request, stored, found)
     new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
+    if multipart is not None and multipart.uploads:
+        await assets_api.store(request, multipart.uploads)
     if key is not None:
         fingerprint = admission.request_hash(raw)
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)

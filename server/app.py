@@ -11,13 +11,15 @@ from typing import Any
 
 from aiohttp import web
 
-from server import api, batches, db, health, library, openapi, sockets, sse
+from server import api, assets_api, batches, db, health, library, openapi, sockets, sse
 from server import maintenance as services
 from server.admission import InFlight
+from server.assets import AssetCache
 from server.auth import Authenticator
 from server.hub import Hub
 from server.jobs import GroupCommit
 from server.keys import (
+    ASSET_CACHE,
     AUTH,
     CHROMIUM,
     DSN,
@@ -85,14 +87,17 @@ def create_app(
             await pool.close()
 
     async def storage(app: web.Application) -> AsyncIterator[None]:
+        cache_bytes = settings.asset_cache_mb * 1024 * 1024
         if settings.storage == "s3":
             async with open_s3_storage(settings) as s3:
                 app[STORAGE] = s3
+                app[ASSET_CACHE] = AssetCache(s3, max_bytes=cache_bytes)
                 await _report_storage(s3)
                 yield
         else:
             local = LocalStorage(settings.files_dir, settings.secret)
             app[STORAGE] = local
+            app[ASSET_CACHE] = AssetCache(local, max_bytes=cache_bytes)
             await _report_storage(local)
             yield
             await asyncio.to_thread(local.close)
@@ -161,7 +166,14 @@ def create_app(
             max_pages=settings.max_pages,
             claim_while_printing_s=settings.claim_while_printing_s,
         )
-        workers = Workers(app[POOL], app[RENDERER], app[STORAGE], config, metrics=metrics)
+        workers = Workers(
+            app[POOL],
+            app[RENDERER],
+            app[STORAGE],
+            config,
+            assets=app[ASSET_CACHE],
+            metrics=metrics,
+        )
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
         if settings.hand_off:
@@ -206,6 +218,7 @@ def create_app(
         app.add_routes(api.routes)
         app.add_routes(sse.routes)
         app.add_routes(batches.routes)
+        app.add_routes(assets_api.routes)
         library.setup(app)  # /v1/templates
         app.add_routes(health.routes)
         app.router.add_get("/v1/openapi.json", openapi.handler)

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, library, templates
+from server import admission, api, assets_api, library, templates
 from server.http_common import (
     checks,
     json_response,
@@ -57,7 +57,9 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         (item.get("template") for item in raw_items if isinstance(item, dict)),
         max_bytes=request.app[SETTINGS].max_template_bytes,
     )
-    named = checks(request, await library.named(request, raw_items))
+    stored = await library.named(request, raw_items)
+    found = await assets_api.named(request, raw_items, (t.assets for t in stored.values()))
+    named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
     tenant = tenant_of(request)
     jobs = [
@@ -162,6 +164,7 @@ async def _insert(
         list(range(len(keys))),
         keys,
         job_ids,
+        [job.assets for job in jobs],
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -9,6 +9,11 @@ resolves each name once, refuses the connection when any address is not allowed,
 to an address it checked, so a name that changes between check and connect (DNS rebinding)
 gains nothing. Each render slot has a gate of its own, so a refusal lands in the warnings of
 the job that slot prints.
+
+One origin never leaves the gate: `DOCUMENT_URL`, where a job with assets has its document
+and files (server/assets.py). The gate answers its requests from the job's `Site` itself, so
+relative URLs in the document resolve to the job's files, and any other path there is refused
+like an address the policy refuses.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from server.netpolicy import NetworkPolicy, Resolver
 
@@ -39,6 +44,12 @@ _REFUSED = (
 )
 _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+#: The reserved origin of a job's own document and files: `.invalid` never resolves (RFC 2606),
+#: and the gate answers it without a connection. Plain http: Chromium sends such requests to the
+#: proxy whole (https would be a tunnel the gate cannot look into).
+DOCUMENT_HOST = "document.pressroom.invalid"
+DOCUMENT_URL = f"http://{DOCUMENT_HOST}/"
+DOCUMENT_TYPE = "text/html; charset=utf-8"
 
 # Chromium's Accept header per destination, for origins that get no Sec-Fetch-Dest.
 _ACCEPT_KINDS = (
@@ -120,6 +131,20 @@ def _parse_request(head: bytes) -> _Request:
     return _Request(method, target, headers)
 
 
+@dataclass(frozen=True, slots=True)
+class Site:
+    """What DOCUMENT_URL serves for one job: the document at `/`, each file at its path."""
+
+    document: bytes
+    #: Path as the page names it (no leading slash, percent-escapes decoded) → (type, bytes).
+    files: Mapping[str, tuple[str, bytes]]
+
+    def find(self, path: str) -> tuple[str, bytes] | None:
+        if path == "":
+            return DOCUMENT_TYPE, self.document
+        return self.files.get(path)
+
+
 @dataclass(slots=True)
 class Gate:
     """One listening port of the proxy, whose connections belong to one render slot."""
@@ -128,6 +153,7 @@ class Gate:
     sink: Sink | None = None
     resolver: Resolver | None = None  # default: the loop's getaddrinfo
     used: bool = False  # a connection came through since the slot last cleared it
+    site: Site | None = None  # what DOCUMENT_URL serves for the job printing now
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -183,6 +209,9 @@ class Gate:
             self._refuse(request, "blocked: the URL cannot be read", shown)
             writer.write(_REFUSED)
             return
+        if host.lower() == DOCUMENT_HOST:
+            await self._serve_site(request, writer, shown)
+            return
         if self.policy is None:
             log.debug("egress refused the browser's own %s %s", request.method, shown[:200])
             writer.write(_REFUSED)
@@ -206,6 +235,29 @@ class Gate:
                 await _relay(reader, writer, up_reader, up_writer, close_response=True)
         finally:
             up_writer.close()
+
+    async def _serve_site(
+        self, request: _Request, writer: asyncio.StreamWriter, shown: str
+    ) -> None:
+        """A request to the job's own origin, answered from its Site: never the network."""
+        found = None
+        if self.site is not None and request.method in ("GET", "HEAD"):
+            found = self.site.find(unquote(urlsplit(request.target).path).removeprefix("/"))
+        if found is None:
+            self._refuse(request, "not one of the job's assets", shown)
+            writer.write(_REFUSED)
+            return
+        content_type, body = found
+        # no-store: a reused slot's next job may map the same path to other bytes.
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1"))
+        if request.method == "GET":
+            writer.write(body)
+        await writer.drain()
 
     def _refuse(self, request: _Request, reason: str, shown: str) -> None:
         detail = reason.removeprefix("blocked: ")

@@ -37,6 +37,8 @@ def field_errors(exc: ValidationError, prefix: Loc = ()) -> list[tuple[str, str]
 def _path(loc: Loc) -> str:
     path = ""
     for part in loc:
+        if part == "[key]":
+            continue  # pydantic's mark of an object's key (not its value): the key names it
         path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
     return path
 

@@ -30,7 +30,11 @@ async def read_json(request: web.Request) -> Any:
         "+json"
     ):
         raise Problem(415, "Unsupported media type", "Send the body as application/json.")
-    raw = await request.read()
+    return parse_json(await request.read())
+
+
+def parse_json(raw: bytes) -> Any:
+    """A JSON body (or a multipart job's JSON part); 400 problem+json when it is not JSON."""
     try:
         body = jsontext.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
         # NUL and lone surrogates can only arrive as \u escapes: most bodies have none.
@@ -102,9 +106,14 @@ async def optional_body(request: web.Request) -> Any:
     return await read_json(request) if request.can_read_body else {}
 
 
-def checks(request: web.Request, stored: Mapping[Ref, Any] | None = None) -> Checks:
-    """What the models' validators read from this app (and the stored templates named)."""
-    return Checks(request.app[SETTINGS], request.app[POLICY], stored or {})
+def checks(
+    request: web.Request,
+    stored: Mapping[Ref, Any] | None = None,
+    assets: Mapping[str, Any] | None = None,
+) -> Checks:
+    """What the models' validators read from this app (and the stored templates and assets
+    the body names)."""
+    return Checks(request.app[SETTINGS], request.app[POLICY], stored or {}, assets or {})
 
 
 def validated(model: type[M], body: Any, checks: Checks, detail: str | None = None) -> M:

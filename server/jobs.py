@@ -50,6 +50,8 @@ class NewJob:
     run_at: dt.datetime | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+    #: The files its page uses: path → {"id", "content_type"} (None: none, the usual case).
+    assets: JsonDict | None = None
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
 
 
@@ -110,6 +112,7 @@ class ClaimedJob:
     options: JsonDict
     attempt: int
     max_attempts: int
+    assets: JsonDict | None = None  # as NewJob.assets
 
     @property
     def object_key(self) -> str:
@@ -183,6 +186,7 @@ async def create(
             handed,
             taker.worker_id if taker is not None else None,
             taker.lease_s if taker is not None else 0.0,
+            [j.assets for j in new],
         )
     except BaseException:
         inserted.set_result(False)
@@ -218,6 +222,7 @@ def _first_attempt(new: NewJob) -> ClaimedJob:
         options=new.options,
         attempt=1,
         max_attempts=new.max_attempts,
+        assets=new.assets,
     )
 
 
@@ -230,6 +235,7 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         options=row["options"],
         attempt=row["attempts"],
         max_attempts=row["max_attempts"],
+        assets=row["assets"],
     )
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from aiohttp_sse import EventSourceResponse
 
     from server.admission import InFlight
+    from server.assets import AssetCache
     from server.auth import Authenticator
     from server.hub import Hub
     from server.jobs import GroupCommit
@@ -41,6 +42,7 @@ LISTENER: web.AppKey[Listener] = web.AppKey("listener")
 RENDERER: web.AppKey[Renderer] = web.AppKey("renderer")
 CHROMIUM: web.AppKey[ChromiumRenderer] = web.AppKey("chromium")
 STORAGE: web.AppKey[Storage] = web.AppKey("storage")
+ASSET_CACHE: web.AppKey[AssetCache] = web.AppKey("asset_cache")
 WORKERS: web.AppKey[Workers] = web.AppKey("workers")
 WEBHOOKS: web.AppKey[WebhookSender] = web.AppKey("webhooks")
 SSE_STREAMS: web.AppKey[set[EventSourceResponse]] = web.AppKey("sse_streams")

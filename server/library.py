@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import options, outputs, templates
+from server import assets, assets_api, options, outputs, templates
 from server.errors import PermanentError, RenderError
 from server.http_common import (
     checks,
@@ -23,7 +23,7 @@ from server.http_common import (
     tenant_of,
     validated,
 )
-from server.keys import POOL, RENDERER, SETTINGS
+from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
 from server.models import (
     InlinePreviewRequest,
     PreviewRequest,
@@ -50,6 +50,7 @@ class StoredTemplate:
     html: str
     options: dict[str, Any]
     sample_data: dict[str, Any]
+    assets: dict[str, str]
     created_at: dt.datetime
 
     @classmethod
@@ -60,6 +61,7 @@ class StoredTemplate:
             html=row["html"],
             options=row["options"],
             sample_data=row["sample_data"],
+            assets=row["assets"],
             created_at=row["created_at"],
         )
 
@@ -72,6 +74,7 @@ class StoredTemplate:
             "html": self.html,
             "options": self.options,
             "sample_data": self.sample_data,
+            "assets": self.assets,
             "created_at": self.created_at.isoformat(),
             "links": {
                 "self": f"/v1/templates/{self.name}@{self.version}",
@@ -119,7 +122,9 @@ async def create_template(request: web.Request) -> web.Response:
     body = await read_json(request)
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
-    new = validated(TemplateRequest, body, checks(request))
+    new = validated(
+        TemplateRequest, body, checks(request, {}, await assets_api.named(request, [body]))
+    )
     tenant = tenant_of(request)
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("template_lock"), tenant, new.name)
@@ -130,6 +135,7 @@ async def create_template(request: web.Request) -> web.Response:
             new.html,
             options.to_json(new.options) if new.options else {},
             new.sample_data,
+            new.assets,
         )
     stored = StoredTemplate.from_row(row)
     shown = stored.public()
@@ -199,7 +205,7 @@ async def preview_stored(request: web.Request) -> web.Response:
         except options.OptionsError as exc:
             raise invalid(exc.errors) from None
     name = f"{stored.name}-v{stored.version}-preview"
-    return await _preview(request, stored.html, data, render_options, name)
+    return await _preview(request, stored.html, data, render_options, name, stored.assets)
 
 
 @routes.post("/v1/templates/preview")
@@ -219,9 +225,11 @@ async def _preview(
     data: dict[str, Any],
     render_options: options.RenderOptions,
     name: str,
+    mapped: dict[str, str] | None = None,
 ) -> web.Response:
     """Template + data → PDF (or the image options.output asks for) through this process's
-    renderer, within the render time limit; the file is called `name` and its extension."""
+    renderer, within the render time limit; the file is called `name` and its extension.
+    `mapped` are a stored template's assets, path → id."""
     app = request.app
     settings = app[SETTINGS]
     if RENDERER not in app:
@@ -242,8 +250,11 @@ async def _preview(
         # The template meets its own deadline (its sandbox's): a template that runs too long
         # is then the template limit its job would fail with, not a timeout worth retrying.
         page = await templates.render_async(html, data, timeout_s=timeout_s)
+        files = await _files(request, mapped) if mapped else None
         async with asyncio.timeout(timeout_s):
-            result = await app[RENDERER].render(page, render_options, timeout_s=timeout_s)
+            result = await app[RENDERER].render(
+                page, render_options, timeout_s=timeout_s, assets=files
+            )
     except PermanentError as exc:
         raise Problem(422, "Cannot render", str(exc), kind="render-failed") from None
     except (RenderError, TimeoutError) as exc:
@@ -265,6 +276,17 @@ async def _preview(
     if result.pages is not None:
         headers["Pressroom-Pages"] = str(result.pages)
     return web.Response(body=result.data, content_type=output.content_type, headers=headers)
+
+
+async def _files(request: web.Request, mapped: dict[str, str]) -> dict[str, tuple[str, bytes]]:
+    """A stored template's assets for its preview; PermanentError names one no longer stored."""
+    tenant = tenant_of(request)
+    known = await assets.find(request.app[POOL], tenant, mapped.values())
+    for path, asset_id in mapped.items():
+        if asset_id not in known:
+            raise PermanentError(f"the asset {path} ({asset_id}) is no longer stored")
+    refs = assets.job_assets(mapped, known) or {}
+    return await request.app[ASSET_CACHE].files(tenant, refs)
 
 
 def _try_again(detail: str) -> Problem:

@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from server import events, jsontext, templates
+from server import assets, events, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, layered
@@ -49,6 +49,17 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_forma
 TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
 TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
 Ref = tuple[str, int | None]
+MAX_JOB_ASSETS = 100
+MAX_ASSET_PATH_CHARS = 255
+# An asset path: segments of characters a URL path carries as they are (no \ ? # % : or
+# control characters), none of them empty, "." or "..". Written out positively (a segment
+# starts with a character that is not a dot, or with one dot and then one, or with two dots
+# and then anything) so that the JSON Schema carries the same pattern.
+_PATH_CHAR = r"[^/\\?#%:\u0000-\u001f\u007f]"
+_PATH_START = r"[^/\\?#%:.\u0000-\u001f\u007f]"
+_PATH_SEGMENT = rf"(?:{_PATH_START}{_PATH_CHAR}*|\.{_PATH_START}{_PATH_CHAR}*|\.\.{_PATH_CHAR}+)"
+ASSET_PATH_PATTERN = rf"{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*"
+_ASSET_PATH = re.compile(ASSET_PATH_PATTERN)
 
 
 class StoredSource(Protocol):
@@ -56,6 +67,7 @@ class StoredSource(Protocol):
 
     html: str
     options: dict[str, Any]
+    assets: dict[str, str]
 
 
 class NetworkPolicy(Protocol):
@@ -65,11 +77,13 @@ class NetworkPolicy(Protocol):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Checks:
     """What validators read from the app: its settings, its network policy, and the stored
-    templates the body names (looked up before validation, in one query)."""
+    templates and the tenant's assets the body names (looked up before validation, in one
+    query each)."""
 
     settings: Settings
     policy: NetworkPolicy | None = None
     templates: Mapping[Ref, StoredSource] = dataclasses.field(default_factory=dict)
+    assets: Mapping[str, assets.Asset] = dataclasses.field(default_factory=dict)
 
     def context(self) -> dict[str, Any]:
         return {"checks": self}
@@ -155,6 +169,38 @@ def _webhook_url(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def asset_path_problem(path: str) -> str | None:
+    """Why `path` cannot name an asset in a page, None when it can."""
+    if len(path) > MAX_ASSET_PATH_CHARS:
+        return f"must be at most {MAX_ASSET_PATH_CHARS} characters"
+    if _ASSET_PATH.fullmatch(path):
+        return None
+    if path.startswith("/"):
+        return "must be a relative path such as img/logo.png, without a leading /"
+    if ":" in path:
+        return "must be a relative path such as img/logo.png, not a URL"
+    if any(segment in ("", ".", "..") for segment in path.split("/")):
+        return "must be a relative path such as img/logo.png, without '.', '..' or empty parts"
+    return (
+        "must not contain \\, ?, #, % or control characters: give the path as the page "
+        "names it, without percent-escapes"
+    )
+
+
+def _asset_path(path: str) -> str:
+    if (why := asset_path_problem(path)) is not None:
+        raise ValueError(why)
+    return path
+
+
+def _asset_ref(value: str, info: ValidationInfo) -> str:
+    if not assets.is_id(value):
+        raise ValueError("must be an asset id: sha256: and 64 hexadecimal digits")
+    if value not in _checks(info).assets:
+        raise ValueError(f"no asset {value}: upload it with POST /v1/assets")
+    return value
+
+
 def _uuid(message: str) -> Any:
     def check(value: Any) -> uuid.UUID:
         try:
@@ -212,6 +258,24 @@ WebhookUrl = Annotated[
             "format": "uri",
             "pattern": "^https?://[^/?#@]+",
             "maxLength": MAX_WEBHOOK_URL_CHARS,
+        }
+    ),
+]
+AssetMap = Annotated[
+    dict[
+        Annotated[str, AfterValidator(_asset_path)],
+        Annotated[str, AfterValidator(_asset_ref)],
+    ],
+    Field(max_length=MAX_JOB_ASSETS),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_JOB_ASSETS,
+            "propertyNames": {
+                "pattern": f"^{ASSET_PATH_PATTERN}$",
+                "maxLength": MAX_ASSET_PATH_CHARS,
+            },
+            "additionalProperties": {"type": "string", "pattern": f"^{assets.ID_PATTERN}$"},
         }
     ),
 ]
@@ -285,22 +349,33 @@ class JobRequest(BaseModel):
         default_factory=dict,
         description=f"Returned as given (at most {MAX_METADATA_BYTES} bytes as JSON).",
     )
+    assets: AssetMap = Field(
+        default_factory=dict,
+        description="The files the page names by relative path (img/logo.png), each an asset "
+        "id from POST /v1/assets; the page then loads those paths, and only those, from "
+        f"storage. At most {MAX_JOB_ASSETS}; with template_id, on top of the template's own.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _template_or_id(cls, data: Any, info: ValidationInfo) -> Any:
         """A missing template is reported with the other fields' problems; a stored
-        template's options lie under the job's own."""
+        template's options and assets lie under the job's own."""
         if not isinstance(data, dict):
             return data
         if data.get("template_id") is None:
             return data if data.get("template") is not None else {**data, "template": _REQUIRED}
         ref = parse_template_id(data["template_id"])
         stored = _checks(info).templates.get(ref) if ref else None
-        given = data.get("options")
-        if stored is None or not (given is None or isinstance(given, dict)):
+        if stored is None:
             return data
-        return {**data, "options": layered(stored.options, given or {})}
+        merged = dict(data)
+        for name, under in (("options", stored.options), ("assets", stored.assets)):
+            given = data.get(name)
+            if given is None or isinstance(given, dict):
+                own = given or {}
+                merged[name] = layered(under, own) if name == "options" else {**under, **own}
+        return merged
 
     @field_validator("template_id")
     @classmethod
@@ -368,6 +443,11 @@ class TemplateRequest(BaseModel):
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
     options: RenderOptions | None = Field(None, description="Options for the jobs that name it.")
     sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
+    assets: AssetMap = Field(
+        default_factory=dict,
+        description="Relative path → asset id, as a job's assets: the version keeps this map, "
+        "and a job's own map lies over it.",
+    )
 
     @field_validator("name", mode="before")
     @classmethod
@@ -638,6 +718,7 @@ class Template(BaseModel):
     html: str = Field(description="The Jinja2 HTML.")
     options: dict[str, Any] = Field(description="Its render options.")
     sample_data: dict[str, Any] = Field(description="Data for previews.")
+    assets: dict[str, str] = Field(description="Relative path → asset id, for its jobs.")
     created_at: dt.datetime = Field(description="Stored at.")
     links: TemplateLinks = Field(description="What can be done with it.")
     versions: list[TemplateVersion] | None = Field(None, description="Every version (GET only).")
@@ -658,6 +739,23 @@ class TemplateSummary(BaseModel):
 class TemplateList(BaseModel):
     items: list[TemplateSummary] = Field(description="By name.")
     next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
+
+
+class AssetLinks(BaseModel):
+    self: str = Field(description="The asset.")
+    content: str = Field(description="Its bytes, with its content type.")
+
+
+class Asset(BaseModel):
+    """A stored asset: the same bytes are the same asset, for good."""
+
+    id: Annotated[str, Field(pattern=f"^{assets.ID_PATTERN}$")] = Field(
+        description="sha256: and the SHA-256 of its bytes, in hexadecimal."
+    )
+    size: Annotated[int, Field(ge=0)] = Field(description="Its size in bytes.")
+    content_type: str = Field(description="Its content type, as jobs' pages get it.")
+    created_at: dt.datetime = Field(description="First stored at.")
+    links: AssetLinks = Field(description="What can be done with it.")
 
 
 class Token(BaseModel):

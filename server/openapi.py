@@ -12,12 +12,12 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from server import admission, events, outputs
+from server import admission, assets, events, outputs
 from server import models as m
 from server.options import RenderOptions
 
 JsonSchema = dict[str, Any]
-# A model, a media type (its bytes) or several (one of them), or no body.
+# A model, a media type (its bytes), media types (bytes of one of them), or no body.
 Body = type[BaseModel] | str | tuple[str, ...] | None
 PROBLEM = "application/problem+json"
 REF = "#/components/schemas/{model}"
@@ -26,6 +26,10 @@ PATH_PARAMETERS = {
     "job_id": ("uuid", "The job's id. Another tenant's job answers 404, as an unknown id."),
     "batch_id": ("uuid", "The batch's id."),
     "template_id": (None, "A template name (latest version) or name@version."),
+    "asset_id": (
+        None,
+        "The asset's id, sha256:<hex>. Another tenant's asset answers 404, as an unknown id.",
+    ),
 }
 STREAM_PARAMETERS: list[JsonSchema] = [
     {
@@ -104,6 +108,29 @@ PREVIEW_ERRORS = {
 }
 HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
 NO_JOB = {"404": "No such job (or another tenant's)."}
+NO_ASSET = {"404": "No such asset (or another tenant's)."}
+STORAGE_DOWN = {"503": "The database or the file storage is unreachable."}
+BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary"}}
+#: A JSON asset is stored as sent, whatever JSON (or bytes) it is.
+ANY_JSON: JsonSchema = {"schema": {}}
+#: A job as multipart/form-data, as Gotenberg takes one: parts that are files are known by
+#: their file names, which OpenAPI cannot name, so the schema lists the named parts.
+MULTIPART_JOB: JsonSchema = {
+    "schema": {
+        "type": "object",
+        "description": "The page as a part named or with the file name index.html (or index.md: "
+        "Markdown); every other part with a file name becomes an asset of the job, mapped by "
+        "its file name (img/logo.png, say); the part named job holds the job's other fields "
+        "as JSON (data, options, webhook_url, assets, …, but no template). Nothing is stored "
+        "unless the whole job is valid.",
+        "properties": {
+            "index.html": {"type": "string", "format": "binary"},
+            "job": {"type": "string", "contentMediaType": "application/json"},
+        },
+        "required": ["index.html"],
+    },
+    "encoding": {"job": {"contentType": "application/json"}},
+}
 BAD_QUERY = {"422": "A query parameter is not valid (see errors)."}
 PDF = outputs.PDF.content_type
 # A job's document, or a preview: a PDF, or the image options.output asks for.
@@ -121,6 +148,8 @@ class Op:
     ok: Mapping[str, tuple[str, Body]]
     errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
     body: type[BaseModel] | None = None
+    #: Request bodies other than JSON: media type → its media type object.
+    media: Mapping[str, JsonSchema] = dataclasses.field(default_factory=dict)
     body_required: bool = True
     query: type[BaseModel] | None = None
     parameters: tuple[JsonSchema, ...] = ()
@@ -129,13 +158,20 @@ class Op:
 
 
 OPERATIONS = (
-    Op("post", "/v1/jobs", "Submit a job", "jobs",
+    Op("post", "/v1/jobs", "Submit a job (JSON, or multipart/form-data with its files)", "jobs",
        {"202": ("Queued.", m.Job),
         "200": ("An earlier request with this Idempotency-Key and body made this job.", m.Job)},
        {**BODY_ERRORS, "400": "The body is not JSON, not UTF-8, or the key is malformed.",
         "409": "A request with this Idempotency-Key is still in progress.",
-        "422": "Invalid fields (see errors), or the Idempotency-Key was used with another body."},
-       body=m.JobRequest, parameters=(IDEMPOTENCY_KEY,),
+        "413": "The body is over PRESSROOM_MAX_BODY_BYTES; a multipart body over "
+        "PRESSROOM_MAX_UPLOAD_BYTES, a file over PRESSROOM_MAX_ASSET_BYTES, or its files over "
+        "the tenant's asset quota.",
+        "415": "The body is neither application/json nor multipart/form-data, or a file's "
+        "type is not one an asset may have.",
+        "422": "Invalid fields (see errors), or the Idempotency-Key was used with another body.",
+        **STORAGE_DOWN},
+       body=m.JobRequest, media={"multipart/form-data": MULTIPART_JOB},
+       parameters=(IDEMPOTENCY_KEY,),
        headers={"202": ("Location",), "200": ("Location",), "409": ("Retry-After",)}),
     Op("get", "/v1/jobs", "List jobs, newest first", "jobs", {"200": ("A page.", m.JobList)},
        BAD_QUERY, query=m.JobListQuery),
@@ -184,6 +220,25 @@ OPERATIONS = (
        body=m.BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
     Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts and its items' jobs",
        "batches", {"200": ("The batch.", m.Batch)}, {"404": "No such batch."}),
+    Op("post", "/v1/assets", "Upload an asset: the body is the file, of its Content-Type",
+       "assets",
+       {"201": ("Stored.", m.Asset), "200": ("The same bytes were stored before.", m.Asset)},
+       {"413": "The asset is over PRESSROOM_MAX_ASSET_BYTES, or would take the tenant's "
+        "assets over PRESSROOM_TENANT_MAX_ASSET_BYTES (type …/asset-quota).",
+        "415": "The Content-Type is not one an asset may have.",
+        "422": "A PDF asset that is not a whole PDF.", **STORAGE_DOWN},
+       media={kind: ANY_JSON if kind == "application/json" else BINARY
+              for kind in assets.CONTENT_TYPES},
+       headers={"201": ("Location",), "200": ("Location",)}),
+    Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
+       {"200": ("The asset.", m.Asset)}, NO_ASSET),
+    Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",
+       {"200": ("The bytes, with the asset's content type.", tuple(assets.CONTENT_TYPES))},
+       {**NO_ASSET, "410": "The bytes are no longer stored.", **STORAGE_DOWN}),
+    Op("delete", "/v1/assets/{asset_id}", "Delete an asset no queued or running job uses",
+       "assets", {"204": ("Deleted.", None)},
+       {**NO_ASSET, "409": "Queued or running jobs use it (jobs: a few of their ids).",
+        **STORAGE_DOWN}),
     Op("post", "/v1/templates", "Store a new version of a named template", "templates",
        {"201": ("Stored.", m.Template)}, BODY_ERRORS, body=m.TemplateRequest,
        headers={"201": ("Location",)}),
@@ -217,6 +272,8 @@ LINKS = {
     ("/v1/jobs", "post"): ("job_id", ("getJobsJobId", "postJobsJobIdCancel",
                                      "postJobsJobIdRetry", "getJobsJobIdPdf")),
     ("/v1/batches", "post"): ("batch_id", ("getBatchesBatchId",)),
+    ("/v1/assets", "post"): ("asset_id", ("getAssetsAssetId", "getAssetsAssetIdContent",
+                                         "deleteAssetsAssetId")),
 }  # fmt: skip
 
 
@@ -247,10 +304,10 @@ def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSch
     response: JsonSchema = {"description": description or "OK."}
     if isinstance(body, type):
         response["content"] = _content("application/json", _ref(body))
+    elif isinstance(body, tuple):
+        response["content"] = {media: {"schema": {}} for media in body}
     elif body == "application/json":
         response["content"] = _content(body, {"type": "object"})
-    elif isinstance(body, tuple):
-        response["content"] = {media: {"schema": {"type": "string"}} for media in body}
     elif body is not None:
         response["content"] = _content(body, {"type": "string"})
     if headers:
@@ -331,11 +388,10 @@ def _operation(op: Op) -> JsonSchema:
     }
     if parameters := _parameters(op):
         operation["parameters"] = parameters
-    if op.body is not None:
-        operation["requestBody"] = {
-            "required": op.body_required,
-            "content": _content("application/json", _ref(op.body)),
-        }
+    content = _content("application/json", _ref(op.body)) if op.body is not None else {}
+    content.update(op.media)
+    if content:
+        operation["requestBody"] = {"required": op.body_required, "content": content}
     if op.security is not None:
         operation["security"] = [{name: []} if name else {} for name in op.security]
     if (op.path, op.method) in LINKS:

@@ -52,9 +52,9 @@ def wants_thumbnail(options: Mapping[str, Any]) -> bool:
 
 
 def incomplete(data: bytes, content_type: str) -> str | None:
-    """Why a rendered file of this type is not whole (a truncated render, an error page), or
-    None; files of other types (uploads kept as they came) are not Pressroom's to judge."""
+    """Why a file of this type is not whole (a truncated render, an error page, an upload that
+    is not what it says), or None; files of other types are not Pressroom's to judge."""
     output = _BY_TYPE.get(content_type)
     if output is not None and not output.complete(data):
-        return f"rendered output is not a complete {output.name.upper()} file"
+        return f"not a complete {output.name.upper()} file"
     return None

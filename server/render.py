@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import psutil
@@ -44,7 +44,7 @@ from playwright.async_api import Error as PlaywrightError
 from server import images, pdfmeta
 from server.cgroups import Leaf, RenderCgroups
 from server.dropuser import Launcher, launcher
-from server.egress import Gate
+from server.egress import DOCUMENT_URL, Gate, Site
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
@@ -98,6 +98,10 @@ class RenderResult:
     warnings: list[str]
 
 
+#: A job's files by the path its page names them with → (content type, bytes).
+Assets = Mapping[str, tuple[str, bytes]]
+
+
 class Renderer(Protocol):
     """Turns HTML into PDF (or image) bytes. Raises PermanentError or TransientError."""
 
@@ -108,8 +112,10 @@ class Renderer(Protocol):
         *,
         timeout_s: float,
         on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
     ) -> RenderResult:
-        """`on_print`, when given, is called once the page is loaded, as printing begins."""
+        """`on_print`, when given, is called once the page is loaded, as printing begins.
+        With `assets`, relative URLs in the page resolve to those files (and only those)."""
         ...
 
     async def check(self) -> None:
@@ -195,6 +201,7 @@ class _Slot:
     media: str = ""
     leaves: list[Leaf] = dataclasses.field(default_factory=list)
     oom_kills: int = 0
+    served: bool = False  # the page is at the gate's reserved origin (a job with assets)
 
     def out_of_memory(self) -> bool:
         return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
@@ -512,6 +519,11 @@ class ChromiumRenderer:
         finally:
             if slot.gate.used and not await self._cleanup(slot.context.clear_cookies()):
                 healthy = False  # cookies that cannot be cleared must not reach the next job
+            if slot.served and not await self._cleanup(_blank(slot.page)):
+                # The next job's HTML is written into the page's document, whose images stay
+                # available to it without a request: a job's files must not reach the next.
+                healthy = False
+            slot.served = False
             if healthy and slot.generation == self._generation and not slot.page.is_closed():
                 self._idle.append(slot)
             else:
@@ -532,14 +544,16 @@ class ChromiumRenderer:
         *,
         timeout_s: float,
         on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
     ) -> RenderResult:
         """Print one document; TransientError on crash or timeout, PermanentError on bad input."""
         await self._ensure_browser()
         self._inflight += 1
         self._jobs_on_browser += 1
+        site = Site(html.encode(), assets) if assets else None
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._render(html, options, timeout_s, on_print)
+                return await self._render(html, options, timeout_s, on_print, site)
         except TimeoutError:
             self._suspect = True
             raise TransientError(f"render timed out after {timeout_s:g} s") from None
@@ -561,10 +575,13 @@ class ChromiumRenderer:
         options: RenderOptions,
         timeout_s: float,
         on_print: Callable[[], None] | None,
+        site: Site | None,
     ) -> RenderResult:
         private = options.needs_javascript(html)
         slots = self._private_slot() if private else self._reused_slot()
         async with slots as slot:
+            slot.gate.site = site
+            slot.served = site is not None
             try:
                 data = await self._print(slot, html, options, timeout_s, on_print)
             except PlaywrightError:
@@ -574,6 +591,8 @@ class ChromiumRenderer:
                         "(PRESSROOM_RENDER_MAX_MB)"
                     ) from None
                 raise
+            finally:
+                slot.gate.site = None
             pages = None if options.image else count_pages(data)
             warnings = list(slot.warnings)
         # Outside the slot: the page takes the next job while the metadata is written.
@@ -598,7 +617,7 @@ class ChromiumRenderer:
         if slot.viewport != viewport:
             await page.set_viewport_size(viewport)
             slot.viewport = viewport
-        await page.set_content(html, wait_until="load", timeout=timeout_ms)
+        await _open(page, html, timeout_ms, served=slot.gate.site is not None)
         if options.wait_for_selector:
             await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
         if options.wait_for_expression:
@@ -606,6 +625,20 @@ class ChromiumRenderer:
         if on_print is not None:
             on_print()
         return await images.capture(page, options, self._max_pages)
+
+
+async def _open(page: Page, html: str, timeout_ms: float, *, served: bool) -> None:
+    """Load the document: written into the page (about:blank, nothing relative resolves), or,
+    when its slot's gate serves it (a job with assets), opened at the gate's reserved origin,
+    where relative URLs reach the job's files. Only jobs with assets pay for the navigation."""
+    if served:
+        await page.goto(DOCUMENT_URL, wait_until="load", timeout=timeout_ms)
+    else:
+        await page.set_content(html, wait_until="load", timeout=timeout_ms)
+
+
+async def _blank(page: Page) -> None:
+    await page.goto("about:blank")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -326,6 +326,19 @@ class Settings(BaseSettings):
     max_template_bytes: PositiveInt = setting(512 * 1024, "largest template (422 above)")
     max_data_bytes: PositiveInt = setting(1024 * 1024, "largest `data` of a job (422 above)")
     max_pages: PositiveInt = setting(1000, "pages a PDF may have; a longer one fails its job")
+    max_asset_bytes: PositiveInt = setting(
+        10 * 1024 * 1024,
+        "largest asset (`POST /v1/assets`, or a file of a multipart job; 413 above)",
+    )
+    tenant_max_asset_bytes: PositiveInt = setting(
+        1024 * 1024 * 1024, "all of a tenant's assets together (413 `asset-quota` above)"
+    )
+    max_upload_bytes: PositiveInt = setting(
+        32 * 1024 * 1024, "largest multipart/form-data job, all its parts together (413 above)"
+    )
+    asset_cache_mb: NonNegativeInt = setting(
+        64, "assets each process keeps in memory for the renders that use them (0 = none)"
+    )
     idempotency_ttl_s: PositiveInt = setting(
         24 * 3600, "how long an `Idempotency-Key` is remembered"
     )

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from server import images, jobs, options, templates
+from server.assets import AssetCache
 from server.errors import (
     DB_ERRORS,
     DB_OR_QUERY_ERRORS,
@@ -145,6 +146,7 @@ class Workers:
         storage: Storage,
         config: WorkerConfig,
         *,
+        assets: AssetCache,
         worker_id: str | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -152,6 +154,7 @@ class Workers:
         self._pool = pool
         self._renderer = renderer
         self._storage = storage
+        self._assets = assets
         self._config = config
         self.worker_id = worker_id or new_worker_id()
         # Renders that finish together are recorded done in one statement.
@@ -356,6 +359,7 @@ class Workers:
             html = await templates.render_async(
                 job.template, job.data, timeout_s=self._config.render_timeout_s
             )
+            assets = await self._assets.files(job.tenant, job.assets) if job.assets else None
             async with self._slots:
                 self._move(entry, Phase.RENDERING)
                 with self._metrics.render_seconds.time():
@@ -364,6 +368,7 @@ class Workers:
                         render_options,
                         timeout_s=self._config.render_timeout_s,
                         on_print=self._on_print(entry),
+                        assets=assets,
                     )
             warnings = result.warnings
             if result.pages is not None and result.pages > self._config.max_pages:

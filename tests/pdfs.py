@@ -11,7 +11,7 @@ from PIL import Image
 
 from server.errors import RenderError
 from server.options import RenderOptions
-from server.render import RenderResult
+from server.render import Assets, RenderResult
 
 
 def minimal_pdf(text: str = "Pressroom") -> bytes:
@@ -61,6 +61,7 @@ class FakeRenderer:
         self.fail_with: RenderError | None = None
         self.rendered: list[str] = []
         self.calls: list[str] = []  # every render begun, finished or not
+        self.assets: list[Assets | None] = []  # the files each render was given
         self.started = asyncio.Event()
 
     async def render(
@@ -70,8 +71,10 @@ class FakeRenderer:
         *,
         timeout_s: float,
         on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
     ) -> RenderResult:
         self.calls.append(html)
+        self.assets.append(assets)
         self.started.set()
         if self.load_s:
             await asyncio.sleep(self.load_s)

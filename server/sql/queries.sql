@@ -10,23 +10,24 @@
 -- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
 -- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
 -- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
--- way the job went.
+-- way the job went. $16 holds the jobs' assets (NULL for a job without any).
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash,
-                      status, attempts, worker_id, lease_expires_at, started_at)
+                      status, attempts, worker_id, lease_expires_at, started_at, assets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
            CASE WHEN handed THEN 'running' ELSE 'queued' END,
            CASE WHEN handed THEN 1 ELSE 0 END,
            CASE WHEN handed THEN $14 END,
            CASE WHEN handed THEN now() + make_interval(secs => $15) END,
-           CASE WHEN handed THEN now() END
+           CASE WHEN handed THEN now() END,
+           assets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[])
+                $13::bool[], $16::jsonb[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash, handed)
+              max_attempts, run_after, idempotency_key, request_hash, handed, assets)
     RETURNING *
 ), ev AS (
     -- Every job.queued event first, then the job.running ones: a handed-off job's events
@@ -67,7 +68,7 @@ WITH picked AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
 )
-SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts
+SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
@@ -456,16 +457,16 @@ SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 7));
 
 -- template_insert --
 -- The next version of a tenant's template ($1, $2); the first one is version 1.
-INSERT INTO templates (tenant, name, version, html, options, sample_data)
-SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb
+INSERT INTO templates (tenant, name, version, html, options, sample_data, assets)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::jsonb
 FROM templates WHERE tenant = $1 AND name = $2
-RETURNING name, version, html, options, sample_data, created_at;
+RETURNING name, version, html, options, sample_data, assets, created_at;
 
 -- template_find --
 -- Templates by (name, version) pairs ($2, $3; a NULL version means the latest), one row each.
 SELECT DISTINCT ON (r.name, r.version)
        r.name AS wanted_name, r.version AS wanted_version,
-       t.name, t.version, t.html, t.options, t.sample_data, t.created_at
+       t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.created_at
 FROM unnest($2::text[], $3::int[]) AS r(name, version)
 JOIN templates t ON t.tenant = $1 AND t.name = r.name
                 AND (r.version IS NULL OR t.version = r.version)
@@ -505,16 +506,17 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, 
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
--- every item's position, key and job id.
+-- every item's position, key and job id; $17 holds the new jobs' assets.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, item_key, item_hash)
+                      max_attempts, run_after, item_key, item_hash, assets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash
+           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
-                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[])
+                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
+                $17::jsonb[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash)
+              max_attempts, run_after, item_key, item_hash, assets)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -551,3 +553,34 @@ SELECT status, count(*) AS n FROM jobs WHERE finished_at IS NOT NULL GROUP BY st
 -- metrics_queue --
 SELECT count(*) AS due, extract(epoch FROM now() - min(run_after)) AS oldest_due_age_s
 FROM jobs WHERE status = 'queued' AND run_after <= now();
+
+-- asset_lock --
+-- One change to a tenant's assets at a time (uploads, deletes): the total checked against
+-- the quota is the total stored, and a delete cannot remove bytes an upload just counted on.
+SELECT pg_advisory_xact_lock(hashtextextended($1, 11));
+
+-- asset_find --
+-- A tenant's ($1) assets among these ids ($2); another tenant's are missing, like unknown ones.
+SELECT id, size, content_type, created_at FROM assets WHERE tenant = $1 AND id = ANY($2::text[]);
+
+-- asset_total --
+SELECT coalesce(sum(size), 0)::bigint FROM assets WHERE tenant = $1;
+
+-- asset_insert --
+-- $2..$4 are parallel arrays, one element per new asset.
+INSERT INTO assets (tenant, id, size, content_type)
+SELECT $1, id, size, content_type
+FROM unnest($2::text[], $3::bigint[], $4::text[]) AS t(id, size, content_type)
+ON CONFLICT (tenant, id) DO NOTHING
+RETURNING id, size, content_type, created_at;
+
+-- asset_users --
+-- Queued and running jobs of the tenant ($1) whose page uses the asset $2 (a few, to name).
+SELECT j.id FROM jobs j
+WHERE j.tenant = $1 AND j.status IN ('queued', 'running') AND j.assets IS NOT NULL
+  AND EXISTS (SELECT 1 FROM jsonb_each(j.assets) AS a (path, ref) WHERE a.ref->>'id' = $2)
+ORDER BY j.created_at
+LIMIT 5;
+
+-- asset_delete --
+DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING id;

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 import moto.settings
 import pytest
 
+from tests.assetfiles import png
 from tests.conftest import RunningApp
 from tests.integration import test_s3_storage as s3
 from tests.integration.test_s3_storage import (
@@ -141,3 +142,38 @@ async def test_refused_credentials_fail_readyz_without_leaking_them(
 
     assert "refused the credentials" in body["checks"]["storage"]
     assert SECRET_ACCESS_KEY not in str(body) and ACCESS_KEY_ID not in str(body)
+
+
+async def test_assets_are_kept_in_the_bucket_and_read_back_for_jobs(
+    start_app: Callable[..., Any], moto_endpoint: str, bucket: str, admin: Any
+) -> None:
+    renderer = FakeRenderer()
+    api: RunningApp = await start_app(
+        renderer=renderer, render_slots=1, env=s3_env(moto_endpoint, bucket)
+    )
+    logo = png((10, 200, 10), 12, 6)
+    async with api.http.post(
+        api.url("/v1/assets"), data=logo, headers={"Content-Type": "image/png"}
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+        asset = await resp.json()
+    key = f"pdfs/default/assets/{asset['id'].removeprefix('sha256:')}"
+    assert await object_keys(admin, bucket) == [key]
+    stored = await admin.get_object(Bucket=bucket, Key=key)
+    assert stored["ContentType"] == "image/png"
+    async with stored["Body"] as body:
+        assert await body.read() == logo
+    async with api.http.get(api.url(asset["links"]["content"])) as resp:
+        assert resp.status == 200 and await resp.read() == logo
+
+    body = {"template": "<img src='img/logo.png'>", "assets": {"img/logo.png": asset["id"]}}
+    async with api.http.post(api.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 202, await resp.text()
+        job = await resp.json()
+    messages = await collect(api.http, api.url(f"/v1/jobs/{job['id']}/events"))
+    assert messages[-1].event == "job.done"
+    assert renderer.assets[-1] == {"img/logo.png": ("image/png", logo)}
+
+    async with api.http.delete(api.url(f"/v1/assets/{asset['id']}")) as resp:
+        assert resp.status == 204
+    assert key not in await object_keys(admin, bucket)

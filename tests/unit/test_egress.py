@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from server.egress import Gate
+from server.egress import DOCUMENT_HOST, DOCUMENT_URL, Gate, Site
 from server.netpolicy import NetworkPolicy
 
 
@@ -137,3 +137,54 @@ async def test_the_browser_gate_refuses_everything(upstream: Upstream) -> None:
     await gate.close()
     assert answer.startswith(b"HTTP/1.1 403 ")
     assert upstream.received == []
+
+
+SITE = Site(
+    b"<img src=logo.png>", {"logo.png": ("image/png", b"PNG!"), "a b/c.css": ("text/css", b"p{}")}
+)
+
+
+async def never_resolve(host: str) -> list[str]:
+    raise AssertionError(f"the reserved origin is never resolved ({host})")
+
+
+async def test_the_reserved_origin_is_answered_from_the_site_without_a_connection() -> None:
+    warnings: list[str] = []
+    gate = await started(Gate(NetworkPolicy([]), warnings.append, never_resolve))
+    gate.site = SITE
+    document = await exchange(gate, f"GET {DOCUMENT_URL} HTTP/1.1\r\n\r\n".encode())
+    logo = await exchange(gate, f"GET {DOCUMENT_URL}logo.png?v=2 HTTP/1.1\r\n\r\n".encode())
+    spaced = await exchange(gate, f"GET {DOCUMENT_URL}a%20b/c.css HTTP/1.1\r\n\r\n".encode())
+    head = await exchange(gate, f"HEAD {DOCUMENT_URL}logo.png HTTP/1.1\r\n\r\n".encode())
+    await gate.close()
+    assert document.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"Content-Type: text/html; charset=utf-8\r\n" in document
+    assert document.endswith(b"\r\n\r\n<img src=logo.png>")
+    assert b"Content-Type: image/png\r\n" in logo and logo.endswith(b"\r\n\r\nPNG!")
+    # A reused slot's next job may map the same path to other bytes: nothing is cached.
+    assert b"Cache-Control: no-store\r\n" in logo and b"Content-Length: 4\r\n" in logo
+    assert spaced.endswith(b"\r\n\r\np{}")
+    assert b"Content-Length: 4\r\n" in head and head.endswith(b"\r\n\r\n")
+    assert warnings == []
+
+
+@pytest.mark.parametrize(
+    ("site", "request_line", "kind"),
+    [
+        (SITE, f"GET {DOCUMENT_URL}other.png", "request"),
+        (SITE, f"POST {DOCUMENT_URL}logo.png", "POST request"),
+        (SITE, f"CONNECT {DOCUMENT_HOST}:443", "connection"),
+        (None, f"GET {DOCUMENT_URL}logo.png", "request"),
+    ],
+)
+async def test_what_the_site_does_not_hold_is_refused_into_the_warnings(
+    site: Site | None, request_line: str, kind: str
+) -> None:
+    warnings: list[str] = []
+    gate = await started(Gate(NetworkPolicy([]), warnings.append, never_resolve))
+    gate.site = site
+    answer = await exchange(gate, f"{request_line} HTTP/1.1\r\n\r\n".encode())
+    await gate.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    shown = request_line.split(" ", 1)[1]
+    assert warnings == [f"blocked {kind}: not one of the job's assets ({shown})"]
