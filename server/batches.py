@@ -24,7 +24,7 @@ from server.http_common import (
     tenant_of,
     validated,
 )
-from server.jobs import NewJob, job_columns
+from server.jobs import NewJob, job_columns, source_columns
 from server.keys import POOL, SETTINGS
 from server.models import BatchItem, BatchRequest
 from server.problems import Problem, invalid, not_found
@@ -162,6 +162,7 @@ async def _insert(
         list(range(len(keys))),
         keys,
         job_ids,
+        *source_columns(jobs),
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -36,7 +36,8 @@ class JobState(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewJob:
-    """A validated submission, ready to insert."""
+    """A validated submission, ready to insert. `template` is the source's text: Jinja2 HTML
+    (source "template"), Jinja2 Markdown ("markdown") or the page's URL ("page_url")."""
 
     tenant: str
     template: str
@@ -50,6 +51,9 @@ class NewJob:
     idempotency_key: str | None = None
     request_hash: str | None = None
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
+    source: str = "template"
+    #: Cookie and header values, sealed for this job's id (server/vault.py).
+    secrets: bytes | None = None
 
 
 def object_key(tenant: str, job_id: uuid.UUID | str, attempt: int) -> str:
@@ -69,6 +73,8 @@ class ClaimedJob:
     options: JsonDict
     attempt: int
     max_attempts: int
+    source: str = "template"
+    secrets: bytes | None = None
 
     @property
     def object_key(self) -> str:
@@ -138,6 +144,7 @@ async def create(
             handed,
             taker.worker_id if taker is not None else None,
             taker.lease_s if taker is not None else 0.0,
+            *source_columns(new),
         )
     except BaseException:
         inserted.set_result(False)
@@ -164,6 +171,12 @@ def job_columns(new: list[NewJob]) -> list[list[Any]]:
     ]
 
 
+def source_columns(new: list[NewJob]) -> list[list[Any]]:
+    """The last two parameters of insert_jobs and insert_batch_jobs: each job's source and
+    sealed secrets."""
+    return [[j.source for j in new], [j.secrets for j in new]]
+
+
 def _first_attempt(new: NewJob) -> ClaimedJob:
     return ClaimedJob(
         id=new.id,
@@ -173,6 +186,8 @@ def _first_attempt(new: NewJob) -> ClaimedJob:
         options=new.options,
         attempt=1,
         max_attempts=new.max_attempts,
+        source=new.source,
+        secrets=new.secrets,
     )
 
 
@@ -185,6 +200,8 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         options=row["options"],
         attempt=row["attempts"],
         max_attempts=row["max_attempts"],
+        source=row["source"],
+        secrets=row["secrets"],
     )
 
 

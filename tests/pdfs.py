@@ -8,6 +8,7 @@ from collections.abc import Callable
 from server.errors import RenderError
 from server.options import RenderOptions
 from server.render import RenderResult
+from server.sources import Document
 
 
 def minimal_pdf(text: str = "Pressroom") -> bytes:
@@ -48,13 +49,13 @@ class FakeRenderer:
         self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
-        self.rendered: list[str] = []
-        self.calls: list[str] = []  # every render begun, finished or not
+        self.rendered: list[Document] = []
+        self.calls: list[Document] = []  # every render begun, finished or not
         self.started = asyncio.Event()
 
     async def render(
         self,
-        html: str,
+        html: Document,
         options: RenderOptions,
         *,
         timeout_s: float,
