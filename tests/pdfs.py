@@ -51,6 +51,7 @@ class FakeRenderer:
         self.fail_with: RenderError | None = None
         self.rendered: list[Document] = []
         self.calls: list[Document] = []  # every render begun, finished or not
+        self.options: list[RenderOptions] = []  # the options of every render begun
         self.started = asyncio.Event()
 
     async def render(
@@ -62,6 +63,7 @@ class FakeRenderer:
         on_print: Callable[[], None] | None = None,
     ) -> RenderResult:
         self.calls.append(html)
+        self.options.append(options)
         self.started.set()
         if self.load_s:
             await asyncio.sleep(self.load_s)
