@@ -118,10 +118,15 @@ class Site:
                 return web.Response(text=" Late content")
             return web.Response(status=404, text="no such page")
 
+        async def bounce(request: web.Request) -> web.Response:
+            self.record(request)
+            raise web.HTTPFound(request.query["to"])
+
         app = web.Application()
         for path in pages:
             app.router.add_get(path, page)
         app.router.add_get("/whoami", whoami)
+        app.router.add_get("/bounce", bounce)
         app.router.add_get("/{name:.*}", asset)
         return app
 
@@ -232,6 +237,28 @@ async def test_a_page_answering_404_fails_at_once_naming_the_status(
         {"page_url": site.url("/missing-invoice"), "options": {"fail_on": {"http_status": False}}},
     )
     assert pdf is not None and "no such page" in pdf_text(pdf)
+
+
+async def test_a_page_the_policy_refuses_or_that_cannot_be_reached_is_not_printed(
+    app: RunningApp, site: Site
+) -> None:
+    # Allowed at submission (127.0.0.1 is allowed here), refused where it redirects.
+    for options in ({}, {"headers": {"X-Token": HEADER_VALUE}}):
+        job, pdf = await run(
+            app,
+            {"page_url": site.url("/bounce?to=http://10.0.0.1/admin"), "options": options},
+        )
+        assert pdf is None and job["attempts"] == 1, job
+        assert "page_url was refused: blocked" in job["error"], job["error"]
+        assert "10.0.0.1 is a private address" in job["error"], job["error"]
+    # Nothing listens there: worth another attempt, as any network failure.
+    async with app.http.post(app.url("/v1/jobs"), json={"page_url": "http://127.0.0.1:9/"}) as r:
+        job = await r.json()
+    messages = await collect(app.http, app.url(job["links"]["events"]), until="job.retrying")
+    assert messages[-1].event == "job.retrying"
+    assert "page_url could not be opened" in messages[-1].json["job"]["error"]
+    async with app.http.post(app.url(f"/v1/jobs/{job['id']}/cancel")) as r:
+        assert r.status == 200
 
 
 async def test_cookies_and_headers_reach_the_pages_own_origin_only_and_stay_secret(
