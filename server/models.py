@@ -35,6 +35,7 @@ from server import events, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions
+from server.options import integral as _integral
 from server.settings import Settings
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
@@ -192,11 +193,6 @@ def _event_types(value: Any, info: ValidationInfo) -> list[str]:
     if errors := events.type_errors(info.field_name or "types", value):
         raise ValueError(errors[0][1])
     return value
-
-
-def _integral(value: Any) -> Any:
-    # JSON Schema counts 131.0 as an integer; so does the API.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _required(value: Any) -> Any:

@@ -56,12 +56,12 @@ FORBIDDEN_HEADERS = frozenset(
         "upgrade",
     }
 )
-#: media_features: each feature and the values Chromium emulates, with Playwright's name.
-MEDIA_FEATURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "prefers-color-scheme": ("color_scheme", ("light", "dark", "no-preference")),
-    "prefers-reduced-motion": ("reduced_motion", ("reduce", "no-preference")),
-    "forced-colors": ("forced_colors", ("active", "none")),
-    "prefers-contrast": ("contrast", ("more", "no-preference")),
+#: media_features: each CSS media feature and the argument of Playwright's emulate_media.
+MEDIA_FEATURES = {
+    "prefers-color-scheme": "color_scheme",
+    "prefers-reduced-motion": "reduced_motion",
+    "forced-colors": "forced_colors",
+    "prefers-contrast": "contrast",
 }
 # Chromium prints a header or footer into the page margin; with no margin it is cut away.
 HEADER_FOOTER_MARGIN = "15mm"
@@ -184,6 +184,11 @@ Keywords = Annotated[
 ]
 
 
+def integral(value: Any) -> Any:
+    """JSON Schema counts 131.0 as an integer; so does the API."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _headers(value: Any) -> Any:
     if not isinstance(value, dict):
         raise ValueError("must be an object of header names and values")
@@ -207,18 +212,6 @@ def _headers(value: Any) -> Any:
                 f"the value of {name} must be printable ASCII of at most "
                 f"{MAX_HEADER_VALUE_CHARS} characters"
             )
-    return value
-
-
-def _media_features(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise ValueError('must be an object such as {"prefers-color-scheme": "dark"}')
-    for name, setting in value.items():
-        if name not in MEDIA_FEATURES:
-            raise ValueError(f"unknown media feature {name[:64]!r}")
-        allowed = MEDIA_FEATURES[name][1]
-        if setting not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}")
     return value
 
 
@@ -293,6 +286,25 @@ UserAgent = Annotated[
 ]
 
 
+class MediaFeatures(BaseModel):
+    """CSS media features to emulate; those not given stay as the browser has them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, serialize_by_alias=True)
+
+    prefers_color_scheme: Literal["light", "dark", "no-preference"] | None = Field(
+        default=None, alias="prefers-color-scheme", description="CSS prefers-color-scheme."
+    )
+    prefers_reduced_motion: Literal["reduce", "no-preference"] | None = Field(
+        default=None, alias="prefers-reduced-motion", description="CSS prefers-reduced-motion."
+    )
+    forced_colors: Literal["active", "none"] | None = Field(
+        default=None, alias="forced-colors", description="CSS forced-colors."
+    )
+    prefers_contrast: Literal["more", "no-preference"] | None = Field(
+        default=None, alias="prefers-contrast", description="CSS prefers-contrast."
+    )
+
+
 class Cookie(BaseModel):
     """A cookie sent with the requests to the page_url's own origin, and nowhere else."""
 
@@ -324,20 +336,6 @@ Headers = Annotated[
                 "type": "string",
                 "maxLength": MAX_HEADER_VALUE_CHARS,
                 "pattern": HEADER_VALUE_PATTERN,
-            },
-        }
-    ),
-]
-MediaFeatures = Annotated[
-    dict[str, str],
-    BeforeValidator(_media_features),
-    WithJsonSchema(
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                name: {"type": "string", "enum": list(values), "description": f"CSS {name}."}
-                for name, (_, values) in MEDIA_FEATURES.items()
             },
         }
     ),
@@ -422,8 +420,8 @@ class RenderOptions(BaseModel):
         default="load",
         description="Print after the load event, or once the network has been idle for 500 ms.",
     )
-    wait_delay_ms: Annotated[int, Field(ge=0, le=MAX_WAIT_DELAY_MS)] = Field(
-        default=0, description="Then wait this many milliseconds more."
+    wait_delay_ms: Annotated[int, Field(ge=0, le=MAX_WAIT_DELAY_MS), BeforeValidator(integral)] = (
+        Field(default=0, description="Then wait this many milliseconds more.")
     )
     lazy_load: bool = Field(
         default=False,
@@ -531,10 +529,11 @@ class RenderOptions(BaseModel):
     def emulated_media(self) -> dict[str, str]:
         """Keyword arguments for Playwright's page.emulate_media(): the media type and every
         media feature ("null" leaves a feature as the browser has it)."""
-        features = self.media_features or {}
+        features = self.media_features
         emulated: dict[str, str] = {"media": self.media}
-        for name, (argument, _) in MEDIA_FEATURES.items():
-            emulated[argument] = features.get(name, "null")
+        for name, argument in MEDIA_FEATURES.items():
+            value = None if features is None else getattr(features, name.replace("-", "_"))
+            emulated[argument] = value or "null"
         return emulated
 
 

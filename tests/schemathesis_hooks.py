@@ -4,8 +4,9 @@
 are not the schema's to state, since they depend on what the server holds or on Jinja2 and
 the network policy; valid requests are made to keep them here, and nothing else is changed:
 a template that Jinja2 parses, a template_id replaced by a template (stored names are the
-server's), a cursor only the server hands out, a public webhook URL, fresh idempotency and
-batch item keys (a key reused with other content is refused by design)."""
+server's), a cursor only the server hands out, a public webhook URL and page URL (with
+cookie domains that are its host, and header names the browser leaves to the page), fresh
+idempotency and batch item keys (a key reused with other content is refused by design)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import schemathesis
 
 from server import templates
 from server.models import MAX_WAIT_S
+from server.options import FORBIDDEN_HEADERS
 
 MAX_TEST_WAIT_S = 1.0
 PUBLIC_HOOK = "https://hooks.invalid/fuzz"
+PUBLIC_PAGE = "https://pages.invalid/fuzz"
 PLAIN = "<p>fuzz</p>"
 
 
@@ -47,15 +50,36 @@ def _keep_server_rules(case: Any) -> None:
     if body is None:
         return
     _source(body, "html")
-    _source(body, "template")
-    if body.get("webhook_url") is not None:
-        body["webhook_url"] = PUBLIC_HOOK
+    _job(body)
     for item in body.get("items") or ():
         if isinstance(item, dict):
             item["key"] = str(uuid.uuid4())
-            _source(item, "template")
-            if item.get("webhook_url") is not None:
-                item["webhook_url"] = PUBLIC_HOOK
+            _job(item)
+
+
+def _job(body: dict[str, Any]) -> None:
+    _source(body, "template")
+    _source(body, "markdown")
+    if body.get("webhook_url") is not None:
+        body["webhook_url"] = PUBLIC_HOOK
+    if body.get("page_url") is not None:
+        body["page_url"] = PUBLIC_PAGE
+    options = body.get("options")
+    if not isinstance(options, dict):
+        return
+    for cookie in options.get("cookies") or ():
+        if isinstance(cookie, dict) and cookie.get("domain") is not None:
+            cookie["domain"] = "pages.invalid"
+    headers = options.get("headers")
+    if isinstance(headers, dict):
+        for name in [n for n in headers if n.lower() in FORBIDDEN_HEADERS]:
+            del headers[name]
+        # Names that differ in case only are one header, given twice.
+        seen: set[str] = set()
+        for name in list(headers):
+            if name.lower() in seen:
+                del headers[name]
+            seen.add(name.lower())
 
 
 def _source(body: dict[str, Any], field: str) -> None:

@@ -136,8 +136,8 @@ async def policed(start_app: Callable[..., Any], fake_renderer: FakeRenderer) ->
         ),
         (
             {"page_url": PAGE, "options": {"media_features": {"prefers-color-scheme": "blue"}}},
-            "options.media_features",
-            "light, dark, no-preference",
+            "options.media_features.prefers-color-scheme",
+            "'light', 'dark' or 'no-preference'",
         ),
     ],
 )
