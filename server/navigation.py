@@ -102,15 +102,15 @@ class OwnOrigin:
         return "; ".join(sent) or None
 
     async def handle(self, route: Route, request: Request) -> None:
-        headers = {**await request.all_headers(), **self._headers}
-        cookie = self._cookie_header(request.url, headers.pop("cookie", None))
-        if cookie is not None:
-            headers["cookie"] = cookie
         try:
+            headers = {**await request.all_headers(), **self._headers}
+            cookie = self._cookie_header(request.url, headers.pop("cookie", None))
+            if cookie is not None:
+                headers["cookie"] = cookie
             response = await route.fetch(headers=headers, max_redirects=0, timeout=self._timeout_ms)
             await route.fulfill(response=response)
         except PlaywrightError:
-            # Its message lists the request's headers: it is not passed on, nor logged.
+            # Its message may list the request's headers: it is not passed on, nor logged.
             with contextlib.suppress(PlaywrightError):
                 await route.abort("connectionfailed")
 

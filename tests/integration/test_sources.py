@@ -213,7 +213,8 @@ async def test_cookie_and_header_values_are_never_shown_and_kept_only_while_the_
 ) -> None:
     caplog.set_level(logging.DEBUG)
     shown: list[str] = []
-    status, job = await post(policed, "/v1/jobs", WITH_SECRETS)
+    hooked = {**WITH_SECRETS, "webhook_url": "https://hooks.invalid/pressroom"}
+    status, job = await post(policed, "/v1/jobs", hooked)
     assert status == 202, job
     shown.append(json.dumps(job))
     assert job["options"]["cookies"] == [{"name": "session", "value": "***", "path": "/invoice"}]
@@ -231,7 +232,9 @@ async def test_cookie_and_header_values_are_never_shown_and_kept_only_while_the_
     async with policed.http.get(policed.url(f"/v1/jobs/{job['id']}/events")) as resp:
         shown.append(await resp.text())
     events = await pool.fetch("SELECT payload::text FROM job_events")
-    shown += [row[0] for row in events]
+    deliveries = await pool.fetch("SELECT payload::text FROM webhook_deliveries")
+    assert deliveries, "the job.done webhook is queued"
+    shown += [row[0] for row in [*events, *deliveries]]
     shown.append(caplog.text)
     for text in shown:
         assert COOKIE_VALUE not in text and HEADER_VALUE not in text
@@ -303,3 +306,12 @@ async def test_stored_templates_and_previews_carry_no_cookies_or_headers(
         assert status == 422, problem
         assert problem["errors"][0]["field"] == "options", problem
     assert await pool.fetchval("SELECT count(*) FROM templates") == 0
+
+
+async def test_previews_add_options_css_as_jobs_do(
+    policed: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    body = {"html": "<p>{{ n }}</p>", "data": {"n": 3}, "options": {"css": "p { color: red }"}}
+    async with policed.http.post(policed.url("/v1/templates/preview"), json=body) as resp:
+        assert resp.status == 200, await resp.text()
+    assert fake_renderer.rendered[-1] == "<p>3</p><style>p { color: red }</style>"
