@@ -136,7 +136,7 @@ async def submit(request: web.Request) -> web.Response:
     named = checks(request, await library.named(request, [raw]))
     new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
     if key is not None:
-        fingerprint = admission.request_hash(raw)
+        fingerprint = admission.request_hash(vault.fingerprinted(raw, secret=settings.secret))
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
     admitted = await admission.submit(
         request.app[POOL],

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, library, templates
+from server import admission, api, library, templates, vault
 from server.http_common import (
     checks,
     json_response,
@@ -68,12 +68,14 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         )
         for item in batch.items
     ]
+    secret = request.app[SETTINGS].secret
+    shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
-        item_hashes=[admission.request_hash(item) for item in raw_items],
+        item_hashes=[admission.request_hash(item) for item in shown],
         webhook_url=batch.webhook_url,
-        request_hash=admission.request_hash({"items": raw_items, "webhook_url": batch.webhook_url}),
+        request_hash=admission.request_hash({"items": shown, "webhook_url": batch.webhook_url}),
     )
 
 

@@ -11,6 +11,8 @@ database erases it when the job reaches a final state (0012_job_sources.sql).
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import os
 import uuid
@@ -85,6 +87,22 @@ def reveal(
             "headers": header_values or None,
         }
     )
+
+
+def fingerprinted(body: Any, *, secret: str) -> Any:
+    """A validated job body as its fingerprint is taken (Idempotency-Key, batch item keys):
+    cookie and header values replaced by a hash keyed with PRESSROOM_SECRET, so that the
+    fingerprint, kept after the job, is no digest of a secret that could be guessed at."""
+    options = body.get("options") if isinstance(body, dict) else None
+    if not isinstance(options, dict) or not (options.get("cookies") or options.get("headers")):
+        return body
+
+    def keyed(value: str) -> str:
+        return hmac.new(secret.encode(), value.encode(), hashlib.sha256).hexdigest()
+
+    cookies = [{**c, "value": keyed(c["value"])} for c in options.get("cookies") or ()]
+    headers = {name: keyed(value) for name, value in (options.get("headers") or {}).items()}
+    return {**body, "options": {**options, "cookies": cookies, "headers": headers}}
 
 
 def seal(values: dict[str, Any], *, secret: str, job_id: uuid.UUID) -> bytes:

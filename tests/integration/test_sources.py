@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from server import admission
 from server.errors import PermanentError
 from server.sources import PageUrl
 from tests.conftest import RunningApp
@@ -315,3 +316,22 @@ async def test_previews_add_options_css_as_jobs_do(
     async with policed.http.post(policed.url("/v1/templates/preview"), json=body) as resp:
         assert resp.status == 200, await resp.text()
     assert fake_renderer.rendered[-1] == "<p>3</p><style>p { color: red }</style>"
+
+
+async def test_fingerprints_of_bodies_with_secrets_are_keyed(
+    policed: RunningApp, pool: asyncpg.Pool
+) -> None:
+    headers = {"Idempotency-Key": "order-7"}
+    answers = []
+    for _ in range(2):
+        async with policed.http.post(
+            policed.url("/v1/jobs"), json=WITH_SECRETS, headers=headers
+        ) as resp:
+            answers.append((resp.status, await resp.json()))
+    assert [status for status, _ in answers] == [202, 200]
+    assert answers[0][1]["id"] == answers[1][1]["id"]
+    other = {**WITH_SECRETS, "options": {**WITH_SECRETS["options"], "headers": {"X-Api-Key": "b"}}}
+    async with policed.http.post(policed.url("/v1/jobs"), json=other, headers=headers) as resp:
+        assert resp.status == 422, "another value is another body"
+    stored = await pool.fetchval("SELECT request_hash FROM jobs")
+    assert stored != admission.request_hash(WITH_SECRETS), "no plain digest of the values"
