@@ -140,6 +140,8 @@ async def raw(args: argparse.Namespace) -> dict[str, Any]:
                     [False],  # not handed to a worker: the web-only server queues every job
                     None,
                     0.0,
+                    ["template"],  # the source, and no sealed secrets
+                    [None],
                 )
             return True
 

@@ -165,6 +165,7 @@ def create_app(
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
             claim_while_printing_s=settings.claim_while_printing_s,
+            secret=settings.secret,
         )
         workers = Workers(
             app[POOL],

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, assets_api, library, templates
+from server import admission, api, assets_api, library, templates, vault
 from server.http_common import (
     checks,
     json_response,
@@ -24,7 +24,7 @@ from server.http_common import (
     tenant_of,
     validated,
 )
-from server.jobs import NewJob, job_columns
+from server.jobs import NewJob, job_columns, source_columns
 from server.keys import POOL, SETTINGS
 from server.models import BatchItem, BatchRequest
 from server.problems import Problem, invalid, not_found
@@ -70,12 +70,14 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         )
         for item in batch.items
     ]
+    secret = request.app[SETTINGS].secret
+    shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
-        item_hashes=[admission.request_hash(item) for item in raw_items],
+        item_hashes=[admission.request_hash(item) for item in shown],
         webhook_url=batch.webhook_url,
-        request_hash=admission.request_hash({"items": raw_items, "webhook_url": batch.webhook_url}),
+        request_hash=admission.request_hash({"items": shown, "webhook_url": batch.webhook_url}),
     )
 
 
@@ -165,6 +167,7 @@ async def _insert(
         keys,
         job_ids,
         [job.assets for job in jobs],
+        *source_columns(jobs),
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

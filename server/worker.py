@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from server import images, jobs, options, templates
+from server import images, jobs, options, sources, vault
 from server.assets import AssetCache
 from server.errors import (
     DB_ERRORS,
@@ -60,6 +60,8 @@ class WorkerConfig:
     #: when the slot frees, instead of after (the print of a page that loads quickly is short
     #: too, so the job claimed waits briefly). 0: claim only for a free slot.
     claim_while_printing_s: float = 0.0
+    #: PRESSROOM_SECRET: opens the cookies and headers sealed with a job (server/vault.py).
+    secret: str = ""
 
 
 def new_worker_id() -> str:
@@ -356,8 +358,16 @@ class Workers:
         warnings: list[str] = []
         try:
             render_options = options.parse(job.options)
-            html = await templates.render_async(
-                job.template, job.data, timeout_s=self._config.render_timeout_s
+            if job.secrets is not None:
+                render_options = vault.reveal(
+                    render_options, job.secrets, secret=self._config.secret, job_id=job.id
+                )
+            html = await sources.load(
+                job.source,
+                job.template,
+                job.data,
+                render_options,
+                timeout_s=self._config.render_timeout_s,
             )
             assets = await self._assets.files(job.tenant, job.assets) if job.assets else None
             async with self._slots:
