@@ -58,7 +58,7 @@ class Way:
         self.upto = upto  # the last migration applied; None: all of them
         self.extra = extra  # SQL applied after the migrations
         self.statements: dict[str, str] = {}
-        self.sources = False  # its insert_jobs takes each job's source and secrets (0012)
+        self.sources = False  # its insert_jobs takes assets (0011), source and secrets (0012)
         self.conn: asyncpg.Connection
         self.heard: dict[str, int] = {"pressroom": 0, "pressroom_webhooks": 0}
         self.marker = asyncio.Event()
@@ -128,7 +128,7 @@ def _counter(way: Way) -> Any:
 
 def job_columns(count: int, *, webhook: bool, max_attempts: int, sources: bool) -> list[Any]:
     """insert_jobs' parameters for `count` queued template jobs: fifteen, and with `sources`
-    (the current statement) each job's source and sealed secrets."""
+    (the current statement) each job's assets, source and sealed secrets."""
     return [
         [uuid.uuid4() for _ in range(count)],
         ["default"] * count,
@@ -145,7 +145,7 @@ def job_columns(count: int, *, webhook: bool, max_attempts: int, sources: bool) 
         [False] * count,
         None,
         0.0,
-        *([["template"] * count, [None] * count] if sources else []),
+        *([[None] * count, ["template"] * count, [None] * count] if sources else []),
     ]
 
 
