@@ -140,6 +140,7 @@ async def raw(args: argparse.Namespace) -> dict[str, Any]:
                     [False],  # not handed to a worker: the web-only server queues every job
                     None,
                     0.0,
+                    [None],  # no channel
                 )
             return True
 

@@ -69,6 +69,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         data=job.data,
         options=options.to_json(job.options) if job.options else {},
         metadata=job.metadata,
+        channel=job.channel,
         max_attempts=job.max_attempts or checks.settings.max_attempts,
         priority=job.priority,
         webhook_url=job.webhook_url,
@@ -268,6 +269,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         created_to=query.created_to,
         after=query.cursor,
         limit=query.limit,
+        channel=query.channel,
     )
     items = [await present(request, item.job, tenant) for item in page.items]
     cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None

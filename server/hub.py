@@ -42,15 +42,34 @@ class Subscription:
     scope: the hub wakes every subscriber of an event in one pass, so for 10,000 SSE streams
     this is most of what an event costs before the first byte is written."""
 
-    __slots__ = ("_hub", "_items", "_waiter", "dropped", "job_id", "limit", "tenant", "transport")
+    __slots__ = (
+        "_hub",
+        "_items",
+        "_waiter",
+        "channel",
+        "dropped",
+        "job_id",
+        "key",
+        "limit",
+        "tenant",
+        "transport",
+    )
 
     def __init__(
-        self, hub: Hub, tenant: str | None, job_id: uuid.UUID | None, limit: int, transport: str
+        self,
+        hub: Hub,
+        tenant: str | None,
+        job_id: uuid.UUID | None,
+        channel: str | None,
+        limit: int,
+        transport: str,
     ) -> None:
         self._hub = hub
         self.transport = transport
         self.tenant = tenant
         self.job_id = job_id
+        self.channel = channel
+        self.key = _key(tenant, job_id, channel)
         self.limit = limit
         self._items: collections.deque[JobEvent] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -103,6 +122,18 @@ def _wake_up(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+#: What a subscription follows: a job, a tenant's channel, or a tenant (None: every tenant).
+Key = tuple[str, uuid.UUID] | tuple[str, str | None, str] | tuple[str, str | None]
+
+
+def _key(tenant: str | None, job_id: uuid.UUID | None, channel: str | None) -> Key:
+    if job_id is not None:
+        return ("job", job_id)
+    if channel is not None:
+        return ("channel", tenant, channel)
+    return ("tenant", tenant)
+
+
 class Hub:
     """Follows the event log from the newest final position and fans events out."""
 
@@ -110,8 +141,7 @@ class Hub:
         self._pool = pool
         self._queue_limit = queue_limit
         self._poll_interval_s = poll_interval_s
-        self._by_job: dict[uuid.UUID, set[Subscription]] = collections.defaultdict(set)
-        self._by_tenant: dict[str | None, set[Subscription]] = collections.defaultdict(set)
+        self._groups: dict[Key, set[Subscription]] = {}
         self._listeners: list[Callable[[JobEvent], None]] = []
         self._poked = asyncio.Event()
         self.position: Position | None = None
@@ -120,9 +150,7 @@ class Hub:
 
     @property
     def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._by_job.values()) + sum(
-            len(s) for s in self._by_tenant.values()
-        )
+        return sum(len(group) for group in self._groups.values())
 
     def poke(self) -> None:
         """Something was committed: read the log now."""
@@ -133,42 +161,44 @@ class Hub:
         self._listeners.append(callback)
 
     def subscribe(
-        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
+        self,
+        *,
+        tenant: str | None,
+        job_id: uuid.UUID | None = None,
+        channel: str | None = None,
+        transport: str = "sse",
     ) -> Subscription:
-        """Start buffering matching events; tenant None means every tenant."""
-        sub = Subscription(self, tenant, job_id, self._queue_limit, transport)
-        if job_id is not None:
-            self._by_job[job_id].add(sub)
-        else:
-            self._by_tenant[tenant].add(sub)
+        """Start buffering the events of a job, of one of the tenant's channels, or of all
+        its jobs and batches; tenant None means every tenant."""
+        assert channel is None or tenant is not None, "a channel is one tenant's"
+        sub = Subscription(self, tenant, job_id, channel, self._queue_limit, transport)
+        self._groups.setdefault(sub.key, set()).add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        if sub.job_id is not None:
-            group = self._by_job.get(sub.job_id)
-            key: object = sub.job_id
-            index: dict[object, set[Subscription]] = self._by_job  # type: ignore[assignment]
-        else:
-            group = self._by_tenant.get(sub.tenant)
-            key = sub.tenant
-            index = self._by_tenant  # type: ignore[assignment]
+        group = self._groups.get(sub.key)
         if group is not None:
             group.discard(sub)
             if not group:
-                index.pop(key, None)
+                del self._groups[sub.key]
 
     def subscribers_by_transport(self) -> dict[str, int]:
         """How many subscriptions each transport (sse, socketio, longpoll) holds now."""
         counts: collections.Counter[str] = collections.Counter()
-        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+        for group in self._groups.values():
             counts.update(sub.transport for sub in group)
         return {name: counts.get(name, 0) for name in ("sse", "socketio", "longpoll")}
 
     @contextlib.contextmanager
     def subscription(
-        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
+        self,
+        *,
+        tenant: str | None,
+        job_id: uuid.UUID | None = None,
+        channel: str | None = None,
+        transport: str = "sse",
     ) -> Iterator[Subscription]:
-        sub = self.subscribe(tenant=tenant, job_id=job_id, transport=transport)
+        sub = self.subscribe(tenant=tenant, job_id=job_id, channel=channel, transport=transport)
         try:
             yield sub
         finally:
@@ -176,16 +206,19 @@ class Hub:
 
     def close_all(self, reason: str) -> None:
         """End every stream (shutdown); clients reconnect elsewhere and resume by event id."""
-        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+        for group in list(self._groups.values()):
             for sub in list(group):
                 sub.drop(reason)
 
     def dispatch(self, event: JobEvent) -> None:
         self.published += 1
-        for sub in list(self._by_job.get(event.job_id, ())):
-            sub.push(event)
-        for tenant in (event.tenant, None):
-            for sub in list(self._by_tenant.get(tenant, ())):
+        keys: list[Key] = [("tenant", event.tenant), ("tenant", None)]
+        if event.channel is not None:
+            keys.insert(0, ("channel", event.tenant, event.channel))
+        if event.job_id is not None:
+            keys.insert(0, ("job", event.job_id))
+        for key in keys:
+            for sub in list(self._groups.get(key, ())):
                 sub.push(event)
         for callback in self._listeners:
             try:

@@ -48,6 +48,9 @@ MAX_KEY_CHARS = 200
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_format CHECK
 TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
 TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
+MAX_CHANNEL_CHARS = 200
+CHANNEL_PATTERN = rf"[A-Za-z0-9_.:@/-]{{1,{MAX_CHANNEL_CHARS}}}"  # as the channel_valid CHECK
+CHANNEL_RULE = f"1 to {MAX_CHANNEL_CHARS} letters, digits or the characters - _ . : @ /"
 Ref = tuple[str, int | None]
 
 
@@ -104,6 +107,13 @@ def parse_time(value: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
+
+
+def check_channel(raw: Any) -> str | None:
+    """Why `raw` cannot be a channel, or None when it can."""
+    if not isinstance(raw, str) or re.fullmatch(CHANNEL_PATTERN, raw) is None:
+        return f"must be a channel: {CHANNEL_RULE}"
+    return None
 
 
 def parse_template_id(raw: Any) -> Ref | None:
@@ -229,6 +239,19 @@ EventTypes = Annotated[
 ]
 
 
+def _channel(value: Any) -> Any:
+    if (why := check_channel(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
+Channel = Annotated[
+    str,
+    BeforeValidator(_channel),
+    WithJsonSchema({"type": "string", "pattern": f"^{CHANNEL_PATTERN}$"}),
+]
+
+
 def _template_id(value: Any) -> Any:
     if parse_template_id(value) is None:
         raise ValueError("must be a template name, or name@version")
@@ -284,6 +307,11 @@ class JobRequest(BaseModel):
     metadata: Metadata = Field(
         default_factory=dict,
         description=f"Returned as given (at most {MAX_METADATA_BYTES} bytes as JSON).",
+    )
+    channel: Channel | None = Field(
+        None,
+        description="The channel the job belongs to (one end user's documents, say): "
+        f"{CHANNEL_RULE}. Streams and subscription tokens can be scoped to it.",
     )
 
     @model_validator(mode="before")
@@ -347,11 +375,14 @@ class BatchItem(JobRequest, _ItemKey):
 
 
 class BatchRequest(BaseModel):
-    """Many documents in one call; an item without webhook_url takes the batch's."""
+    """Many documents in one call; an item without webhook_url or channel takes the batch's."""
 
     model_config = REQUEST
 
     webhook_url: WebhookUrl | None = Field(None, description="Where to POST the items' events.")
+    channel: Channel | None = Field(
+        None, description="The batch's channel (its events are on it), and its items'."
+    )
     items: Annotated[list[BatchItem], Field(min_length=1, max_length=MAX_BATCH_ITEMS)] = Field(
         description="The documents, one job per key."
     )
@@ -412,12 +443,15 @@ class TokenRequest(BaseModel):
 
 
 class SubscribeRequest(BaseModel):
-    """Socket.IO `subscribe` / `unsubscribe`: one job, or all the tenant's jobs."""
+    """Socket.IO `subscribe` / `unsubscribe`: one job, one channel, or all the tenant's jobs."""
 
     model_config = REQUEST
 
     job_id: Annotated[uuid.UUID, _uuid("must be a job id")] | None = Field(
         None, description="The job to follow."
+    )
+    channel: Channel | None = Field(
+        None, description="The channel to follow: its jobs' and batches' events."
     )
     all: bool = Field(False, description="True to follow every job of the tenant.")
     since: EventId | None = Field(None, description="Replay the events after this one first.")
@@ -425,8 +459,8 @@ class SubscribeRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> SubscribeRequest:
-        if (self.job_id is not None) == self.all:
-            raise ValueError('give either "job_id" or "all": true')
+        if [self.job_id is not None, self.channel is not None, self.all].count(True) != 1:
+            raise ValueError('give one of "job_id", "channel" or "all": true')
         return self
 
 
@@ -466,6 +500,7 @@ class JobListQuery(BaseModel):
     model_config = QUERY
 
     status: JobState | None = Field(None, description="Only jobs in this state.")
+    channel: Channel | None = Field(None, description="Only the jobs of this channel.")
     limit: Limit = Field(50, description="Jobs per page.")
     created_from: Timestamp | None = Field(None, description="Created at or after this time.")
     created_to: Timestamp | None = Field(None, description="Created before this time.")
@@ -549,6 +584,7 @@ class Job(BaseModel):
     warnings: list[str] = Field(description="What the render noticed but did not fail on.")
     options: dict[str, Any] = Field(description="The render options that differ from defaults.")
     metadata: dict[str, Any] = Field(description="As submitted.")
+    channel: str | None = Field(description="Its channel, as submitted.")
     webhook_url: str | None = Field(description="Where its events are POSTed.")
     pages: int | None = Field(description="Pages of the PDF, once done.")
     bytes: int | None = Field(description="Size of the PDF, once done.")
@@ -608,6 +644,7 @@ class Batch(BaseModel):
     counts: BatchCounts = Field(description="Items by state.")
     progress: Annotated[int, Field(ge=0, le=100)] = Field(description="Percent final.")
     webhook_url: str | None = Field(description="The batch's webhook URL.")
+    channel: str | None = Field(description="The batch's channel, as submitted.")
     created_at: dt.datetime = Field(description="Submitted at.")
     finished_at: dt.datetime | None = Field(description="When the last item finished.")
     items: list[BatchItemSummary] = Field(description="In submission order.")

@@ -56,6 +56,13 @@ STREAM_PARAMETERS: list[JsonSchema] = [
         "with commas); a job's stream still ends after the job's final event, sent or not.",
     },
 ]
+CHANNEL_PARAMETER: JsonSchema = {
+    "name": "channel",
+    "in": "query",
+    "schema": {"type": "string", "pattern": f"^{m.CHANNEL_PATTERN}$"},
+    "description": "Only the events of this channel's jobs and batches (see `channel` of a "
+    "job), with the same cursors and resets as the tenant's stream.",
+}
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -156,10 +163,12 @@ OPERATIONS = (
        "final event", "events", {"200": ("", "text/event-stream")},
        {**NO_JOB, "422": "Last-Event-ID is not an event id, or a type is unknown."},
        parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
-    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs", "events",
-       {"200": ("", "text/event-stream")},
-       {"422": "Last-Event-ID is not an event id, or a type is unknown."},
-       parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
+    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel",
+       "events", {"200": ("", "text/event-stream")},
+       {"422": "Last-Event-ID is not an event id, a type is unknown, or the channel is "
+        "malformed."},
+       parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
+       security=("bearer", "subscriptionToken")),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
        "Socket.IO)", "auth", {"200": ("The token.", m.Token)}, {**BODY_ERRORS, **NO_JOB},
        body=m.TokenRequest, body_required=False),

@@ -241,14 +241,19 @@ def _error(problem: Problem) -> dict[str, Any]:
     return {"ok": False, "error": body}
 
 
-def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
-    """(job id or None for all jobs, since, types) from a subscribe payload; unsubscribe takes
-    the same object (and needs only the target)."""
+def _parse_target(data: Any) -> SubscribeRequest:
+    """A subscribe payload; unsubscribe takes the same object (and needs only the target)."""
     try:
-        target = SubscribeRequest.model_validate(data)
+        return SubscribeRequest.model_validate(data)
     except ValidationError as exc:
         raise invalid_input(exc, "The subscription is not valid.") from None
-    return target.job_id, target.since, frozenset(target.types) if target.types else None
+
+
+def _stream_key(target: SubscribeRequest) -> str:
+    """What names a client's subscription: one per job, per channel, and the all-jobs one."""
+    if target.job_id is not None:
+        return str(target.job_id)
+    return "all" if target.channel is None else f"channel:{target.channel}"
 
 
 Handler = Callable[..., Awaitable[Any]]
@@ -438,8 +443,7 @@ class PushServer:
         if client is None or client.closing:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, since, types = _parse_target(data)
-            return await self._start(client, job_id, since, types)
+            return await self._start(client, _parse_target(data))
         except Problem as problem:
             return _error(problem)
         except DB_ERRORS as exc:
@@ -451,39 +455,35 @@ class PushServer:
         if client is None:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, _since, _types = _parse_target(data)
+            target = _parse_target(data)
         except Problem as problem:
             return _error(problem)
-        stream = client.streams.get("all" if job_id is None else str(job_id))
+        stream = client.streams.get(_stream_key(target))
         if stream is not None:
             self._end(client, stream)
         return {"ok": True}
 
     # --- streams ----------------------------------------------------------------------------
 
-    async def _start(
-        self,
-        client: _Client,
-        job_id: uuid.UUID | None,
-        since: int | None,
-        types: frozenset[str] | None,
-    ) -> dict[str, Any]:
-        pool = self.app[POOL]
+    async def _start(self, client: _Client, target: SubscribeRequest) -> dict[str, Any]:
+        pool, tenant = self.app[POOL], client.grant.tenant
+        job_id, channel, since = target.job_id, target.channel, target.since
+        types = frozenset(target.types) if target.types else None
         if not client.grant.allows(job_id):
             raise Problem(403, "Forbidden", "This subscription token is for another job.")
         current = None
         if job_id is not None:
-            current = await jobs.get(pool, job_id, client.grant.tenant)
+            current = await jobs.get(pool, job_id, tenant)
             if current is None:
                 raise not_found()
-        key = "all" if job_id is None else str(job_id)
+        key = _stream_key(target)
         if key not in client.streams and len(client.streams) >= MAX_SUBSCRIPTIONS:
             raise Problem(
                 429,
                 "Too many subscriptions",
                 f"A connection holds at most {MAX_SUBSCRIPTIONS}; unsubscribe from some first.",
             )
-        begin = await streams.start(pool, tenant=client.grant.tenant, job_id=job_id, cursor=since)
+        begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=since)
         if client.closing or self.clients.get(client.sid) is not client:
             raise Problem(409, "Conflict", "The connection is closing.")
         previous = client.streams.get(key)
@@ -491,9 +491,12 @@ class PushServer:
             self._end(client, previous)
         # Subscribe before the replay reads the log, so nothing falls between the two.
         sub = self.app[HUB].subscribe(
-            tenant=client.grant.tenant, job_id=job_id, transport="socketio"
+            tenant=tenant, job_id=job_id, channel=channel, transport="socketio"
         )
-        room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
+        if job_id is not None:
+            room = f"job:{job_id}"
+        else:
+            room = f"tenant:{tenant}" if channel is None else f"channel:{tenant}:{channel}"
         items = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
         stream = _Stream(key, room, sub)
         client.streams[key] = stream

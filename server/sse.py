@@ -15,7 +15,7 @@ from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
 from server.keys import AUTH, HUB, POOL, SETTINGS, SSE_STREAMS
-from server.models import event_id
+from server.models import check_channel, event_id
 from server.problems import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,16 @@ def _requested_types(request: web.Request) -> frozenset[str] | None:
     return frozenset(asked)
 
 
+def _requested_channel(request: web.Request) -> str | None:
+    """`?channel=user-42`: only that channel's job and batch events; None for all."""
+    channel = request.query.get("channel")
+    if channel is None:
+        return None
+    if (why := check_channel(channel)) is not None:
+        raise invalid([("channel", why)], "The query parameters are not valid.")
+    return channel
+
+
 async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
     # The whole SSE frame is built once per event and key (download links name the key) and
     # shared by every subscriber of this process: fan-out to thousands of streams is then one
@@ -72,7 +82,9 @@ async def _send_reset(
     await resp.send(json.dumps(body), event="reset")
 
 
-async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> web.StreamResponse:
+async def stream_events(
+    request: web.Request, *, job_id: uuid.UUID | None, channel: str | None = None
+) -> web.StreamResponse:
     """Replay what the client missed, then go live; no gap, no duplicate (log order)."""
     app = request.app
     pool, hub, settings = app[POOL], app[HUB], app[SETTINGS]
@@ -87,7 +99,7 @@ async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> we
     begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=cursor)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     with (
-        hub.subscription(tenant=tenant, job_id=job_id) as sub,
+        hub.subscription(tenant=tenant, job_id=job_id, channel=channel) as sub,
         app[AUTH].watch(auth.key_id_of(request), sub.drop),
     ):
         stream = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
@@ -123,4 +135,4 @@ async def job_events(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/v1/events")
 async def all_events(request: web.Request) -> web.StreamResponse:
-    return await stream_events(request, job_id=None)
+    return await stream_events(request, job_id=None, channel=_requested_channel(request))

@@ -31,7 +31,8 @@ RESET_REASON = "the requested event is no longer kept; reload state"
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reset:
     """The client's cursor is no longer kept (pruned, or another tenant's): reload state.
-    `job` is the job's stored JSON for a job's stream, None for the all-jobs stream."""
+    `job` is the job's stored JSON for a job's stream, None for the all-jobs and channel
+    streams."""
 
     job: dict[str, Any] | None
 
@@ -166,13 +167,14 @@ class Stream:
         assert self._position is not None
         job_id = self._sub.job_id
         # A job's few events are all read, since its final one ends the stream whether it
-        # is sent or not; the all-jobs stream reads only the types it sends.
+        # is sent or not; the all-jobs and channel streams read only the types they send.
         batch, held = await events.after(
             self._pool,
             self._position,
             tenant=self._sub.tenant,
             job_id=job_id,
             types=self._types if job_id is None else None,
+            channel=self._sub.channel,
         )
         for event in batch:
             self._position = event.position

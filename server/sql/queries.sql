@@ -5,18 +5,18 @@
 -- here repeats it.
 
 -- insert_jobs --
--- $1..$12 are parallel arrays, one element per job (many requests share one transaction).
--- $13 marks the jobs an idle worker of this process took (hand-off): they are inserted
--- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
--- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
--- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
--- way the job went.
+-- $1..$12 and $16 are parallel arrays, one element per job (many requests share one
+-- transaction). $13 marks the jobs an idle worker of this process took (hand-off): they are
+-- inserted running, attempt 1, held by worker $14 with a lease of $15 seconds, with their
+-- job.queued and job.running events, so they skip the claim and its commit (and the trigger's
+-- NOTIFY tells the workers of no work). The job JSON returned is the job.queued event's,
+-- whichever way the job went.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, idempotency_key, request_hash,
+                      max_attempts, run_after, idempotency_key, request_hash, channel,
                       status, attempts, worker_id, lease_expires_at, started_at)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
+           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
            CASE WHEN handed THEN 'running' ELSE 'queued' END,
            CASE WHEN handed THEN 1 ELSE 0 END,
            CASE WHEN handed THEN $14 END,
@@ -24,9 +24,9 @@ WITH new AS (
            CASE WHEN handed THEN now() END
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[])
+                $13::bool[], $16::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash, handed)
+              max_attempts, run_after, idempotency_key, request_hash, handed, channel)
     RETURNING *
 ), ev AS (
     -- Every job.queued event first, then the job.running ones: a handed-off job's events
@@ -203,7 +203,8 @@ SELECT job_public(j) AS job, j.status, j.object_key, j.tenant
 FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 
 -- list_jobs --
--- Newest first; the cursor is the (created_at, id) of the last row of the previous page.
+-- Newest first; the cursor is the (created_at, id) of the last row of the previous page; $8
+-- keeps one channel's jobs only.
 SELECT job_public(j) AS job, j.created_at, j.id, j.object_key
 FROM jobs j
 WHERE j.tenant = $1
@@ -211,6 +212,7 @@ WHERE j.tenant = $1
   AND ($3::timestamptz IS NULL OR j.created_at >= $3)
   AND ($4::timestamptz IS NULL OR j.created_at < $4)
   AND ($5::timestamptz IS NULL OR (j.created_at, j.id) < ($5, $6::uuid))
+  AND ($8::text IS NULL OR j.channel = $8)
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $7;
 
@@ -228,7 +230,8 @@ LIMIT 1;
 
 -- events_after --
 -- The final part of the log after a position, in log order, for every tenant (the hub) or
--- one tenant ($4), optionally of one job ($5) and of some types only ($6). `held` says
+-- one tenant ($4), optionally of one job ($5), of some types only ($6) and of one channel
+-- ($7: the events of its jobs and batches, read through job_events_channel). `held` says
 -- whether committed events wait behind a transaction still running, so the reader should
 -- look again soon. Always at least one row: with no events, the event columns are NULL.
 -- The horizon is written out in both places rather than shared through a CTE: a CTE's value
@@ -247,6 +250,7 @@ LEFT JOIN LATERAL (
       AND ($4::text IS NULL OR e.tenant = $4)
       AND ($5::uuid IS NULL OR e.job_id = $5)
       AND ($6::text[] IS NULL OR e.type = ANY ($6::text[]))
+      AND ($7::text IS NULL OR e.payload->>'channel' = $7)
     ORDER BY e.xid, e.id
     LIMIT $3
 ) e ON true
@@ -498,22 +502,23 @@ ORDER BY id
 FOR SHARE;
 
 -- insert_batch --
-INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, $4);
+INSERT INTO batches (id, tenant, request_hash, webhook_url, channel) VALUES ($1, $2, $3, $4, $5);
 
 -- insert_batch_jobs --
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
--- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
--- every item's position, key and job id.
+-- $1..$12 and $17 are parallel arrays, one element per new job; $13 is the batch; $14..$16
+-- give every item's position, key and job id.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, item_key, item_hash)
+                      max_attempts, run_after, item_key, item_hash, channel)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash
+           max_attempts, coalesce(run_after, now()), item_key, item_hash, channel
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
-                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[])
+                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
+                $17::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash)
+              max_attempts, run_after, item_key, item_hash, channel)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
