@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from server import events, jsontext, templates
+from server.channels import CHANNEL_PATTERN, CHANNEL_RULE, check_channel
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions
@@ -48,9 +49,6 @@ MAX_KEY_CHARS = 200
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_format CHECK
 TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
 TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
-MAX_CHANNEL_CHARS = 200
-CHANNEL_PATTERN = rf"[A-Za-z0-9_.:@/-]{{1,{MAX_CHANNEL_CHARS}}}"  # as the channel_valid CHECK
-CHANNEL_RULE = f"1 to {MAX_CHANNEL_CHARS} letters, digits or the characters - _ . : @ /"
 Ref = tuple[str, int | None]
 
 
@@ -107,13 +105,6 @@ def parse_time(value: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
-
-
-def check_channel(raw: Any) -> str | None:
-    """Why `raw` cannot be a channel, or None when it can."""
-    if not isinstance(raw, str) or re.fullmatch(CHANNEL_PATTERN, raw) is None:
-        return f"must be a channel: {CHANNEL_RULE}"
-    return None
 
 
 def parse_template_id(raw: Any) -> Ref | None:
@@ -433,13 +424,35 @@ class InlinePreviewRequest(BaseModel):
 
 
 class TokenRequest(BaseModel):
-    """What a subscription token may open."""
+    """What a subscription token may open: with neither job_id nor channel, every stream of
+    the tenant."""
 
     model_config = REQUEST
 
     job_id: Annotated[uuid.UUID, _uuid("must be a job id (UUID)")] | None = Field(
-        None, description="Limit the token to this job's stream (default: all the tenant's)."
+        None, description="Limit the token to this job's stream (and its long-poll)."
     )
+    channel: Channel | None = Field(
+        None, description="Limit the token to this channel: its stream and its jobs."
+    )
+    ttl_s: Annotated[int, Field(ge=1), Integral] | None = Field(
+        None,
+        description="Seconds the token lasts: at most PRESSROOM_TOKEN_TTL_S, which is the default.",
+    )
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> TokenRequest:
+        if self.job_id is not None and self.channel is not None:
+            raise ValueError('give "job_id" or "channel", not both')
+        return self
+
+    @field_validator("ttl_s")
+    @classmethod
+    def _bounded(cls, ttl_s: int | None, info: ValidationInfo) -> int | None:
+        most = _checks(info).settings.token_ttl_s
+        if ttl_s is not None and ttl_s > most:
+            raise ValueError(f"must be at most {most} (PRESSROOM_TOKEN_TTL_S)")
+        return ttl_s
 
 
 class SubscribeRequest(BaseModel):

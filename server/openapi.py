@@ -14,6 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from server import admission, events
 from server import models as m
+from server.channels import CHANNEL_PATTERN
 from server.options import RenderOptions
 
 JsonSchema = dict[str, Any]
@@ -25,6 +26,15 @@ PATH_PARAMETERS = {
     "job_id": ("uuid", "The job's id. Another tenant's job answers 404, as an unknown id."),
     "batch_id": ("uuid", "The batch's id."),
     "template_id": (None, "A template name (latest version) or name@version."),
+}
+TOKEN_PARAMETER: JsonSchema = {
+    "name": "token",
+    "in": "query",
+    "schema": {"type": "string"},
+    "description": "A subscription token (POST /v1/tokens, links.events of a new job, or "
+    "minted by the tenant's backend) instead of the Authorization header, which "
+    "EventSource cannot send. It opens its scope only: the tenant's streams, one job's, "
+    "or one channel's.",
 }
 STREAM_PARAMETERS: list[JsonSchema] = [
     {
@@ -39,13 +49,7 @@ STREAM_PARAMETERS: list[JsonSchema] = [
         "schema": {"type": "string", "pattern": "^[0-9]*$"},
         "description": "Last-Event-ID for clients that cannot set headers (a new EventSource).",
     },
-    {
-        "name": "token",
-        "in": "query",
-        "schema": {"type": "string"},
-        "description": "A subscription token (POST /v1/tokens, or links.events of a new job) "
-        "instead of the Authorization header, which EventSource cannot send.",
-    },
+    TOKEN_PARAMETER,
     {
         "name": "type",
         "in": "query",
@@ -59,7 +63,7 @@ STREAM_PARAMETERS: list[JsonSchema] = [
 CHANNEL_PARAMETER: JsonSchema = {
     "name": "channel",
     "in": "query",
-    "schema": {"type": "string", "pattern": f"^{m.CHANNEL_PATTERN}$"},
+    "schema": {"type": "string", "pattern": f"^{CHANNEL_PATTERN}$"},
     "description": "Only the events of this channel's jobs and batches (see `channel` of a "
     "job), with the same cursors and resets as the tenant's stream.",
 }
@@ -110,6 +114,7 @@ PREVIEW_ERRORS = {
 }
 HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
 NO_JOB = {"404": "No such job (or another tenant's)."}
+OUT_OF_SCOPE = {"403": "The subscription token opens another scope (job, channel) only."}
 BAD_QUERY = {"422": "A query parameter is not valid (see errors)."}
 PDF = "application/pdf"
 
@@ -145,9 +150,10 @@ OPERATIONS = (
        BAD_QUERY, query=m.JobListQuery),
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
        {"200": ("The job.", m.Job), "304": ("Unchanged since If-None-Match.", None)},
-       {**NO_JOB, **BAD_QUERY}, query=m.JobWaitQuery,
-       parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
-       headers={"200": ("ETag",)}),
+       {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=m.JobWaitQuery,
+       parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
+                   TOKEN_PARAMETER),
+       headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
     Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
        {"200": ("Cancelled.", m.Job)}, {**NO_JOB, "409": "The job is final."}),
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
@@ -161,16 +167,21 @@ OPERATIONS = (
        parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
     Op("get", "/v1/jobs/{job_id}/events", "Server-Sent Events of one job; ends after its "
        "final event", "events", {"200": ("", "text/event-stream")},
-       {**NO_JOB, "422": "Last-Event-ID is not an event id, or a type is unknown."},
+       {**NO_JOB, **OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, or a type is unknown."},
        parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
     Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel",
        "events", {"200": ("", "text/event-stream")},
-       {"422": "Last-Event-ID is not an event id, a type is unknown, or the channel is "
+       {**OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, a type is unknown, or the channel is "
         "malformed."},
        parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
        security=("bearer", "subscriptionToken")),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
-       "Socket.IO)", "auth", {"200": ("The token.", m.Token)}, {**BODY_ERRORS, **NO_JOB},
+       "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
+       {"200": ("The token.", m.Token)},
+       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors): both job_id and "
+        "channel, or ttl_s over PRESSROOM_TOKEN_TTL_S."},
        body=m.TokenRequest, body_required=False),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
        {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},
@@ -364,7 +375,14 @@ def build(served: set[str] | None = None) -> JsonSchema:
                     "description": "An API key from `pressroom keys create --tenant NAME`. "
                     "With no key created the server runs open on 127.0.0.1 (dev mode).",
                 },
-                "subscriptionToken": {"type": "apiKey", "in": "query", "name": "token"},
+                "subscriptionToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "token",
+                    "description": "A JWT (HS256) signed with the tenant's token secret: "
+                    '`sub` the tenant, `iat`, `exp`, and `pressroom: {"scope": "tenant" | '
+                    '"job" | "channel", "job_id", "channel"}`.',
+                },
             },
             "headers": {name: {"schema": {"type": "string"}} for name in sorted(HEADERS)},
         },

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -164,14 +163,17 @@ class PostgresManager(AsyncPubSubManager):  # type: ignore[misc]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Grant:
-    """Whom a connection acts for: a tenant, and maybe only one job (a job's token)."""
+    """Whom a connection acts for: a tenant, what of it (a token's scope), and what that
+    rests on (the key it proved or its token was minted for, the token's secret)."""
 
     tenant: str
-    job_id: str | None = None
-    key_id: int = signing.NO_KEY  # the key it proved, or that minted its token
+    scope: signing.Scope = signing.TENANT_SCOPE
+    credential: auth.Credential = auth.DEV_CREDENTIAL
 
-    def allows(self, job_id: uuid.UUID | None) -> bool:
-        return self.job_id is None or (job_id is not None and str(job_id) == self.job_id)
+    @property
+    def key_id(self) -> int:
+        """The key id the download links it is shown are signed for."""
+        return self.credential.minted_by
 
 
 async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | None:
@@ -190,13 +192,14 @@ async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | 
         scheme, _, bearer = request.headers.get("Authorization", "").strip().partition(" ")
         key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
     if isinstance(token, str):
-        claims = await authenticator.token_claims(token)
-        if claims is not None:
-            return Grant(claims.tenant, claims.job_id, claims.key_id)
+        verified = await authenticator.verify_token(token)
+        if isinstance(verified, auth.Verified):
+            claims = verified.claims
+            return Grant(claims.tenant, claims.scope, verified.credential)
     if isinstance(key, str):
         known = await authenticator.lookup(key)
         if known is not None:
-            return Grant(known.tenant, key_id=known.id)
+            return Grant(known.tenant, credential=auth.Credential(known.id))
     if not keyed and auth.is_loopback(settings.host):
         return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
     return None
@@ -420,7 +423,7 @@ class PushServer:
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
         client = self.clients[sid] = _Client(sid, eio_sid, grant)
         client.key = self.app[AUTH].watch(
-            grant.key_id, lambda reason: self._revoked(client, reason)
+            grant.credential, lambda reason: self._revoked(client, reason)
         )
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
@@ -469,13 +472,17 @@ class PushServer:
         pool, tenant = self.app[POOL], client.grant.tenant
         job_id, channel, since = target.job_id, target.channel, target.since
         types = frozenset(target.types) if target.types else None
-        if not client.grant.allows(job_id):
-            raise Problem(403, "Forbidden", "This subscription token is for another job.")
+        scope = client.grant.scope
         current = None
         if job_id is not None:
             current = await jobs.get(pool, job_id, tenant)
+            in_channel = current.job["channel"] if current else None
+            if not scope.opens(job_id=job_id, channel=in_channel):
+                raise auth.forbidden(scope)
             if current is None:
                 raise not_found()
+        elif not scope.opens(job_id=None, channel=channel):
+            raise auth.forbidden(scope)
         key = _stream_key(target)
         if key not in client.streams and len(client.streams) >= MAX_SUBSCRIPTIONS:
             raise Problem(

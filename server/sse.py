@@ -11,11 +11,12 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from server import api, auth, events, jobs, jsontext, streams
+from server.channels import check_channel
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
 from server.keys import AUTH, HUB, POOL, SETTINGS, SSE_STREAMS
-from server.models import check_channel, event_id
+from server.models import event_id
 from server.problems import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -92,15 +93,19 @@ async def stream_events(
     current = None
     if job_id is not None:
         current = await jobs.get(pool, job_id, tenant)
+        in_channel = current.job["channel"] if current else None
+        auth.check_scope(request, job_id=job_id, channel=in_channel)
         if current is None:
             raise not_found()
+    else:
+        auth.check_scope(request, job_id=None, channel=channel)
     cursor = _requested_cursor(request)
     types = _requested_types(request)
     begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=cursor)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     with (
         hub.subscription(tenant=tenant, job_id=job_id, channel=channel) as sub,
-        app[AUTH].watch(auth.key_id_of(request), sub.drop),
+        app[AUTH].watch(auth.credential_of(request), sub.drop),
     ):
         stream = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
         async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:

@@ -367,12 +367,16 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM jobs WHERE id = ANY($1::uuid[]);
 
 -- api_key_create --
--- A tenant's first key makes its row too, with its own webhook signing secret ($5).
+-- A tenant's first key makes its row too, with its own webhook signing secret ($5) and token
+-- signing secret ($6); new_token_secret is that one, shown once, and NULL for a known tenant.
 WITH tenant AS (
-    INSERT INTO tenants (name, webhook_secret) VALUES ($1, $5) ON CONFLICT (name) DO NOTHING
+    INSERT INTO tenants (name, webhook_secret, token_secret) VALUES ($1, $5, $6)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING token_secret
 )
 INSERT INTO api_keys (tenant, name, key_hash, prefix) VALUES ($1, $2, $3, $4)
-RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
+RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at,
+          (SELECT token_secret FROM tenant) AS new_token_secret;
 
 -- api_key_list --
 SELECT id, tenant, name, prefix, created_at, revoked_at, last_used_at
@@ -417,10 +421,26 @@ SELECT t.webhook_secret,
 FROM (VALUES ($1::text)) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
 
 -- tenant_create --
--- The row of a tenant that has keys ($1), with its first webhook signing secret ($2).
-INSERT INTO tenants (name, webhook_secret)
-SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
+-- The row of a tenant that has keys ($1), with its first webhook signing secret ($2) and
+-- token signing secret ($3).
+INSERT INTO tenants (name, webhook_secret, token_secret)
+SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
 ON CONFLICT (name) DO NOTHING;
+
+-- tenant_token_secrets --
+-- The token signing secrets of these tenants ($1), NULL for none yet, and whether each has an
+-- active key (a tenant without one has no valid token). One row per name asked.
+SELECT n.name, t.token_secret,
+       EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant = n.name AND k.revoked_at IS NULL)
+           AS active
+FROM unnest($1::text[]) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
+
+-- tenant_set_token_secret --
+-- The tenant's ($1) token signing secret becomes $2: always with $3 (a rotation), else only
+-- where it has none yet (made on first need, the same one for every process that races).
+UPDATE tenants SET token_secret = CASE WHEN $3::boolean THEN $2 ELSE coalesce(token_secret, $2) END
+WHERE name = $1
+RETURNING token_secret;
 
 -- tenant_rotate_webhook_secret --
 -- The new secret ($2) signs from now on; the current one becomes the previous one, and the

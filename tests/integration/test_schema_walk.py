@@ -37,6 +37,7 @@ EXAMPLES: dict[str, Any] = {
     "run_at": "2030-01-01T00:00:00Z",
     "metadata": {"order": 7},
     "channel": "walk:user/7@example.com",
+    "ttl_s": 60,
     "key": _key,
     "items": lambda: [{"key": _key(), "template": HTML}],
     "name": "walk",

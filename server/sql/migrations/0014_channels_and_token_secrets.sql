@@ -1,5 +1,7 @@
--- Channels: a job, a batch and each batch item may carry a channel (one end user's documents,
--- say), shown in their public JSON and so in every event about them; streams and tokens can be
+-- Channels, and the secrets that sign each tenant's subscription tokens.
+--
+-- A job, a batch and each batch item may carry a channel (one end user's documents, say),
+-- shown in their public JSON and so in every event about them; streams and tokens can be
 -- scoped to one channel.
 --
 -- An event's channel is read from its payload (the job or the batch as it was), through an
@@ -33,3 +35,10 @@ CREATE INDEX job_events_channel ON job_events (tenant, (payload->>'channel'), xi
 -- A channel's jobs, newest first (GET /v1/jobs?channel=, the dashboard's filter).
 CREATE INDEX jobs_tenant_channel ON jobs (tenant, channel, created_at DESC, id DESC)
     WHERE channel IS NOT NULL;
+
+-- Each tenant signs its subscription tokens (JWTs, HS256) with a secret of its own, so that
+-- its backend can mint them without asking Pressroom; rotating it invalidates every token
+-- signed with the old one. It is made with the tenant's row for a new tenant (its first key,
+-- which shows it once); tenants whose rows predate it get theirs on first need (tenants.py).
+ALTER TABLE tenants ADD COLUMN token_secret text
+    CONSTRAINT tenants_token_secret_format CHECK (token_secret LIKE 'prts\_%');
