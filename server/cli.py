@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -24,6 +25,10 @@ from server.protocol import AppRunner
 from server.settings import Settings, SettingsError
 
 log = logging.getLogger("server")
+
+# The soft limit to ask for where the hard one is unlimited (the kernel's nr_open is often
+# 1048576; asking for more fails).
+OPEN_FILES_WITHOUT_LIMIT = 1_048_576
 
 _STANDARD_RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -67,8 +72,24 @@ def setup_logging(settings: Settings) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+def raise_open_files_limit() -> None:
+    """Every stream holds a socket: the soft open-file limit (often 1024) goes up to the hard
+    one, the most an unprivileged process may have (`ulimit -Hn` shows it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, OPEN_FILES_WITHOUT_LIMIT)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %s to %s: %s", soft, hard, exc)
+            return
+    log.info("open-file limit %s: at most about that many streams in this process", hard)
+
+
 async def run_server(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    raise_open_files_limit()
     app = create_app(settings)
     runner = AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
     stop = asyncio.Event()

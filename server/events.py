@@ -61,9 +61,10 @@ class JobEvent:
     at: dt.datetime
     #: The channel of the event's job or batch, None for none.
     channel: str | None = None
-    #: Encodings by format (the SSE frame): every subscriber of this process shares one
-    #: instead of presenting and encoding the event again.
-    encoded: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    #: Encodings by transport and download-link key (an SSE frame, a websocket frame):
+    #: every subscriber of this process writes the same bytes instead of presenting and
+    #: encoding the event again.
+    encoded: dict[str, bytes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:
         """The JSON every transport carries for this event."""
