@@ -169,7 +169,7 @@ async def issue_token(request: web.Request) -> web.Response:
         tenant,
         scope,
         key_id=auth.key_id_of(request),
-        ttl_s=asked.ttl_s or settings.token_ttl_s,
+        ttl_s=asked.lifetime_s(settings.token_ttl_s),
     )
     return json_response(signing.token_response(token, expires_at))
 

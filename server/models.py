@@ -423,11 +423,19 @@ class InlinePreviewRequest(BaseModel):
     options: RenderOptions | None = Field(None, description="How to print.")
 
 
+def _not_both_scopes(schema: dict[str, Any]) -> None:
+    """Not both job_id and channel, not null (see TokenRequest._one_scope)."""
+    schema["not"] = {
+        "required": ["job_id", "channel"],
+        "properties": {name: {"not": {"type": "null"}} for name in ("job_id", "channel")},
+    }
+
+
 class TokenRequest(BaseModel):
     """What a subscription token may open: with neither job_id nor channel, every stream of
     the tenant."""
 
-    model_config = REQUEST
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_not_both_scopes)
 
     job_id: Annotated[uuid.UUID, _uuid("must be a job id (UUID)")] | None = Field(
         None, description="Limit the token to this job's stream (and its long-poll)."
@@ -437,7 +445,8 @@ class TokenRequest(BaseModel):
     )
     ttl_s: Annotated[int, Field(ge=1), Integral] | None = Field(
         None,
-        description="Seconds the token lasts: at most PRESSROOM_TOKEN_TTL_S, which is the default.",
+        description="Seconds the token lasts, up to PRESSROOM_TOKEN_TTL_S (the default): a "
+        "longer one lasts that long; expires_at says when it ends.",
     )
 
     @model_validator(mode="after")
@@ -446,13 +455,9 @@ class TokenRequest(BaseModel):
             raise ValueError('give "job_id" or "channel", not both')
         return self
 
-    @field_validator("ttl_s")
-    @classmethod
-    def _bounded(cls, ttl_s: int | None, info: ValidationInfo) -> int | None:
-        most = _checks(info).settings.token_ttl_s
-        if ttl_s is not None and ttl_s > most:
-            raise ValueError(f"must be at most {most} (PRESSROOM_TOKEN_TTL_S)")
-        return ttl_s
+    def lifetime_s(self, most_s: int) -> int:
+        """How long the token lasts: ttl_s, bounded by `most_s` (PRESSROOM_TOKEN_TTL_S)."""
+        return most_s if self.ttl_s is None else min(self.ttl_s, most_s)
 
 
 class SubscribeRequest(BaseModel):

@@ -151,8 +151,7 @@ OPERATIONS = (
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
        {"200": ("The job.", m.Job), "304": ("Unchanged since If-None-Match.", None)},
        {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=m.JobWaitQuery,
-       parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
-                   TOKEN_PARAMETER),
+       parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
        headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
     Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
        {"200": ("Cancelled.", m.Job)}, {**NO_JOB, "409": "The job is final."}),
@@ -180,8 +179,8 @@ OPERATIONS = (
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
        "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
        {"200": ("The token.", m.Token)},
-       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors): both job_id and "
-        "channel, or ttl_s over PRESSROOM_TOKEN_TTL_S."},
+       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors), or both job_id and "
+        "channel."},
        body=m.TokenRequest, body_required=False),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
        {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},

@@ -321,7 +321,7 @@ class Settings(BaseSettings):
     )
     url_ttl_s: PositiveInt = setting(3600, "lifetime of download links (at most 7 days on S3)")
     token_ttl_s: PositiveInt = setting(
-        3600, "lifetime of the subscription tokens Pressroom mints, and the most `ttl_s` may ask"
+        3600, "lifetime of the subscription tokens Pressroom mints, and the longest `ttl_s` gets"
     )
     event_retention_s: PositiveInt = setting(7 * 24 * 3600, "how long events are kept for replay")
     max_body_bytes: PositiveInt = setting(2 * 1024 * 1024, "largest request body (413 above)")
