@@ -90,7 +90,13 @@ def chromium_version() -> str:
 
 def push(tiny: bool) -> dict[str, Any]:
     """bench/push.py (push latency and fan-out) runs as its own command; its JSON comes back."""
-    args = ["--events", "50", "--subscribers", "100"] if tiny else ["--quick"] if QUICK else []
+    args = (
+        ["--events", "50", "--subscribers", "100", "--sio-subscribers", "100"]
+        if tiny
+        else ["--quick"]
+        if QUICK
+        else []
+    )
     out = Path(tempfile.mkdtemp(prefix="pressroom-push-")) / "push.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench.push", *args, "--out", str(out)],

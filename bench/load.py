@@ -143,6 +143,7 @@ async def raw(args: argparse.Namespace) -> dict[str, Any]:
                     [None],  # no assets
                     ["template"],  # the source, and no sealed secrets
                     [None],
+                    [None],  # no channel
                 )
             return True
 

@@ -1,12 +1,16 @@
 """Push benchmark: how fast a committed state change reaches SSE and Socket.IO clients, next to
-the raw NOTIFY round trip of the same database, and what fan-out to N SSE subscribers costs.
+the raw NOTIFY round trip of the same database, and what fan-out to many idle subscribers
+costs: 50,000 SSE and 20,000 Socket.IO websocket subscribers by default.
 
-    python -m bench.push                  # 1,000 events, 10,000 subscribers (slow)
-    python -m bench.push --quick          # 100 events, 200 subscribers (a smoke run)
-    python -m bench.push --events 500 --subscribers 2000
+    python -m bench.push                  # 1,000 events, then the fan-outs (minutes)
+    python -m bench.push --quick          # 100 events, 200 subscribers each (a smoke run)
+    python -m bench.push --events 0 --subscribers 19000 --sio-subscribers 0 --profile out/spy
 
 The server runs as a real `pressroom web` subprocess (no workers: each event is a job.queued
-committed by this script); the clients run here. DATABASE_URL names a PostgreSQL server (a
+committed by this script); the latency clients run here, the fan-out's subscribers in client
+processes of their own (bench/fanout.py, bare sockets). One process holds at most its
+open-file limit of connections: the server raises its own to the hard limit (`ulimit -Hn`),
+which must be above the subscribers asked for. DATABASE_URL names a PostgreSQL server (a
 scratch database is created and dropped on it); unset, an embedded one is started. Figures go
 to stdout and, as JSON, to bench/out/push.json.
 
@@ -15,6 +19,8 @@ has read the event. The baseline is measured the same way on the same events: a 
 LISTEN connection of this script hears each commit's NOTIFY, so the difference is what
 Pressroom adds on top of PostgreSQL (the LISTEN of the server, reading the event rows, the
 hub, the transports). `SELECT pg_notify` alone, with no commit to wait for, is shown too.
+Fan-out is timed from the commit to the moment the last subscriber has the event
+(time.monotonic(), one clock for every process of the machine).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import statistics
@@ -47,14 +53,16 @@ from server import db, jobs
 from server.jobs import NewJob
 
 OUT = Path(__file__).resolve().parent / "out" / "push.json"
-CONNECT_BATCH = 200
 # One event at a time to every subscriber, a pause between them; the median is reported. One
 # event alone varied from 0.66 to 1.7 s between runs on the 2-core benchmark machine, where
-# the 10,000 client connections of this process share the cores with the server (which is
-# also why they are bare sockets, RawStream, rather than aiohttp responses).
+# the client connections share the cores with the server (which is also why they are bare
+# sockets, bench/fanout.py, rather than aiohttp responses).
 FAN_OUT_ROUNDS = 5
 FAN_OUT_PAUSE_S = 1.0
 READY_TIMEOUT_S = 60.0
+# Subscribers per client process: below the open-file limit of most machines, and within the
+# ports one source address has towards one server address (about 28,000 on Linux).
+CLIENTS_PER_PROCESS = 15_000
 
 
 @dataclass
@@ -67,7 +75,9 @@ class Latency:
 
 @dataclass
 class FanOut:
+    transport: str
     subscribers: int
+    client_processes: int
     connect_s: float
     rss_before_mb: float
     rss_after_mb: float
@@ -151,8 +161,17 @@ async def scratch_database() -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def pressroom_web(dsn: str, port: int, data_dir: Path) -> AsyncIterator[int]:
-    """`pressroom web` in a subprocess; yields its pid once it answers /healthz."""
+async def pressroom_web(dsn: str) -> AsyncIterator[tuple[str, int]]:
+    """`pressroom web` in a subprocess, with a data folder of its own; yields its URL and pid
+    once it answers /healthz."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
+        async with _pressroom_web(dsn, port, Path(data_dir)) as pid:
+            yield f"http://127.0.0.1:{port}", pid
+
+
+@contextlib.asynccontextmanager
+async def _pressroom_web(dsn: str, port: int, data_dir: Path) -> AsyncIterator[int]:
     env = {
         **os.environ,
         "DATABASE_URL": dsn,
@@ -258,81 +277,94 @@ async def push_latency(
 # --- fan-out ------------------------------------------------------------------------------
 
 
-class RawStream(asyncio.Protocol):
-    """One SSE subscriber on a bare socket: the fan-out's client side, kept as light as a
-    client can be, since 10,000 of them share this machine's two cores with the server. It
-    notes when the response headers came and when an event (an `id:` line) arrives."""
-
-    def __init__(self, request: bytes) -> None:
-        self._request = request
-        self._tail = b""  # the end of the last read: `id:` may be split across two
-        self.headers: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self.event: asyncio.Future[float] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(self._request)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.headers.done():
-            self.headers.set_result(data)
-        seen = self._tail + data
-        self._tail = data[-2:]
-        if self.event is not None and not self.event.done() and b"\nid:" in seen:
-            self.event.set_result(time.perf_counter())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        for future in (self.headers, self.event):
-            if future is not None and not future.done():
-                future.set_exception(ConnectionError("the stream ended"))
+async def _line(proc: asyncio.subprocess.Process, expected: str) -> list[str]:
+    """The next line a client process prints, which must start with `expected`."""
+    assert proc.stdout is not None
+    raw = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S * 4)
+    words = raw.decode().split()
+    if not words or words[0] != expected:
+        raise RuntimeError(f"a fan-out client said {raw!r}, expected {expected!r}")
+    return words[1:]
 
 
-def _same(stream: RawStream) -> RawStream:
-    return stream
+async def _tell(procs: list[asyncio.subprocess.Process], command: str) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{command}\n".encode())
+        await proc.stdin.drain()
 
 
-async def fan_out(pool: asyncpg.Pool, base: str, server_pid: int, subscribers: int) -> FanOut:
-    """N idle SSE subscribers on one process: memory each, and the time one event takes to
-    reach them all (FAN_OUT_ROUNDS events, one at a time)."""
-    loop = asyncio.get_running_loop()
-    host, port = urlsplit(base).hostname or "127.0.0.1", urlsplit(base).port or 80
-    request = (
-        f"GET /v1/events HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n\r\n"
-    ).encode()
+async def fan_out(
+    pool: asyncpg.Pool,
+    base: str,
+    server_pid: int,
+    subscribers: int,
+    *,
+    transport: str = "sse",
+    per_process: int = CLIENTS_PER_PROCESS,
+    profile: Path | None = None,
+) -> FanOut:
+    """N idle subscribers of one transport on one process: memory each, and the time one
+    event takes to reach them all (FAN_OUT_ROUNDS events, one at a time). The subscribers
+    are bare sockets in processes of their own (bench/fanout.py), each connecting from an
+    address of its own so that none runs out of ports."""
+    shares = [min(per_process, subscribers - first) for first in range(0, subscribers, per_process)]
     rss_before = rss_mb(server_pid)
-    streams: list[RawStream] = []
-    transports: list[asyncio.BaseTransport] = []
-    started = time.perf_counter()
+    started = time.monotonic()
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.fanout",
+            "--url",
+            base,
+            "--transport",
+            transport,
+            "--count",
+            str(share),
+            "--local",
+            f"127.0.0.{2 + n}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for n, share in enumerate(shares)
+    ]
+    spy: asyncio.subprocess.Process | None = None
     try:
-        for first in range(0, subscribers, CONNECT_BATCH):
-            batch = [
-                RawStream(request) for _ in range(first, min(subscribers, first + CONNECT_BATCH))
-            ]
-            opened = await asyncio.gather(
-                *(loop.create_connection(functools.partial(_same, s), host, port) for s in batch)
-            )
-            transports += [transport for transport, _ in opened]
-            heads = await asyncio.wait_for(asyncio.gather(*(s.headers for s in batch)), 60)
-            assert all(h.startswith(b"HTTP/1.1 200") for h in heads), heads[0][:100]
-            streams += batch
-        connect_s = time.perf_counter() - started
+        for proc in procs:
+            await _line(proc, "ready")
+        connect_s = time.monotonic() - started
+        await asyncio.sleep(FAN_OUT_PAUSE_S)  # the last connections' buffers settle
         rss_after = rss_mb(server_pid)
+        if profile is not None:
+            spy = await start_py_spy(server_pid, profile)
         rounds: list[float] = []
         for n in range(FAN_OUT_ROUNDS):
-            for stream in streams:
-                stream.event = loop.create_future()
-            sent = time.perf_counter()
+            await _tell(procs, "arm")
+            for proc in procs:
+                await _line(proc, "armed")
+            sent = time.monotonic()
             await jobs.create(pool, [new_job(-1 - n)])
-            arrivals = await asyncio.wait_for(
-                asyncio.gather(*(s.event for s in streams if s.event is not None)), 120
-            )
-            rounds.append(round((max(arrivals) - sent) * 1000, 1))
+            arrived = [await _line(proc, "arrived") for proc in procs]
+            assert sum(int(count) for _at, count in arrived) == subscribers
+            rounds.append(round((max(float(at) for at, _count in arrived) - sent) * 1000, 1))
             await asyncio.sleep(FAN_OUT_PAUSE_S)
     finally:
-        for transport in transports:
-            transport.close()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its profile when interrupted
+            await spy.wait()
+        with contextlib.suppress(ConnectionError):
+            await _tell(procs, "quit")
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
     return FanOut(
+        transport=transport,
         subscribers=subscribers,
+        client_processes=len(procs),
         connect_s=round(connect_s, 2),
         rss_before_mb=round(rss_before, 1),
         rss_after_mb=round(rss_after, 1),
@@ -342,74 +374,140 @@ async def fan_out(pool: asyncpg.Pool, base: str, server_pid: int, subscribers: i
     )
 
 
+async def start_py_spy(pid: int, out: Path) -> asyncio.subprocess.Process:
+    """py-spy sampling the server until interrupted, its samples written to `out` as
+    collapsed stacks (one line per stack and its count: grep it, or feed it to a flame graph)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return await asyncio.create_subprocess_exec(
+        spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+        "--output", str(out), "--nonblocking",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 # --- main ---------------------------------------------------------------------------------
 
 
-async def run(events: int, subscribers: int) -> dict[str, Any]:
-    raise_fd_limit(subscribers + 1024)
+async def run(
+    events: int,
+    subscribers: int,
+    sio_subscribers: int,
+    *,
+    per_process: int = CLIENTS_PER_PROCESS,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    raise_fd_limit(1024)  # the server raises its own; each client process its own too
+    result: dict[str, Any] = {}
     async with scratch_database() as dsn:
         pool = await db.create_pool(dsn, min_size=2, max_size=4)
         try:
-            port = free_port()
-            with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
-                async with pressroom_web(dsn, port, Path(data_dir)) as pid:
-                    base = f"http://127.0.0.1:{port}"
+            if events:
+                async with pressroom_web(dsn) as (base, _pid):
                     notify = await notify_round_trip(pool, dsn, events)
                     committed, sse, sio = await push_latency(pool, dsn, base, events)
-                    fan = await fan_out(pool, base, pid, subscribers)
+                result |= {
+                    "notify_round_trip": asdict(notify),
+                    "notify_commit": asdict(committed),
+                    "sse": asdict(sse),
+                    "socketio": asdict(sio),
+                }
+            for key, transport, count in (
+                ("fan_out", "sse", subscribers),
+                ("fan_out_socketio", "socketio", sio_subscribers),
+            ):
+                if not count:
+                    continue
+                spy = profile and profile.with_name(f"{profile.stem}-{transport}.txt")
+                # A server of its own for each: memory another transport's streams freed
+                # would otherwise be counted as this one's.
+                async with pressroom_web(dsn) as (base, pid):
+                    fan = await fan_out(
+                        pool, base, pid, count, transport=transport,
+                        per_process=per_process, profile=spy,
+                    )  # fmt: skip
+                result[key] = asdict(fan)
         finally:
             await pool.close()
-    result = {
-        "notify_round_trip": asdict(notify),
-        "notify_commit": asdict(committed),
-        "sse": asdict(sse),
-        "socketio": asdict(sio),
-        "fan_out": asdict(fan),
-        "targets": {
-            "p99_within_ms_of_notify": 5,
-            "kb_per_idle_connection": 20,
-            "reach_all_ms": 1000,
-        },
+    result["open_files_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    result["targets"] = {
+        "p99_within_ms_of_notify": 5,
+        "kb_per_idle_connection": 12,
+        "reach_all_ms": 1500,
     }
     return result
 
 
 def report(result: dict[str, Any]) -> str:
-    rows = [
-        "| path | events | p50 ms | p99 ms | max ms |",
-        "|---|---|---|---|---|",
-    ]
-    for name, key in (
-        ("raw NOTIFY alone (SELECT pg_notify, no commit)", "notify_round_trip"),
-        ("raw NOTIFY of the same commits (asyncpg LISTEN)", "notify_commit"),
-        ("SSE", "sse"),
-        ("Socket.IO", "socketio"),
-    ):
-        r = result[key]
-        rows.append(f"| {name} | {r['count']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} |")
-    fan = result["fan_out"]
-    rows += [
-        "",
-        f"fan-out: {fan['subscribers']} SSE subscribers connected in {fan['connect_s']} s; "
-        f"server RSS {fan['rss_before_mb']} → {fan['rss_after_mb']} MB "
-        f"({fan['kb_per_connection']} KB per idle connection); "
-        f"one event reached all in {fan['reach_all_ms']} ms (median of "
-        f"{len(fan['reach_all_rounds_ms'])} events: "
-        f"{', '.join(f'{ms:g}' for ms in fan['reach_all_rounds_ms'])} ms)",
-    ]
+    rows = []
+    if "sse" in result:
+        rows += [
+            "| path | events | p50 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|",
+        ]
+        for name, key in (
+            ("raw NOTIFY alone (SELECT pg_notify, no commit)", "notify_round_trip"),
+            ("raw NOTIFY of the same commits (asyncpg LISTEN)", "notify_commit"),
+            ("SSE", "sse"),
+            ("Socket.IO", "socketio"),
+        ):
+            r = result[key]
+            rows.append(
+                f"| {name} | {r['count']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} |"
+            )
+        rows.append("")
+    for key in ("fan_out", "fan_out_socketio"):
+        if key not in result:
+            continue
+        fan = result[key]
+        name = "SSE" if fan["transport"] == "sse" else "Socket.IO (websocket)"
+        rows.append(
+            f"fan-out: {fan['subscribers']} {name} subscribers ({fan['client_processes']} client "
+            f"processes) connected in {fan['connect_s']} s; "
+            f"server RSS {fan['rss_before_mb']} → {fan['rss_after_mb']} MB "
+            f"({fan['kb_per_connection']} KB per idle connection); "
+            f"one event reached all in {fan['reach_all_ms']} ms (median of "
+            f"{len(fan['reach_all_rounds_ms'])} events: "
+            f"{', '.join(f'{ms:g}' for ms in fan['reach_all_rounds_ms'])} ms)"
+        )
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=1000, help="latency samples (1000)")
-    parser.add_argument("--subscribers", type=int, default=10_000, help="fan-out clients (10000)")
-    parser.add_argument("--quick", action="store_true", help="100 events, 200 subscribers")
+    parser.add_argument("--events", type=int, default=1000, help="latency samples (1000; 0: none)")
+    parser.add_argument(
+        "--subscribers", type=int, default=50_000, help="SSE fan-out clients (50000; 0: none)"
+    )
+    parser.add_argument(
+        "--sio-subscribers",
+        type=int,
+        default=20_000,
+        help="Socket.IO websocket fan-out clients (20000; 0: none)",
+    )
+    parser.add_argument(
+        "--per-process",
+        type=int,
+        default=CLIENTS_PER_PROCESS,
+        help=f"subscribers per client process ({CLIENTS_PER_PROCESS})",
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the server during the fan-out rounds, to this path"
+    )
+    parser.add_argument("--quick", action="store_true", help="100 events, 200 subscribers each")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON results ({OUT})")
     args = parser.parse_args(argv)
     if args.quick:
-        args.events, args.subscribers = 100, 200
-    result = asyncio.run(run(args.events, args.subscribers))
+        args.events, args.subscribers, args.sio_subscribers = 100, 200, 200
+    result = asyncio.run(
+        run(
+            args.events,
+            args.subscribers,
+            args.sio_subscribers,
+            per_process=args.per_process,
+            profile=args.profile,
+        )
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(report(result))

@@ -449,22 +449,28 @@ def push_rows(push: Result) -> list[list[str]]:
     ]
     kb_target = targets.get("kb_per_idle_connection", 20)
     reach_target = targets.get("reach_all_ms", 1000)
-    rows.append(
-        [
-            f"Push fan-out, {fan['subscribers']:,} SSE subscribers",
-            f"{fan['kb_per_connection']:.1f} KB per idle connection; one event reaches all in "
-            f"{fan['reach_all_ms']:,.0f} ms"
-            + (
-                f" (median of {len(fan['reach_all_rounds_ms'])})"
-                if "reach_all_rounds_ms" in fan
-                else ""
-            ),
-            "-",
-            "-",
-            f"≤ {kb_target:g} KB, ≤ {reach_target:,.0f} ms",
-            _verdict(fan["kb_per_connection"] <= kb_target and fan["reach_all_ms"] <= reach_target),
-        ]
-    )
+    fans = ((fan, "SSE"), (data.get("fan_out_socketio"), "Socket.IO websocket"))
+    for fan, name in fans:
+        if not fan:
+            continue
+        rows.append(
+            [
+                f"Push fan-out, {fan['subscribers']:,} {name} subscribers",
+                f"{fan['kb_per_connection']:.1f} KB per idle connection; one event reaches all "
+                f"in {fan['reach_all_ms']:,.0f} ms"
+                + (
+                    f" (median of {len(fan['reach_all_rounds_ms'])})"
+                    if "reach_all_rounds_ms" in fan
+                    else ""
+                ),
+                "-",
+                "-",
+                f"≤ {kb_target:g} KB, ≤ {reach_target:,.0f} ms",
+                _verdict(
+                    fan["kb_per_connection"] <= kb_target and fan["reach_all_ms"] <= reach_target
+                ),
+            ]
+        )
     return rows
 
 

@@ -10,6 +10,10 @@ spends it (EXPLAIN ANALYZE's execution time, triggers included: how migration 00
 its trigger, with less of the machine's noise in it).
 
     python -m bench.writepath [--rounds 10] [--jobs 10] [--batch 100] [--batches 3]
+                              [--channel user-42]
+
+With --channel, the jobs of the way whose statements know channels (0014) carry that one,
+so that its event rows enter the channel index: what a channel adds to a state change.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class Way:
         self.upto = upto  # the last migration applied; None: all of them
         self.extra = extra  # SQL applied after the migrations
         self.statements: dict[str, str] = {}
-        self.sources = False  # its insert_jobs takes assets (0011), source and secrets (0012)
+        self.sources = False  # insert_jobs takes assets, source, secrets and channel (0011-0014)
         self.conn: asyncpg.Connection
         self.heard: dict[str, int] = {"pressroom": 0, "pressroom_webhooks": 0}
         self.marker = asyncio.Event()
@@ -126,10 +130,12 @@ def _counter(way: Way) -> Any:
     return heard
 
 
-def job_columns(count: int, *, webhook: bool, max_attempts: int, sources: bool) -> list[Any]:
-    """insert_jobs' parameters for `count` queued template jobs: fifteen, and with `sources`
-    (the current statement) each job's assets, source and sealed secrets."""
-    return [
+def job_columns(
+    way: Way, count: int, *, webhook: bool, max_attempts: int, channel: str | None
+) -> list[Any]:
+    """insert_jobs' parameters for `count` queued template jobs: fifteen, and where the way's
+    statement is the current one each job's assets, source, sealed secrets and channel."""
+    columns = [
         [uuid.uuid4() for _ in range(count)],
         ["default"] * count,
         ["<p>{{ n }}</p>"] * count,
@@ -145,8 +151,10 @@ def job_columns(count: int, *, webhook: bool, max_attempts: int, sources: bool) 
         [False] * count,
         None,
         0.0,
-        *([[None] * count, ["template"] * count, [None] * count] if sources else []),
     ]
+    if way.sources:
+        columns += [[None] * count, ["template"] * count, [None] * count, [channel] * count]
+    return columns
 
 
 #: The client's view: the statement's round trip, commit included.
@@ -179,11 +187,11 @@ async def timed(way: Way, key: Key, name: str, *args: Any) -> list[Any]:
     return rows
 
 
-async def one_round(
-    way: Way, mode: str, webhook: bool, jobs: int, batch: int, batches: int
-) -> None:
+async def one_round(way: Way, mode: str, webhook: bool, args: argparse.Namespace) -> None:
     """The hot transitions, each statement on its own (its own implicit transaction)."""
     hook = "webhook" if webhook else "no webhook"
+
+    jobs, batch, batches = args.jobs, args.batch, args.batches
 
     def key(step: str, jobs: int = 1) -> Key:
         return (mode, hook, step, jobs)
@@ -193,7 +201,7 @@ async def one_round(
             way,
             key("insert 1 (job.queued)"),
             "insert_jobs",
-            *job_columns(1, webhook=webhook, max_attempts=1, sources=way.sources),
+            *job_columns(way, 1, webhook=webhook, max_attempts=1, channel=args.channel),
         )
         [job] = await timed(way, key("claim 1 (job.running)"), "claim_jobs", 1, WORKER, LEASE_S)
         await timed(way, key("heartbeat (no event)"), "heartbeat", [job["id"]], WORKER, LEASE_S)
@@ -214,7 +222,7 @@ async def one_round(
             way,
             key("insert 1 (job.queued)"),
             "insert_jobs",
-            *job_columns(1, webhook=webhook, max_attempts=2, sources=way.sources),
+            *job_columns(way, 1, webhook=webhook, max_attempts=2, channel=args.channel),
         )
         for label, retry in (
             ("failed, retry (job.retrying)", True),
@@ -239,7 +247,7 @@ async def one_round(
             way,
             key(f"insert {batch} (job.queued)", batch),
             "insert_jobs",
-            *job_columns(batch, webhook=webhook, max_attempts=1, sources=way.sources),
+            *job_columns(way, batch, webhook=webhook, max_attempts=1, channel=args.channel),
         )
         claimed = await timed(
             way, key(f"claim {batch} (job.running)", batch), "claim_jobs", batch, WORKER, LEASE_S
@@ -299,7 +307,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     # Each way goes first in turn, so none is always measured on a warm server.
                     shift = round_no % len(all_ways)
                     for way in all_ways[shift:] + all_ways[:shift]:
-                        await one_round(way, mode, webhook, args.jobs, args.batch, args.batches)
+                        await one_round(way, mode, webhook, args)
         result["written"] = {way.name: await written(way) for way in all_ways}
     result["same_written"] = (
         len({json.dumps(w, sort_keys=True) for w in result["written"].values()}) == 1
@@ -345,6 +353,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=10, help="jobs per path per round")
     parser.add_argument("--batch", type=int, default=100, help="jobs in the many-job statements")
     parser.add_argument("--batches", type=int, default=3, help="many-job cycles per round")
+    parser.add_argument("--channel", help="the channel of the jobs of the ways that know them")
     return parser
 
 
@@ -354,6 +363,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
         f"--jobs {args.jobs}",
         f"--batch {args.batch}",
         f"--batches {args.batches}",
+        *([f"--channel {args.channel}"] if args.channel else []),
     ]
 
 

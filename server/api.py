@@ -84,6 +84,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         data=job.data,
         options=options.to_json(shown) if shown else {},
         metadata=job.metadata,
+        channel=job.channel,
         max_attempts=job.max_attempts or checks.settings.max_attempts,
         priority=job.priority,
         webhook_url=job.webhook_url,
@@ -148,9 +149,9 @@ async def submit(request: web.Request) -> web.Response:
     if request.get(auth.VIA) == auth.VIA_KEY:
         # Browsers must not hold the API key; this token opens this job's stream only.
         token, _ = signing.make_token(
-            settings.secret,
+            await request.app[AUTH].signing_secret(new.tenant),
             new.tenant,
-            job_id=job["id"],
+            signing.Scope(job_id=str(job["id"])),
             key_id=auth.key_id_of(request),
             ttl_s=settings.token_ttl_s,
         )
@@ -163,18 +164,22 @@ async def submit(request: web.Request) -> web.Response:
 
 @routes.post("/v1/tokens")
 async def issue_token(request: web.Request) -> web.Response:
-    """A short-lived subscription token for EventSource and Socket.IO (no API key in browsers)."""
+    """A short-lived subscription token for EventSource and Socket.IO (no API key in browsers):
+    for the tenant's streams, one job's or one channel's, signed with the tenant's secret."""
     settings = request.app[SETTINGS]
     tenant = tenant_of(request)
-    job_id = validated(TokenRequest, await optional_body(request), checks(request)).job_id
-    if job_id is not None and await jobs.get(request.app[POOL], job_id, tenant) is None:
+    asked = validated(TokenRequest, await optional_body(request), checks(request))
+    if asked.job_id is not None and await jobs.get(request.app[POOL], asked.job_id, tenant) is None:
         raise not_found()
+    scope = signing.Scope(
+        job_id=None if asked.job_id is None else str(asked.job_id), channel=asked.channel
+    )
     token, expires_at = signing.make_token(
-        settings.secret,
+        await request.app[AUTH].signing_secret(tenant),
         tenant,
-        job_id=job_id,
+        scope,
         key_id=auth.key_id_of(request),
-        ttl_s=settings.token_ttl_s,
+        ttl_s=asked.lifetime_s(settings.token_ttl_s),
     )
     return json_response(signing.token_response(token, expires_at))
 
@@ -191,15 +196,16 @@ async def get_job(request: web.Request) -> web.Response:
     hub, authenticator = request.app[HUB], request.app[AUTH]
     with (
         hub.subscription(tenant=tenant, job_id=job_id, transport="longpoll") as changes,
-        authenticator.watch(auth.key_id_of(request), changes.drop) as key,
+        authenticator.watch(auth.credential_of(request), changes.drop) as key,
     ):
         stored = await jobs.get(request.app[POOL], job_id, tenant)
+        auth.check_scope(request, job_id=job_id, channel=stored.job["channel"] if stored else None)
         if stored is None:
             raise not_found()
         if wait_s:
             stored = await _wait_for_change(request, stored, changes, wait_s, since, if_none_match)
-            if key.revoked:
-                raise auth.revoked()
+            if key.reason is not None:
+                raise auth.revoked(f"The wait ended: {key.reason}.")
     deliveries = await webhooks.summary(request.app[POOL], job_id, tenant)
     tag = _job_etag(stored, deliveries)
     headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
@@ -278,6 +284,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         created_to=query.created_to,
         after=query.cursor,
         limit=query.limit,
+        channel=query.channel,
     )
     items = [await present(request, item.job, tenant) for item in page.items]
     cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None

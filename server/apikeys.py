@@ -15,6 +15,7 @@ from typing import TypeAlias
 import asyncpg
 
 from server.settings import new_webhook_secret
+from server.signing import new_token_secret
 from server.sql import query
 from server.tenants import check_tenant
 
@@ -62,18 +63,31 @@ class KnownKey:
 
 async def create_key(conn: Connection, tenant: str, name: str = "") -> tuple[ApiKey, str]:
     """A new key for `tenant`: the row, and the key itself (shown once, never stored)."""
+    made, key, _secret = await create_key_and_tenant(conn, tenant, name)
+    return made, key
+
+
+async def create_key_and_tenant(
+    conn: Connection, tenant: str, name: str = ""
+) -> tuple[ApiKey, str, str | None]:
+    """`create_key`, and the token signing secret of the tenant when this key made it (its
+    first key): shown once, like the key."""
     if (why := check_tenant(tenant)) is not None:
         raise ValueError(why)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = await conn.fetchrow(
-        query("api_key_create"),
-        tenant,
-        name,
-        hash_key(key),
-        key[:SHOWN_PREFIX_CHARS],
-        new_webhook_secret(),  # the tenant's own, if this is its first key
+    row = dict(
+        await conn.fetchrow(
+            query("api_key_create"),
+            tenant,
+            name,
+            hash_key(key),
+            key[:SHOWN_PREFIX_CHARS],
+            new_webhook_secret(),  # the tenant's own, if this is its first key
+            new_token_secret(),  # likewise
+        )
     )
-    return ApiKey.from_row(row), key
+    token_secret = row.pop("new_token_secret")
+    return ApiKey(**row), key, token_secret
 
 
 async def list_keys(conn: Connection) -> list[ApiKey]:

@@ -71,7 +71,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
-    app[SSE_STREAMS] = set()
+    app[SSE_STREAMS] = sse.Streams(app)
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         async with db.server(settings) as dsn:
@@ -109,6 +109,7 @@ def create_app(
             poll_interval_s=settings.poll_interval_s,
         )
         app[HUB] = hub
+        hub.add_encoder(app[SSE_STREAMS].encode)  # Socket.IO adds its own (sockets.py)
 
         def wake_workers() -> None:
             if WORKERS in app:
@@ -241,8 +242,7 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    streams: set[Any] = app[SSE_STREAMS]
-    for resp in list(streams):
+    for resp in list(app[SSE_STREAMS].open):
         with contextlib.suppress(RuntimeError):
             resp.stop_streaming()
     await sockets.close_all(app)

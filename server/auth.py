@@ -1,19 +1,24 @@
-"""Who is calling: every /v1 request's tenant, and the key behind it.
+"""Who is calling: every /v1 request's tenant, the key behind it, and what a token opens.
 
 A request's tenant comes from its API key (`Authorization: Bearer KEY`), from a subscription
-token (`?token=`, streams only: EventSource cannot send headers) or, while no key exists at
-all, is "default" (dev mode: open, and only on a loopback address).
+token (`?token=`, on the streams and the long-poll only: EventSource cannot send headers) or,
+while no key exists at all, is "default" (dev mode: open, and only on a loopback address). A
+token opens its scope only (server/signing.py): `check_scope` answers 403 for anything else.
 
-Keys are kept by server/apikeys.py; tokens and download links (server/signing.py) name the
-key that minted them. Each process reads which keys are active every auth_cache_s / 2; a
-revoked key, its tokens and its links are refused from then on, and the streams they opened
-(SSE, Socket.IO, long-polls) are closed: revoking is a write to the database from any process
-(`pressroom keys revoke`), noticed by every server.
+Keys are kept by server/apikeys.py; download links and the tokens this server mints name the
+key that minted them. Tokens are signed with their tenant's token secret (server/tenants.py),
+which each process keeps in memory for the tenants in use. Every auth_cache_s / 2 a process
+reads which keys are active and those tenants' secrets; a revoked key, its tokens and its
+links, and the tokens signed with a rotated secret, are refused from then on, and the streams
+they opened (SSE, Socket.IO, long-polls) are closed: revoking and rotating are writes to the
+database from any process (`pressroom keys revoke`, `pressroom tenants secret --rotate`),
+noticed by every server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import math
@@ -25,32 +30,89 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 from aiohttp import web
 
-from server import apikeys
+from server import apikeys, tenants
 from server.admission import RateLimiter
 from server.errors import DB_OR_QUERY_ERRORS
 from server.problems import Problem
 from server.settings import Settings
-from server.signing import NO_KEY, TokenClaims, check_token
+from server.signing import (
+    NO_KEY,
+    Scope,
+    TokenClaims,
+    check_token,
+    secret_digest,
+    token_tenant,
+)
 
 log = logging.getLogger(__name__)
 
 DEV_TENANT = "default"
 # Lookups answered from memory: revoking a key takes effect within settings.auth_cache_s.
 MAX_CACHED_KEYS = 10_000
+MAX_CACHED_TENANTS = 10_000
 
 REVOKED_REASON = "the API key this stream was opened with (or its token's) has been revoked"
 KEYED_REASON = "API keys are required now; reconnect with a key or a subscription token"
+ROTATED_REASON = "the token signing secret of this stream's token has been rotated"
+TENANT_CLOSED_REASON = "this stream's tenant has no active API key any more"
 
-# What the middleware sets on each request: the tenant, how the request proved it, and the
-# id of the key behind it (the key itself, or the one that minted its token), or NO_KEY.
+INVALID_TOKEN = "The subscription token is invalid or has expired; get a new one."
+REVOKED_TOKEN = (
+    "The subscription token was made with an API key that has been revoked (or before API "
+    "keys were required); get a new one."
+)
+CLOSED_TENANT_TOKEN = "The subscription token's tenant has no active API key."
+
+#: What ends a stream: an API key's id (NO_KEY: the open dev mode), or a tenant and the digest
+#: of the token secret its token was checked with.
+Hold = int | tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Credential:
+    """What a request or connection proved: the id of its API key (its own, or the one its
+    token was minted for; NO_KEY in dev mode; None for a token the tenant's backend minted),
+    and for a token signed with a tenant's secret, that tenant and the secret's digest."""
+
+    key_id: int | None
+    secret: tuple[str, str] | None = None
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        key: tuple[Hold, ...] = () if self.key_id is None else (self.key_id,)
+        return key + (() if self.secret is None else (self.secret,))
+
+    @property
+    def minted_by(self) -> int:
+        """The key id download links shown on this credential's streams are signed for."""
+        return NO_KEY if self.key_id is None else self.key_id
+
+
+DEV_CREDENTIAL = Credential(NO_KEY)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verified:
+    """A valid subscription token: what it grants and what it rests on."""
+
+    claims: TokenClaims
+    credential: Credential
+
+
+# What the middleware sets on each request: the tenant, how the request proved it, the id of
+# the key behind it (the key itself, or the one that minted its token) or NO_KEY, and for a
+# token what it opens and what it rests on.
 TENANT = web.RequestKey("tenant", str)
 VIA = web.RequestKey("auth", str)
 KEY_ID = web.RequestKey("key_id", int)
+SCOPE = web.RequestKey("scope", Scope)
+CREDENTIAL = web.RequestKey("credential", Credential)
 VIA_KEY, VIA_TOKEN, VIA_SIGNATURE, VIA_DEV = "key", "token", "signature", "dev"
 
 # Reachable without credentials: health, metrics, the dashboard's files, the API description.
 OPEN_V1_PATHS = frozenset({"/v1/openapi.json"})
-_STREAM_PATH = re.compile(r"/v1/(?:jobs/([^/]+)/)?events")
+# Where a subscription token is a credential: the streams and a job's GET (the long-poll).
+_TOKEN_PATH = re.compile(r"/v1/(?:events|jobs/[^/]+(?:/events)?)")
 _DOWNLOAD_PATH = re.compile(r"/v1/jobs/[^/]+/pdf")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,27 +132,35 @@ def is_loopback(host: str) -> bool:
 
 
 class Watch:
-    """A stream's hold on the key it was opened with (or its token was minted by):
-    `on_revoked` runs once, with a reason, when the authenticator finds that key revoked."""
+    """A stream's hold on what it was opened with (its key, the key its token was minted for,
+    the secret its token was signed with): `on_revoked` runs once, with a reason, when the
+    authenticator finds one of them revoked or rotated."""
 
-    __slots__ = ("_authenticator", "_on_revoked", "key_id", "revoked")
+    __slots__ = ("_authenticator", "_on_revoked", "holds", "reason")
 
     def __init__(
-        self, authenticator: Authenticator, key_id: int, on_revoked: Callable[[str], None]
+        self,
+        authenticator: Authenticator,
+        holds: tuple[Hold, ...],
+        on_revoked: Callable[[str], None],
     ) -> None:
         self._authenticator = authenticator
         self._on_revoked = on_revoked
-        self.key_id = key_id
-        self.revoked = False
+        self.holds = holds
+        self.reason: str | None = None  # why it was revoked, once it was
 
     def fire(self, reason: str) -> None:
-        if self.revoked:
+        if self.reason is not None:
             return
-        self.revoked = True
+        self.reason = reason
         try:
             self._on_revoked(reason)
         except Exception:
             log.exception("closing a stream of a revoked key failed")
+
+    @property
+    def revoked(self) -> bool:
+        return self.reason is not None
 
     def close(self) -> None:
         """The stream ended: stop watching (idempotent)."""
@@ -129,7 +199,9 @@ class Authenticator:
         self._active_ids: set[int] = set()
         self._inactive_ids: set[int] = set()
         self._found_active_at: dict[int, float] = {}
-        self._watches: dict[int, set[Watch]] = {}
+        # Token secrets of the tenants in use, as last read, with when each answer expires.
+        self._secrets: dict[str, tuple[float, tenants.TokenSecret]] = {}
+        self._watches: dict[Hold, set[Watch]] = {}
         self._limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
 
     async def start(self, pool: asyncpg.Pool) -> None:
@@ -204,35 +276,107 @@ class Authenticator:
         self._inactive_ids.add(key_id)
         return False
 
-    async def token_claims(self, token: str) -> TokenClaims | None:
-        """The claims of a token this server signed, unexpired, whose key is still active."""
-        claims = check_token(self._settings.secret, token)
-        if claims is None or not await self.key_active(claims.key_id):
-            return None
-        return claims
+    async def token_secret(self, tenant: str) -> tenants.TokenSecret:
+        """The tenant's token signing secret as known at most auth_cache_s ago."""
+        now = time.monotonic()
+        cached = self._secrets.get(tenant)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        assert self._pool is not None, "Authenticator.start() was not called"
+        found = await tenants.token_secrets(self._pool, [tenant])
+        self._remember_secrets(found, now)
+        return found[tenant]
 
-    def watch(self, key_id: int, on_revoked: Callable[[str], None]) -> Watch:
-        """Call on_revoked (once) when key `key_id` is found revoked, or for NO_KEY when the
-        server stops running open; close the Watch when the stream ends."""
-        watch = Watch(self, key_id, on_revoked)
-        self._watches.setdefault(key_id, set()).add(watch)
+    def _remember_secrets(self, found: dict[str, tenants.TokenSecret], now: float) -> None:
+        if len(self._secrets) + len(found) > MAX_CACHED_TENANTS:
+            # A flood of made-up tenants must not grow memory; those with streams stay.
+            watched = {hold[0] for hold in self._watches if isinstance(hold, tuple)}
+            self._secrets = {t: known for t, known in self._secrets.items() if t in watched}
+        until = now + self._settings.auth_cache_s
+        for tenant, known in found.items():
+            self._secrets[tenant] = (until, known)
+
+    async def signing_secret(self, tenant: str) -> str:
+        """The secret that signs the tokens this server mints for `tenant`: its own (made now
+        if it has none yet), or PRESSROOM_SECRET for a tenant without keys (dev mode)."""
+        known = await self.token_secret(tenant)
+        if known.secret is not None:
+            return known.secret
+        assert self._pool is not None, "Authenticator.start() was not called"
+        made = await tenants.set_token_secret(self._pool, tenant, rotate=False)
+        if made is None:
+            return self._settings.secret
+        self._remember_secrets({tenant: tenants.TokenSecret(made, True)}, time.monotonic())
+        return made
+
+    async def verify_token(self, token: str) -> Verified | str:
+        """What a subscription token grants, or why it is refused (a 401's detail): it must
+        be signed with its tenant's current secret, unexpired, its tenant must have an active
+        key, and the key it was minted for (if any) must be active. A token of the dev-mode
+        tenant, signed with PRESSROOM_SECRET, counts while the server runs open."""
+        tenant = token_tenant(token)
+        if tenant is None or tenants.check_tenant(tenant) is not None:
+            return INVALID_TOKEN
+        known = await self.token_secret(tenant)
+        if known.secret is not None:
+            claims = check_token(known.secret, token)
+            if claims is None:
+                return INVALID_TOKEN
+            if not known.active:
+                return CLOSED_TENANT_TOKEN
+            if claims.key_id is not None and not await self.key_active(claims.key_id):
+                return REVOKED_TOKEN
+            held = (tenant, secret_digest(known.secret))
+            return Verified(claims, Credential(claims.key_id, held))
+        if tenant != DEV_TENANT:
+            return INVALID_TOKEN
+        claims = check_token(self._settings.secret, token)
+        if claims is None or claims.key_id not in (None, NO_KEY):
+            return INVALID_TOKEN
+        if not await self.key_active(NO_KEY):
+            return REVOKED_TOKEN
+        return Verified(claims, Credential(NO_KEY))
+
+    def watch(self, credential: Credential, on_revoked: Callable[[str], None]) -> Watch:
+        """Call on_revoked (once) when what `credential` rests on is found revoked: its key,
+        NO_KEY once the server stops running open, its token's secret once rotated (or its
+        tenant left without an active key); close the Watch when the stream ends."""
+        watch = Watch(self, credential.holds, on_revoked)
+        for hold in watch.holds:
+            self._watches.setdefault(hold, set()).add(watch)
         return watch
 
     def unwatch(self, watch: Watch) -> None:
-        group = self._watches.get(watch.key_id)
-        if group is not None:
-            group.discard(watch)
-            if not group:
-                del self._watches[watch.key_id]
+        for hold in watch.holds:
+            group = self._watches.get(hold)
+            if group is not None:
+                group.discard(watch)
+                if not group:
+                    del self._watches[hold]
 
     def _close_revoked(self) -> None:
-        dev_open = not self._keys_active and self._loopback
-        for key_id in list(self._watches):
-            if key_id in self._active_ids or (key_id == NO_KEY and dev_open):
-                continue
-            reason = KEYED_REASON if key_id == NO_KEY else REVOKED_REASON
-            for watch in self._watches.pop(key_id, ()):
-                watch.fire(reason)
+        for hold in list(self._watches):
+            reason = self._revoked(hold)
+            if reason is not None:
+                for watch in self._watches.pop(hold, ()):
+                    watch.fire(reason)
+
+    def _revoked(self, hold: Hold) -> str | None:
+        """Why what a stream holds no longer counts, None while it does."""
+        if isinstance(hold, tuple):
+            tenant, digest = hold
+            cached = self._secrets.get(tenant)
+            if cached is None:
+                return None  # not read since (kept while watched): as it was
+            known = cached[1]
+            if not known.active:
+                return TENANT_CLOSED_REASON
+            if known.secret is None or secret_digest(known.secret) != digest:
+                return ROTATED_REASON
+            return None
+        if hold == NO_KEY:
+            return None if not self._keys_active and self._loopback else KEYED_REASON
+        return None if hold in self._active_ids else REVOKED_REASON
 
     async def refresh_loop(self) -> None:
         """Read the cached answers again before they expire, so that a request seldom waits
@@ -251,9 +395,19 @@ class Authenticator:
             await asyncio.sleep(interval_s)
             try:
                 await self._refresh_used_keys()
+                await self._refresh_secrets()
                 await self._read_keys_active()
             except DB_OR_QUERY_ERRORS as exc:
                 log.warning("could not refresh API keys: %s", exc)  # requests read them
+
+    async def _refresh_secrets(self) -> None:
+        """Read the token secrets of the tenants in use again, in one statement: a rotated
+        one is noticed here (and its streams closed by the pass that follows)."""
+        if not self._secrets:
+            return
+        assert self._pool is not None, "Authenticator.start() was not called"
+        now = time.monotonic()
+        self._remember_secrets(await tenants.token_secrets(self._pool, list(self._secrets)), now)
 
     async def _refresh_used_keys(self) -> None:
         used, self._used = self._used, set()
@@ -349,30 +503,18 @@ class Authenticator:
                 )
             if keyed:
                 raise _unauthorized("The API key is unknown or revoked.", error="invalid_token")
-        stream = _STREAM_PATH.fullmatch(request.path)
+        stream = _TOKEN_PATH.fullmatch(request.path)
         token = request.query.get("token")
         if token is not None and stream is not None and request.method in ("GET", "HEAD"):
-            claims = check_token(self._settings.secret, token)
-            if claims is not None and claims.allows(_normal_job_id(stream.group(1))):
-                if await self.key_active(claims.key_id):
-                    request[TENANT], request[VIA] = claims.tenant, VIA_TOKEN
-                    request[KEY_ID] = claims.key_id
-                    return
-                if keyed:
-                    raise _unauthorized(
-                        "The subscription token was made with an API key that has been "
-                        "revoked (or before API keys were required); get a new one.",
-                        error="invalid_token",
-                    )
-            elif keyed and claims is None:
-                raise _unauthorized(
-                    "The subscription token is invalid or has expired; get a new one.",
-                    error="invalid_token",
-                )
-            elif keyed:
-                raise _unauthorized(
-                    "This subscription token is for another job's stream.", error="invalid_token"
-                )
+            verified = await self.verify_token(token)
+            if isinstance(verified, Verified):
+                claims, proved = verified.claims, verified.credential
+                request[TENANT], request[VIA] = claims.tenant, VIA_TOKEN
+                request[KEY_ID], request[CREDENTIAL] = proved.minted_by, proved
+                request[SCOPE] = claims.scope  # what the handler lets it open (check_scope)
+                return
+            if keyed:
+                raise _unauthorized(verified, error="invalid_token")
         if not keyed:
             if not self._loopback:
                 # Every key was revoked while serving beyond loopback: stay closed, not open.
@@ -388,19 +530,33 @@ class Authenticator:
         )
 
 
-def _normal_job_id(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        return str(uuid.UUID(raw))
-    except ValueError:
-        return raw
-
-
 def key_id_of(request: web.Request) -> int:
     """The id of the key behind a request (its own, or its token's minter), else NO_KEY."""
     key_id: int = request.get(KEY_ID, NO_KEY)
     return key_id
+
+
+def credential_of(request: web.Request) -> Credential:
+    """What the request proved, for a Watch on the streams it opens."""
+    return request.get(CREDENTIAL) or Credential(key_id_of(request))
+
+
+def forbidden(scope: Scope) -> Problem:
+    return Problem(
+        403,
+        "Forbidden",
+        f"This subscription token opens {scope.describe()} only.",
+        kind="forbidden",
+    )
+
+
+def check_scope(request: web.Request, *, job_id: uuid.UUID | None, channel: str | None) -> None:
+    """403 unless the request's token (if it came with one) opens this: a job (`job_id`,
+    with that job's `channel`, None when there is no such job), a channel's stream (`channel`
+    alone) or the tenant's (neither)."""
+    scope = request.get(SCOPE)
+    if scope is not None and not scope.opens(job_id=job_id, channel=channel):
+        raise forbidden(scope)
 
 
 def revoked(detail: str = f"The wait ended: {REVOKED_REASON}.") -> Problem:

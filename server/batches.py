@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import asyncpg
 from aiohttp import web
@@ -46,6 +47,7 @@ class NewBatch:
     jobs: list[NewJob]
     item_hashes: list[str]
     webhook_url: str | None
+    channel: str | None
     request_hash: str
 
 
@@ -62,27 +64,30 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
     tenant = tenant_of(request)
-    jobs = [
-        api.new_job(
-            item if "webhook_url" in item.model_fields_set else _with_webhook(item, batch),
-            tenant,
-            named,
-        )
-        for item in batch.items
-    ]
+    jobs = [api.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items]
     secret = request.app[SETTINGS].secret
     shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
+    asked: dict[str, Any] = {"items": shown, "webhook_url": batch.webhook_url}
+    if batch.channel is not None:  # the hash of a batch without a channel stays as it was
+        asked["channel"] = batch.channel
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
         item_hashes=[admission.request_hash(item) for item in shown],
         webhook_url=batch.webhook_url,
-        request_hash=admission.request_hash({"items": shown, "webhook_url": batch.webhook_url}),
+        channel=batch.channel,
+        request_hash=admission.request_hash(asked),
     )
 
 
-def _with_webhook(item: BatchItem, batch: BatchRequest) -> BatchItem:
-    return item.model_copy(update={"webhook_url": batch.webhook_url})
+def _with_batch_defaults(item: BatchItem, batch: BatchRequest) -> BatchItem:
+    """The item, with the batch's webhook_url and channel where it names none of its own."""
+    inherited = {
+        name: getattr(batch, name)
+        for name in ("webhook_url", "channel")
+        if name not in item.model_fields_set
+    }
+    return item.model_copy(update=inherited) if inherited else item
 
 
 @routes.post("/v1/batches")
@@ -151,7 +156,12 @@ async def _insert(
             headers={"Retry-After": str(IN_FLIGHT_RETRY_S)},
         )
     await conn.execute(
-        query("insert_batch"), batch_id, tenant, batch.request_hash, batch.webhook_url
+        query("insert_batch"),
+        batch_id,
+        tenant,
+        batch.request_hash,
+        batch.webhook_url,
+        batch.channel,
     )
     job_ids = [
         known[key]["id"] if key in known else job.id for key, job in zip(keys, new, strict=True)
@@ -168,6 +178,7 @@ async def _insert(
         job_ids,
         [job.assets for job in jobs],
         *source_columns(jobs),
+        [job.channel for job in jobs],
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)
@@ -188,7 +199,10 @@ async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) 
         summary.update({name: job[name] for name in ITEM_SUMMARY_FIELDS if name in job})
         items.append(summary)
     shown["items"] = items
-    shown["links"] = {"self": f"/v1/batches/{batch_id}", "events": "/v1/events"}
+    channel = shown.get("channel")
+    # A query may hold ':', '@' and '/' as they are (RFC 3986).
+    events = "/v1/events" + (f"?channel={quote(channel, safe=':@/')}" if channel else "")
+    shown["links"] = {"self": f"/v1/batches/{batch_id}", "events": events}
     return shown
 
 

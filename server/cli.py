@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -24,6 +25,10 @@ from server.protocol import AppRunner
 from server.settings import Settings, SettingsError
 
 log = logging.getLogger("server")
+
+# The soft limit to ask for where the hard one is unlimited (the kernel's nr_open is often
+# 1048576; asking for more fails).
+OPEN_FILES_WITHOUT_LIMIT = 1_048_576
 
 _STANDARD_RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -67,8 +72,24 @@ def setup_logging(settings: Settings) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+def raise_open_files_limit() -> None:
+    """Every stream holds a socket: the soft open-file limit (often 1024) goes up to the hard
+    one, the most an unprivileged process may have (`ulimit -Hn` shows it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, OPEN_FILES_WITHOUT_LIMIT)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %s to %s: %s", soft, hard, exc)
+            return
+    log.info("open-file limit %s: at most about that many streams in this process", hard)
+
+
 async def run_server(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    raise_open_files_limit()
     app = create_app(settings)
     runner = AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
     stop = asyncio.Event()
@@ -139,7 +160,17 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
     """keys create | list | revoke, on the database `pressroom serve` would use."""
     async with _database(settings) as conn:
         if args.keys_command == "create":
-            row, key = await apikeys.create_key(conn, args.tenant, args.name)
+            row, key, token_secret = await apikeys.create_key_and_tenant(
+                conn, args.tenant, args.name
+            )
+            if token_secret is not None:
+                print(
+                    f"tenant {row.tenant!r} is new; its token signing secret, for minting "
+                    "subscription tokens in its own backend (HS256 JWTs), is shown only now:\n"
+                    f"{token_secret}\n(a new one: pressroom tenants secret {row.tenant} "
+                    "--rotate)",
+                    file=sys.stderr,
+                )
             print(
                 f"created API key {row.id} for tenant {row.tenant!r} ({row.prefix}...); "
                 "it is shown only now:",
@@ -166,7 +197,9 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
-    """tenants webhook-secret TENANT [--rotate]: the secret that signs a tenant's webhooks."""
+    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate."""
+    if args.tenants_command == "secret":
+        return await run_token_secret(settings, args)
     overlap_s = settings.webhook_rotation_overlap_s
     async with _database(settings) as conn:
         if args.rotate:
@@ -194,6 +227,36 @@ async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(found.current)  # alone on stdout, as with keys create
+    return 0
+
+
+async def run_token_secret(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants secret TENANT --rotate: a new token signing secret, shown once."""
+    if not args.rotate:
+        print(
+            "pressroom: a token signing secret is shown only when it is made; "
+            f"`pressroom tenants secret {args.tenant} --rotate` makes a new one (the tokens "
+            "signed with the current one stop working)",
+            file=sys.stderr,
+        )
+        return 2
+    async with _database(settings) as conn:
+        secret = await tenants.set_token_secret(conn, args.tenant, rotate=True)
+    if secret is None:
+        print(
+            f"pressroom: tenant {args.tenant!r} has no API key, so no token secret of its own "
+            "(the dev-mode tenant's tokens are signed with PRESSROOM_SECRET); create a key "
+            f"first: pressroom keys create --tenant {args.tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"rotated the token signing secret of tenant {args.tenant!r}: servers refuse the "
+        "tokens signed with the old one, and close the streams they opened, within "
+        "PRESSROOM_AUTH_CACHE_S; mint new ones with this (shown only now):",
+        file=sys.stderr,
+    )
+    print(secret)  # alone on stdout, as with keys create
     return 0
 
 
@@ -231,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
     revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id", type=int, help="the key's id (see keys list)")
-    tenants_cmd = commands.add_parser("tenants", help="a tenant's webhook signing secret")
+    tenants_cmd = commands.add_parser("tenants", help="a tenant's signing secrets")
     tenants_commands = tenants_cmd.add_subparsers(dest="tenants_command", required=True)
     secret = tenants_commands.add_parser(
         "webhook-secret", help="print the secret that signs a tenant's webhooks"
@@ -242,6 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make a new secret and print it; the old one also signs for "
         "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S (24 h)",
+    )
+    token_secret = tenants_commands.add_parser(
+        "secret", help="make a new secret that signs a tenant's subscription tokens"
+    )
+    token_secret.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    token_secret.add_argument(
+        "--rotate",
+        action="store_true",
+        help="required: print a new secret; tokens signed with the old one stop working",
     )
     add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser

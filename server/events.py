@@ -59,9 +59,12 @@ class JobEvent:
     type: str
     job: dict[str, Any]
     at: dt.datetime
-    #: Encodings by format (the SSE frame): every subscriber of this process shares one
-    #: instead of presenting and encoding the event again.
-    encoded: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    #: The channel of the event's job or batch, None for none.
+    channel: str | None = None
+    #: Encodings by transport and download-link key (an SSE frame, a websocket frame):
+    #: every subscriber of this process writes the same bytes instead of presenting and
+    #: encoding the event again.
+    encoded: dict[str, bytes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:
         """The JSON every transport carries for this event."""
@@ -87,15 +90,22 @@ async def after(
     tenant: str | None = None,
     job_id: uuid.UUID | None = None,
     types: frozenset[str] | None = None,
+    channel: str | None = None,
 ) -> tuple[list[JobEvent], bool]:
-    """Final events after `position` in log order (of `types` only, when given), and whether
-    newer ones are held back."""
+    """Final events after `position` in log order (of `types` only, and of one tenant's
+    `channel` only, when given), and whether newer ones are held back."""
     cursor = (str(position.xid), position.id, limit)
-    if tenant is None and job_id is None and not types:
+    if tenant is None and job_id is None and not types and channel is None:
         rows = await pool.fetch(query("events_after_all"), *cursor)
     else:
+        assert channel is None or tenant is not None, "a channel is one tenant's"
         rows = await pool.fetch(
-            query("events_after"), *cursor, tenant, job_id, sorted(types) if types else None
+            query("events_after"),
+            *cursor,
+            tenant,
+            job_id,
+            sorted(types) if types else None,
+            channel,
         )
     held = bool(rows[0]["held"]) if rows else False
     events = [
@@ -107,6 +117,7 @@ async def after(
             type=row["type"],
             job=row["payload"],
             at=row["created_at"],
+            channel=row["payload"].get("channel"),
         )
         for row in rows
         if row["id"] is not None

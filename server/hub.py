@@ -4,6 +4,12 @@ One reader per process follows the log (woken by NOTIFY, with a slow poll as the
 and hands each event to the matching subscribers. Every subscriber has a bounded buffer: one
 that falls too far behind is dropped with a reason and resumes by event id, so a slow client
 never grows memory.
+
+Before an event is handed out, each transport encodes it once (`add_encoder`: its frame per
+download-link key in use); a subscriber waiting idle with nothing buffered is then handed the
+event directly (`Subscription.get(deliver=…)`), and its transport writes those same bytes to
+its connection there and then, without waking the stream's task. That is what fan-out to
+tens of thousands of streams costs per event: one write each.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import asyncpg
@@ -42,24 +48,56 @@ class Subscription:
     scope: the hub wakes every subscriber of an event in one pass, so for 10,000 SSE streams
     this is most of what an event costs before the first byte is written."""
 
-    __slots__ = ("_hub", "_items", "_waiter", "dropped", "job_id", "limit", "tenant", "transport")
+    __slots__ = (
+        "_deliver",
+        "_hub",
+        "_items",
+        "_waiter",
+        "channel",
+        "dropped",
+        "job_id",
+        "key",
+        "limit",
+        "tenant",
+        "transport",
+    )
 
     def __init__(
-        self, hub: Hub, tenant: str | None, job_id: uuid.UUID | None, limit: int, transport: str
+        self,
+        hub: Hub,
+        tenant: str | None,
+        job_id: uuid.UUID | None,
+        channel: str | None,
+        limit: int,
+        transport: str,
     ) -> None:
         self._hub = hub
         self.transport = transport
         self.tenant = tenant
         self.job_id = job_id
+        self.channel = channel
+        self.key = _key(tenant, job_id, channel)
         self.limit = limit
-        self._items: collections.deque[JobEvent] = collections.deque()
+        # Made when an event waits, dropped when none does: an idle subscriber of tens of
+        # thousands holds no buffer (an empty deque takes over 600 bytes).
+        self._items: collections.deque[JobEvent] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._deliver: Deliver | None = None
         self.dropped: str | None = None
 
     def push(self, event: JobEvent) -> None:
         if self.dropped is not None:
             return
-        if len(self._items) >= self.limit:
+        if self._deliver is not None and not self._items:
+            try:
+                if self._deliver(event):
+                    return
+            except Exception:
+                log.exception("direct delivery failed", extra={"event_id": event.id})
+            self._deliver = None  # the task takes it from here, in order
+        if self._items is None:
+            self._items = collections.deque()
+        elif len(self._items) >= self.limit:
             self._hub.slow_dropped += 1
             self.drop(f"subscriber fell more than {self.limit} events behind; resume by event id")
             return
@@ -69,7 +107,7 @@ class Subscription:
     def drop(self, reason: str) -> None:
         if self.dropped is None:
             self.dropped = reason
-            self._items.clear()
+            self._items = None
             self._wake()
             self._hub.unsubscribe(self)
 
@@ -80,27 +118,55 @@ class Subscription:
     @property
     def buffered(self) -> int:
         """Events waiting to be taken (never more than `limit`)."""
-        return len(self._items)
+        return 0 if self._items is None else len(self._items)
 
-    async def get(self, timeout_s: float) -> JobEvent | None:
-        """The next event, None after timeout_s of quiet; SubscriberDropped when cut off."""
+    async def get(self, timeout_s: float, *, deliver: Deliver | None = None) -> JobEvent | None:
+        """The next event, None after timeout_s of quiet; SubscriberDropped when cut off.
+
+        While it waits with nothing buffered, `deliver` is offered each event first, in the
+        hub's pass: True when it has dealt with it (written it, or skipped it), False to have
+        it buffered and returned here as usual (and every event after it, in order)."""
         if not self._items and self.dropped is None:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
             timer = loop.call_later(timeout_s, _wake_up, waiter)
+            self._deliver = deliver
             try:
                 await waiter
             finally:
                 timer.cancel()
                 self._waiter = None
+                self._deliver = None
         if self.dropped is not None:
             raise SubscriberDropped(self.dropped)
-        return self._items.popleft() if self._items else None
+        if not self._items:
+            return None
+        event = self._items.popleft()
+        if not self._items:
+            self._items = None
+        return event
 
 
 def _wake_up(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+#: Takes an event in the hub's pass (see Subscription.get); False: buffer it instead.
+Deliver = Callable[[JobEvent], bool]
+#: Encodes an event for a transport before it is handed out (see Hub.add_encoder).
+Encoder = Callable[[JobEvent], Awaitable[None]]
+
+#: What a subscription follows: a job, a tenant's channel, or a tenant (None: every tenant).
+Key = tuple[str, uuid.UUID] | tuple[str, str | None, str] | tuple[str, str | None]
+
+
+def _key(tenant: str | None, job_id: uuid.UUID | None, channel: str | None) -> Key:
+    if job_id is not None:
+        return ("job", job_id)
+    if channel is not None:
+        return ("channel", tenant, channel)
+    return ("tenant", tenant)
 
 
 class Hub:
@@ -110,9 +176,9 @@ class Hub:
         self._pool = pool
         self._queue_limit = queue_limit
         self._poll_interval_s = poll_interval_s
-        self._by_job: dict[uuid.UUID, set[Subscription]] = collections.defaultdict(set)
-        self._by_tenant: dict[str | None, set[Subscription]] = collections.defaultdict(set)
+        self._groups: dict[Key, set[Subscription]] = {}
         self._listeners: list[Callable[[JobEvent], None]] = []
+        self._encoders: list[Encoder] = []
         self._poked = asyncio.Event()
         self.position: Position | None = None
         self.published = 0
@@ -120,9 +186,7 @@ class Hub:
 
     @property
     def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._by_job.values()) + sum(
-            len(s) for s in self._by_tenant.values()
-        )
+        return sum(len(group) for group in self._groups.values())
 
     def poke(self) -> None:
         """Something was committed: read the log now."""
@@ -132,43 +196,60 @@ class Hub:
         """Call back for every event (in-process consumers such as the workers' cancel path)."""
         self._listeners.append(callback)
 
+    def add_encoder(self, encode: Encoder) -> None:
+        """Await `encode(event)` before every event is handed out: a transport encodes it
+        there, once, into `event.encoded`, for all its subscribers in this process."""
+        self._encoders.append(encode)
+
+    async def _encode(self, event: JobEvent) -> None:
+        for encode in self._encoders:
+            try:
+                await encode(event)
+            except DB_OR_QUERY_ERRORS:
+                raise  # read again, like the log itself
+            except Exception:
+                # The streams encode it themselves, one by one, as without an encoder.
+                log.exception("encoding an event failed", extra={"event_id": event.id})
+
     def subscribe(
-        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
+        self,
+        *,
+        tenant: str | None,
+        job_id: uuid.UUID | None = None,
+        channel: str | None = None,
+        transport: str = "sse",
     ) -> Subscription:
-        """Start buffering matching events; tenant None means every tenant."""
-        sub = Subscription(self, tenant, job_id, self._queue_limit, transport)
-        if job_id is not None:
-            self._by_job[job_id].add(sub)
-        else:
-            self._by_tenant[tenant].add(sub)
+        """Start buffering the events of a job, of one of the tenant's channels, or of all
+        its jobs and batches; tenant None means every tenant."""
+        assert channel is None or tenant is not None, "a channel is one tenant's"
+        sub = Subscription(self, tenant, job_id, channel, self._queue_limit, transport)
+        self._groups.setdefault(sub.key, set()).add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        if sub.job_id is not None:
-            group = self._by_job.get(sub.job_id)
-            key: object = sub.job_id
-            index: dict[object, set[Subscription]] = self._by_job  # type: ignore[assignment]
-        else:
-            group = self._by_tenant.get(sub.tenant)
-            key = sub.tenant
-            index = self._by_tenant  # type: ignore[assignment]
+        group = self._groups.get(sub.key)
         if group is not None:
             group.discard(sub)
             if not group:
-                index.pop(key, None)
+                del self._groups[sub.key]
 
     def subscribers_by_transport(self) -> dict[str, int]:
         """How many subscriptions each transport (sse, socketio, longpoll) holds now."""
         counts: collections.Counter[str] = collections.Counter()
-        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+        for group in self._groups.values():
             counts.update(sub.transport for sub in group)
         return {name: counts.get(name, 0) for name in ("sse", "socketio", "longpoll")}
 
     @contextlib.contextmanager
     def subscription(
-        self, *, tenant: str | None, job_id: uuid.UUID | None = None, transport: str = "sse"
+        self,
+        *,
+        tenant: str | None,
+        job_id: uuid.UUID | None = None,
+        channel: str | None = None,
+        transport: str = "sse",
     ) -> Iterator[Subscription]:
-        sub = self.subscribe(tenant=tenant, job_id=job_id, transport=transport)
+        sub = self.subscribe(tenant=tenant, job_id=job_id, channel=channel, transport=transport)
         try:
             yield sub
         finally:
@@ -176,16 +257,19 @@ class Hub:
 
     def close_all(self, reason: str) -> None:
         """End every stream (shutdown); clients reconnect elsewhere and resume by event id."""
-        for group in [*self._by_job.values(), *self._by_tenant.values()]:
+        for group in list(self._groups.values()):
             for sub in list(group):
                 sub.drop(reason)
 
     def dispatch(self, event: JobEvent) -> None:
         self.published += 1
-        for sub in list(self._by_job.get(event.job_id, ())):
-            sub.push(event)
-        for tenant in (event.tenant, None):
-            for sub in list(self._by_tenant.get(tenant, ())):
+        keys: list[Key] = [("tenant", event.tenant), ("tenant", None)]
+        if event.channel is not None:
+            keys.insert(0, ("channel", event.tenant, event.channel))
+        if event.job_id is not None:
+            keys.insert(0, ("job", event.job_id))
+        for key in keys:
+            for sub in list(self._groups.get(key, ())):
                 sub.push(event)
         for callback in self._listeners:
             try:
@@ -224,6 +308,8 @@ class Hub:
             self._poked.clear()
             batch, held = await events.after(self._pool, self.position)
             for event in batch:
+                if self._encoders:
+                    await self._encode(event)
                 self.dispatch(event)
                 self.position = event.position
             if len(batch) < events.REPLAY_PAGE:

@@ -46,6 +46,7 @@ class NewJob:
     options: JsonDict
     metadata: JsonDict
     max_attempts: int
+    channel: str | None = None
     priority: int = 0
     webhook_url: str | None = None
     run_at: dt.datetime | None = None
@@ -194,6 +195,7 @@ async def create(
             taker.lease_s if taker is not None else 0.0,
             [j.assets for j in new],
             *source_columns(new),
+            [j.channel for j in new],
         )
     except BaseException:
         inserted.set_result(False)
@@ -205,7 +207,7 @@ async def create(
 
 def job_columns(new: list[NewJob]) -> list[list[Any]]:
     """The first ten parameters of insert_jobs and insert_batch_jobs: one array per column,
-    one element per job."""
+    one element per job (the channels go last, `[j.channel for j in new]`)."""
     return [
         [j.id for j in new],
         [j.tenant for j in new],
@@ -378,8 +380,9 @@ async def list_page(
     created_to: dt.datetime | None,
     after: tuple[dt.datetime, uuid.UUID] | None,
     limit: int,
+    channel: str | None = None,
 ) -> Page:
-    """One page of a tenant's jobs, newest first."""
+    """One page of a tenant's jobs (of one channel, when given), newest first."""
     rows = await pool.fetch(
         query("list_jobs"),
         tenant,
@@ -389,6 +392,7 @@ async def list_page(
         after[0] if after else None,
         after[1] if after else None,
         limit + 1,
+        channel,
     )
     items = [
         StoredJob(

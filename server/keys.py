@@ -13,7 +13,6 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     import asyncpg
-    from aiohttp_sse import EventSourceResponse
 
     from server.admission import InFlight
     from server.assets import AssetCache
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from server.netpolicy import NetworkPolicy
     from server.render import ChromiumRenderer, Renderer
     from server.settings import Settings
+    from server.sse import Streams as SseStreams
     from server.storage import Storage
     from server.webhooks import WebhookSender
     from server.worker import Workers
@@ -45,4 +45,4 @@ STORAGE: web.AppKey[Storage] = web.AppKey("storage")
 ASSET_CACHE: web.AppKey[AssetCache] = web.AppKey("asset_cache")
 WORKERS: web.AppKey[Workers] = web.AppKey("workers")
 WEBHOOKS: web.AppKey[WebhookSender] = web.AppKey("webhooks")
-SSE_STREAMS: web.AppKey[set[EventSourceResponse]] = web.AppKey("sse_streams")
+SSE_STREAMS: web.AppKey[SseStreams] = web.AppKey("sse_streams")

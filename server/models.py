@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from server import assets, events, jsontext, templates
+from server.channels import CHANNEL_PATTERN, CHANNEL_RULE, check_channel
 from server.jobs import JobState
 from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, layered
@@ -320,6 +321,19 @@ EventTypes = Annotated[
 ]
 
 
+def _channel(value: Any) -> Any:
+    if (why := check_channel(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
+Channel = Annotated[
+    str,
+    BeforeValidator(_channel),
+    WithJsonSchema({"type": "string", "pattern": f"^{CHANNEL_PATTERN}$"}),
+]
+
+
 def _template_id(value: Any) -> Any:
     if parse_template_id(value) is None:
         raise ValueError("must be a template name, or name@version")
@@ -440,6 +454,11 @@ class JobRequest(BaseModel):
         "id from POST /v1/assets; the page then loads those paths, and only those, from "
         f"storage. At most {MAX_JOB_ASSETS}; with template_id, on top of the template's own.",
     )
+    channel: Channel | None = Field(
+        None,
+        description="The channel the job belongs to (one end user's documents, say): "
+        f"{CHANNEL_RULE}. Streams and subscription tokens can be scoped to it.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -536,11 +555,14 @@ class BatchItem(JobRequest, _ItemKey):
 
 
 class BatchRequest(BaseModel):
-    """Many documents in one call; an item without webhook_url takes the batch's."""
+    """Many documents in one call; an item without webhook_url or channel takes the batch's."""
 
     model_config = REQUEST
 
     webhook_url: WebhookUrl | None = Field(None, description="Where to POST the items' events.")
+    channel: Channel | None = Field(
+        None, description="The batch's channel (its events are on it), and its items'."
+    )
     items: Annotated[list[BatchItem], Field(min_length=1, max_length=MAX_BATCH_ITEMS)] = Field(
         description="The documents, one job per key."
     )
@@ -601,23 +623,53 @@ class InlinePreviewRequest(_OpensNoPage):
     options: RenderOptions | None = Field(None, description="How to print.")
 
 
-class TokenRequest(BaseModel):
-    """What a subscription token may open."""
+def _not_both_scopes(schema: dict[str, Any]) -> None:
+    """Not both job_id and channel, not null (see TokenRequest._one_scope)."""
+    schema["not"] = {
+        "required": ["job_id", "channel"],
+        "properties": {name: {"not": {"type": "null"}} for name in ("job_id", "channel")},
+    }
 
-    model_config = REQUEST
+
+class TokenRequest(BaseModel):
+    """What a subscription token may open: with neither job_id nor channel, every stream of
+    the tenant."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_not_both_scopes)
 
     job_id: Annotated[uuid.UUID, _uuid("must be a job id (UUID)")] | None = Field(
-        None, description="Limit the token to this job's stream (default: all the tenant's)."
+        None, description="Limit the token to this job's stream (and its long-poll)."
     )
+    channel: Channel | None = Field(
+        None, description="Limit the token to this channel: its stream and its jobs."
+    )
+    ttl_s: Annotated[int, Field(ge=1), Integral] | None = Field(
+        None,
+        description="Seconds the token lasts, up to PRESSROOM_TOKEN_TTL_S (the default): a "
+        "longer one lasts that long; expires_at says when it ends.",
+    )
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> TokenRequest:
+        if self.job_id is not None and self.channel is not None:
+            raise ValueError('give "job_id" or "channel", not both')
+        return self
+
+    def lifetime_s(self, most_s: int) -> int:
+        """How long the token lasts: ttl_s, bounded by `most_s` (PRESSROOM_TOKEN_TTL_S)."""
+        return most_s if self.ttl_s is None else min(self.ttl_s, most_s)
 
 
 class SubscribeRequest(BaseModel):
-    """Socket.IO `subscribe` / `unsubscribe`: one job, or all the tenant's jobs."""
+    """Socket.IO `subscribe` / `unsubscribe`: one job, one channel, or all the tenant's jobs."""
 
     model_config = REQUEST
 
     job_id: Annotated[uuid.UUID, _uuid("must be a job id")] | None = Field(
         None, description="The job to follow."
+    )
+    channel: Channel | None = Field(
+        None, description="The channel to follow: its jobs' and batches' events."
     )
     all: bool = Field(False, description="True to follow every job of the tenant.")
     since: EventId | None = Field(None, description="Replay the events after this one first.")
@@ -625,8 +677,8 @@ class SubscribeRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> SubscribeRequest:
-        if (self.job_id is not None) == self.all:
-            raise ValueError('give either "job_id" or "all": true')
+        if [self.job_id is not None, self.channel is not None, self.all].count(True) != 1:
+            raise ValueError('give one of "job_id", "channel" or "all": true')
         return self
 
 
@@ -666,6 +718,7 @@ class JobListQuery(BaseModel):
     model_config = QUERY
 
     status: JobState | None = Field(None, description="Only jobs in this state.")
+    channel: Channel | None = Field(None, description="Only the jobs of this channel.")
     limit: Limit = Field(50, description="Jobs per page.")
     created_from: Timestamp | None = Field(None, description="Created at or after this time.")
     created_to: Timestamp | None = Field(None, description="Created before this time.")
@@ -752,6 +805,7 @@ class Job(BaseModel):
     warnings: list[str] = Field(description="What the render noticed but did not fail on.")
     options: dict[str, Any] = Field(description="The render options that differ from defaults.")
     metadata: dict[str, Any] = Field(description="As submitted.")
+    channel: str | None = Field(description="Its channel, as submitted.")
     webhook_url: str | None = Field(description="Where its events are POSTed.")
     pages: int | None = Field(description="Pages of the PDF, once done; null for an image.")
     bytes: int | None = Field(description="Size of the file (PDF or image), once done.")
@@ -814,6 +868,7 @@ class Batch(BaseModel):
     counts: BatchCounts = Field(description="Items by state.")
     progress: Annotated[int, Field(ge=0, le=100)] = Field(description="Percent final.")
     webhook_url: str | None = Field(description="The batch's webhook URL.")
+    channel: str | None = Field(description="The batch's channel, as submitted.")
     created_at: dt.datetime = Field(description="Submitted at.")
     finished_at: dt.datetime | None = Field(description="When the last item finished.")
     items: list[BatchItemSummary] = Field(description="In submission order.")

@@ -14,6 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from server import admission, assets, events, outputs
 from server import models as m
+from server.channels import CHANNEL_PATTERN
 from server.options import RenderOptions
 
 JsonSchema = dict[str, Any]
@@ -31,6 +32,15 @@ PATH_PARAMETERS = {
         "The asset's id, sha256:<hex>. Another tenant's asset answers 404, as an unknown id.",
     ),
 }
+TOKEN_PARAMETER: JsonSchema = {
+    "name": "token",
+    "in": "query",
+    "schema": {"type": "string"},
+    "description": "A subscription token (POST /v1/tokens, links.events of a new job, or "
+    "minted by the tenant's backend) instead of the Authorization header, which "
+    "EventSource cannot send. It opens its scope only: the tenant's streams, one job's, "
+    "or one channel's.",
+}
 STREAM_PARAMETERS: list[JsonSchema] = [
     {
         "name": "Last-Event-ID",
@@ -44,13 +54,7 @@ STREAM_PARAMETERS: list[JsonSchema] = [
         "schema": {"type": "string", "pattern": "^[0-9]*$"},
         "description": "Last-Event-ID for clients that cannot set headers (a new EventSource).",
     },
-    {
-        "name": "token",
-        "in": "query",
-        "schema": {"type": "string"},
-        "description": "A subscription token (POST /v1/tokens, or links.events of a new job) "
-        "instead of the Authorization header, which EventSource cannot send.",
-    },
+    TOKEN_PARAMETER,
     {
         "name": "type",
         "in": "query",
@@ -61,6 +65,13 @@ STREAM_PARAMETERS: list[JsonSchema] = [
         "with commas); a job's stream still ends after the job's final event, sent or not.",
     },
 ]
+CHANNEL_PARAMETER: JsonSchema = {
+    "name": "channel",
+    "in": "query",
+    "schema": {"type": "string", "pattern": f"^{CHANNEL_PATTERN}$"},
+    "description": "Only the events of this channel's jobs and batches (see `channel` of a "
+    "job), with the same cursors and resets as the tenant's stream.",
+}
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -131,6 +142,7 @@ MULTIPART_JOB: JsonSchema = {
     },
     "encoding": {"job": {"contentType": "application/json"}},
 }
+OUT_OF_SCOPE = {"403": "The subscription token opens another scope (job, channel) only."}
 BAD_QUERY = {"422": "A query parameter is not valid (see errors)."}
 PDF = outputs.PDF.content_type
 # A job's document, or a preview: a PDF, or the image options.output asks for.
@@ -177,9 +189,9 @@ OPERATIONS = (
        BAD_QUERY, query=m.JobListQuery),
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
        {"200": ("The job.", m.Job), "304": ("Unchanged since If-None-Match.", None)},
-       {**NO_JOB, **BAD_QUERY}, query=m.JobWaitQuery,
+       {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=m.JobWaitQuery,
        parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
-       headers={"200": ("ETag",)}),
+       headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
     Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
        {"200": ("Cancelled.", m.Job)}, {**NO_JOB, "409": "The job is final."}),
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
@@ -205,14 +217,21 @@ OPERATIONS = (
        parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
     Op("get", "/v1/jobs/{job_id}/events", "Server-Sent Events of one job; ends after its "
        "final event", "events", {"200": ("", "text/event-stream")},
-       {**NO_JOB, "422": "Last-Event-ID is not an event id, or a type is unknown."},
+       {**NO_JOB, **OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, or a type is unknown."},
        parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
-    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs", "events",
-       {"200": ("", "text/event-stream")},
-       {"422": "Last-Event-ID is not an event id, or a type is unknown."},
-       parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
+    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel",
+       "events", {"200": ("", "text/event-stream")},
+       {**OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, a type is unknown, or the channel is "
+        "malformed."},
+       parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
+       security=("bearer", "subscriptionToken")),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
-       "Socket.IO)", "auth", {"200": ("The token.", m.Token)}, {**BODY_ERRORS, **NO_JOB},
+       "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
+       {"200": ("The token.", m.Token)},
+       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors), or both job_id and "
+        "channel."},
        body=m.TokenRequest, body_required=False),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
        {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},
@@ -430,7 +449,14 @@ def build(served: set[str] | None = None) -> JsonSchema:
                     "description": "An API key from `pressroom keys create --tenant NAME`. "
                     "With no key created the server runs open on 127.0.0.1 (dev mode).",
                 },
-                "subscriptionToken": {"type": "apiKey", "in": "query", "name": "token"},
+                "subscriptionToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "token",
+                    "description": "A JWT (HS256) signed with the tenant's token secret: "
+                    '`sub` the tenant, `iat`, `exp`, and `pressroom: {"scope": "tenant" | '
+                    '"job" | "channel", "job_id", "channel"}`.',
+                },
             },
             "headers": {name: {"schema": {"type": "string"}} for name in sorted(HEADERS)},
         },

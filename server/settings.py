@@ -283,7 +283,7 @@ class Settings(BaseSettings):
     )
     secret: str = setting(
         "",
-        "signs download URLs and subscription tokens (kept in the data dir)",
+        "signs download URLs, and the dev-mode tenant's subscription tokens (kept in the data dir)",
         shown="generated",
     )
     webhook_secret: WebhookSecret = setting(
@@ -320,7 +320,9 @@ class Settings(BaseSettings):
         1024, "memory one render may use; a page that needs more fails its job"
     )
     url_ttl_s: PositiveInt = setting(3600, "lifetime of download links (at most 7 days on S3)")
-    token_ttl_s: PositiveInt = setting(3600, "lifetime of subscription tokens")
+    token_ttl_s: PositiveInt = setting(
+        3600, "lifetime of the subscription tokens Pressroom mints, and the longest `ttl_s` gets"
+    )
     event_retention_s: PositiveInt = setting(7 * 24 * 3600, "how long events are kept for replay")
     max_body_bytes: PositiveInt = setting(2 * 1024 * 1024, "largest request body (413 above)")
     max_template_bytes: PositiveInt = setting(512 * 1024, "largest template (422 above)")

@@ -1,10 +1,18 @@
-"""Subscription tokens and download links, signed with PRESSROOM_SECRET (settings.secret).
+"""Subscription tokens and download links.
 
-Tokens are JWTs (HS256, PyJWT): `{"tenant", "job"?, "kid", "exp"}`, where `job` limits one to
-that job's stream and `kid` is the id of the API key that minted it. Download links carry
-`expires`, `key` (the minting key's id) and `sig` in their query; `sig` is an HMAC-SHA256
-made by itsdangerous, so that a link stays about as short as its path. Whether the key that
-minted a credential is still active is server/auth.py's to say.
+Tokens are standard JWTs (HS256, PyJWT), signed with the tenant's token secret (migration
+0014; the open dev mode's tenant, which has none, uses PRESSROOM_SECRET), so that a tenant's
+backend can mint them itself:
+
+    {"sub": TENANT, "iat": …, "exp": …, "pressroom": {"scope": "tenant" | "job" | "channel",
+     "job_id": …, "channel": …, "key": …}}
+
+`scope` names what the token opens, with `job_id` for a job's, `channel` for a channel's;
+`key`, only in the tokens Pressroom mints, is the id of the API key that asked for it, which
+the token then needs to stay active. Download links carry `expires`, `key` (the minting key's
+id) and `sig` in their query; `sig` is an HMAC-SHA256 made by itsdangerous with
+PRESSROOM_SECRET, so that a link stays about as short as its path. Whether a key is still
+active, and which secret is a tenant's now, is server/auth.py's to say.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import secrets
 import time
 import uuid
 from typing import Any
@@ -20,48 +29,140 @@ from typing import Any
 import itsdangerous
 import jwt
 
+from server.channels import is_channel
+
 # The key id that credentials minted without an API key carry (open dev mode; the download
 # links of webhook deliveries). Key ids start at 1.
 NO_KEY = 0
-# Longer than any token this module makes; refused before any decoding.
+# Longer than any token a tenant needs; refused before any decoding.
 MAX_TOKEN_CHARS = 2048
 TOKEN_ALGORITHM = "HS256"
 # The routes under /v1/jobs/{id}/ a download link may open: the job's document (a PDF, or an
 # image) and its thumbnail. A link names one: it opens no other file of the job.
 DOCUMENT = "pdf"
 THUMBNAIL = "thumbnail"
+TOKEN_CLAIM = "pressroom"
+TOKEN_SECRET_PREFIX = "prts_"
+# How far ahead of this server's clock a backend's `iat` may be.
+CLOCK_SKEW_S = 60
+
+
+def new_token_secret() -> str:
+    """A fresh token signing secret: 32 random bytes, as HS256 wants its keys."""
+    return TOKEN_SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scope:
+    """What a token opens: every stream of its tenant (neither field), one job's stream and
+    long-poll (`job_id`), or one channel's stream and the jobs in it (`channel`)."""
+
+    job_id: str | None = None
+    channel: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "job" if self.job_id is not None else "channel" if self.channel else "tenant"
+
+    def opens(self, *, job_id: str | uuid.UUID | None, channel: str | None) -> bool:
+        """May the holder follow this: a job (`job_id`, with that job's `channel`), a
+        channel's stream (`channel` alone) or the tenant's (neither)?"""
+        if self.job_id is not None:
+            return job_id is not None and str(job_id) == self.job_id
+        if self.channel is not None:
+            return channel == self.channel
+        return True
+
+    def describe(self) -> str:
+        if self.job_id is not None:
+            return f"the stream of job {self.job_id}"
+        if self.channel is not None:
+            return f"channel {self.channel!r} (its stream and its jobs)"
+        return "every stream of the tenant"
+
+    def claim(self, key_id: int | None) -> dict[str, Any]:
+        claim: dict[str, Any] = {"scope": self.name}
+        if self.job_id is not None:
+            claim["job_id"] = self.job_id
+        if self.channel is not None:
+            claim["channel"] = self.channel
+        if key_id is not None:
+            claim["key"] = key_id
+        return claim
+
+
+TENANT_SCOPE = Scope()
+_CLAIM_KEYS = {"tenant": {"scope"}, "job": {"scope", "job_id"}, "channel": {"scope", "channel"}}
+
+
+def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
+    """The scope and minting key of a `pressroom` claim, None when it is not one."""
+    if not isinstance(claim, dict) or claim.get("scope") not in _CLAIM_KEYS:
+        return None
+    name = claim["scope"]
+    key_id = claim.get("key")
+    if set(claim) - {"key"} != _CLAIM_KEYS[name]:
+        return None
+    if key_id is not None and (isinstance(key_id, bool) or not isinstance(key_id, int)):
+        return None
+    if key_id is not None and key_id < 0:
+        return None
+    if name == "job":
+        try:
+            return Scope(job_id=str(uuid.UUID(claim["job_id"]))), key_id
+        except (TypeError, ValueError, AttributeError):
+            return None
+    if name == "channel":
+        return (Scope(channel=claim["channel"]), key_id) if is_channel(claim["channel"]) else None
+    return TENANT_SCOPE, key_id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenClaims:
-    """What a subscription token grants: one tenant's streams, or one job's stream only, for
-    as long as the key that minted it is active."""
+    """What a valid subscription token grants: its tenant's streams within its scope, until it
+    expires (and, when minted for an API key, as long as that key is active)."""
 
     tenant: str
-    job_id: str | None
+    scope: Scope
     expires_at: int
-    key_id: int
-
-    def allows(self, job_id: str | uuid.UUID | None) -> bool:
-        """May the holder subscribe to this job's stream (None: the tenant's all-jobs stream)?"""
-        if self.job_id is None:
-            return True
-        return job_id is not None and str(job_id) == self.job_id
+    key_id: int | None  # the API key it was minted for; None: minted by the tenant's backend
 
 
 def make_token(
-    secret: str, tenant: str, *, job_id: str | uuid.UUID | None, key_id: int, ttl_s: int
+    secret: str,
+    tenant: str,
+    scope: Scope = TENANT_SCOPE,
+    *,
+    ttl_s: int,
+    key_id: int | None = None,
 ) -> tuple[str, int]:
-    """A signed subscription token naming the key that mints it, and its expiry (unix s)."""
-    expires_at = int(time.time()) + ttl_s
-    claims: dict[str, Any] = {"tenant": tenant, "kid": key_id, "exp": expires_at}
-    if job_id is not None:
-        claims["job"] = str(job_id)
+    """A signed subscription token, and its expiry (unix s)."""
+    issued_at = int(time.time())
+    expires_at = issued_at + ttl_s
+    claims = {
+        "sub": tenant,
+        "iat": issued_at,
+        "exp": expires_at,
+        TOKEN_CLAIM: scope.claim(key_id),
+    }
     return jwt.encode(claims, secret, algorithm=TOKEN_ALGORITHM), expires_at
 
 
+def token_tenant(token: str) -> str | None:
+    """The tenant a token names (`sub`), unverified: whose secret checks it. None when it is
+    not a token at all."""
+    if len(token) > MAX_TOKEN_CHARS:
+        return None
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.InvalidTokenError:
+        return None
+    tenant = claims.get("sub") if isinstance(claims, dict) else None
+    return tenant if isinstance(tenant, str) else None
+
+
 def check_token(secret: str, token: str) -> TokenClaims | None:
-    """The claims of a token this server signed and that has not expired, else None."""
+    """The claims of a token signed with `secret`, unexpired and well formed, else None."""
     if len(token) > MAX_TOKEN_CHARS:
         return None
     try:
@@ -69,19 +170,29 @@ def check_token(secret: str, token: str) -> TokenClaims | None:
             token,
             secret,
             algorithms=[TOKEN_ALGORITHM],
-            options={"require": ["exp", "tenant", "kid"]},
+            # iat is checked below, with room for the clock of the backend that minted it.
+            options={"require": ["exp", "iat", "sub", TOKEN_CLAIM], "verify_iat": False},
             leeway=0,
         )
     except jwt.InvalidTokenError:
         return None
-    tenant, job_id, key_id, expires_at = (claims.get(k) for k in ("tenant", "job", "kid", "exp"))
-    if not isinstance(tenant, str) or not isinstance(expires_at, int):
+    tenant, issued_at, expires_at = claims["sub"], claims["iat"], claims["exp"]
+    if not isinstance(tenant, str) or not all(
+        isinstance(value, int) and not isinstance(value, bool) for value in (issued_at, expires_at)
+    ):
         return None
-    if job_id is not None and not isinstance(job_id, str):
+    if issued_at > time.time() + CLOCK_SKEW_S:
         return None
-    if isinstance(key_id, bool) or not isinstance(key_id, int) or key_id < 0:
+    scoped = _scope_of(claims[TOKEN_CLAIM])
+    if scoped is None:
         return None
-    return TokenClaims(tenant=tenant, job_id=job_id, expires_at=expires_at, key_id=key_id)
+    scope, key_id = scoped
+    return TokenClaims(tenant=tenant, scope=scope, expires_at=expires_at, key_id=key_id)
+
+
+def secret_digest(secret: str) -> str:
+    """A short fingerprint of a secret: what a stream remembers of the one its token needs."""
+    return hashlib.blake2b(secret.encode(), digest_size=12).hexdigest()
 
 
 def token_response(token: str, expires_at: int) -> dict[str, Any]:

@@ -10,11 +10,12 @@ other processes (rooms) travel over PostgreSQL LISTEN/NOTIFY: no broker besides 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
 import logging
-import uuid
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -25,7 +26,7 @@ from engineio import packet as eio_packet
 from pydantic import ValidationError
 from socketio.async_pubsub_manager import AsyncPubSubManager
 
-from server import api, auth, jobs, listener, signing, streams
+from server import api, auth, jobs, jsontext, listener, signing, streams
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.hub import SubscriberDropped, Subscription
@@ -43,6 +44,9 @@ MAX_SUBSCRIPTIONS = 100
 # Packets waiting for a client's transport before its streams stop taking events: past this,
 # the hub buffer fills instead, and overflowing it cuts the client off (memory stays bounded).
 SEND_HIGH_WATER = 64
+# Bytes waiting in a websocket's buffer past which an event is not written in the hub's pass
+# (and the stream's own send waits for the connection to drain).
+WEBSOCKET_HIGH_WATER = 64 * 1024
 BACKPRESSURE_CHECK_S = 1.0
 IDLE_WAIT_S = 30.0
 # A client gets this long to take what is queued for it (its `closed` event last) before its
@@ -164,14 +168,17 @@ class PostgresManager(AsyncPubSubManager):  # type: ignore[misc]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Grant:
-    """Whom a connection acts for: a tenant, and maybe only one job (a job's token)."""
+    """Whom a connection acts for: a tenant, what of it (a token's scope), and what that
+    rests on (the key it proved or its token was minted for, the token's secret)."""
 
     tenant: str
-    job_id: str | None = None
-    key_id: int = signing.NO_KEY  # the key it proved, or that minted its token
+    scope: signing.Scope = signing.TENANT_SCOPE
+    credential: auth.Credential = auth.DEV_CREDENTIAL
 
-    def allows(self, job_id: uuid.UUID | None) -> bool:
-        return self.job_id is None or (job_id is not None and str(job_id) == self.job_id)
+    @property
+    def key_id(self) -> int:
+        """The key id the download links it is shown are signed for."""
+        return self.credential.minted_by
 
 
 async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | None:
@@ -190,13 +197,14 @@ async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | 
         scheme, _, bearer = request.headers.get("Authorization", "").strip().partition(" ")
         key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
     if isinstance(token, str):
-        claims = await authenticator.token_claims(token)
-        if claims is not None:
-            return Grant(claims.tenant, claims.job_id, claims.key_id)
+        verified = await authenticator.verify_token(token)
+        if isinstance(verified, auth.Verified):
+            claims = verified.claims
+            return Grant(claims.tenant, claims.scope, verified.credential)
     if isinstance(key, str):
         known = await authenticator.lookup(key)
         if known is not None:
-            return Grant(known.tenant, key_id=known.id)
+            return Grant(known.tenant, credential=auth.Credential(known.id))
     if not keyed and auth.is_loopback(settings.host):
         return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
     return None
@@ -225,6 +233,44 @@ class _Client:
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
     key: auth.Watch | None = None
+    # Its websocket request, when it connected with one (see websocket_transport).
+    websocket: web.Request | None = None
+
+
+def websocket_frame(message: bytes) -> bytes:
+    """A server's websocket text frame (RFC 6455: servers do not mask) holding `message`:
+    valid whether or not the connection compresses (an uncompressed frame has RSV1 clear)."""
+    length = len(message)
+    if length < 126:
+        header = struct.pack("!BB", 0x81, length)
+    elif length < 65536:
+        header = struct.pack("!BBH", 0x81, 126, length)
+    else:
+        header = struct.pack("!BBQ", 0x81, 127, length)
+    return header + message
+
+
+class _Sink:
+    """Writes a live event's websocket frame straight to the client's connection, in the
+    hub's pass (see streams.Sink); a polling client, or one whose connection is backed up, is
+    left to the stream's own send."""
+
+    __slots__ = ("_cached", "_client", "_push")
+
+    def __init__(self, push: PushServer, client: _Client) -> None:
+        self._push = push
+        self._client = client
+        self._cached = f"sio {client.grant.key_id} ws"
+
+    def send_now(self, event: JobEvent) -> bool:
+        frame = event.encoded.get(self._cached)
+        if frame is None or self._client.closing:
+            return False
+        transport = self._push.websocket_transport(self._client)
+        if transport is None or transport.get_write_buffer_size() >= WEBSOCKET_HIGH_WATER:
+            return False
+        transport.write(frame)
+        return True
 
 
 def _error(problem: Problem) -> dict[str, Any]:
@@ -241,14 +287,19 @@ def _error(problem: Problem) -> dict[str, Any]:
     return {"ok": False, "error": body}
 
 
-def _parse_target(data: Any) -> tuple[uuid.UUID | None, int | None, frozenset[str] | None]:
-    """(job id or None for all jobs, since, types) from a subscribe payload; unsubscribe takes
-    the same object (and needs only the target)."""
+def _parse_target(data: Any) -> SubscribeRequest:
+    """A subscribe payload; unsubscribe takes the same object (and needs only the target)."""
     try:
-        target = SubscribeRequest.model_validate(data)
+        return SubscribeRequest.model_validate(data)
     except ValidationError as exc:
         raise invalid_input(exc, "The subscription is not valid.") from None
-    return target.job_id, target.since, frozenset(target.types) if target.types else None
+
+
+def _stream_key(target: SubscribeRequest) -> str:
+    """What names a client's subscription: one per job, per channel, and the all-jobs one."""
+    if target.job_id is not None:
+        return str(target.job_id)
+    return "all" if target.channel is None else f"channel:{target.channel}"
 
 
 Handler = Callable[..., Awaitable[Any]]
@@ -317,11 +368,14 @@ class PushServer:
         self._tasks: set[asyncio.Task[None]] = set()
         # Open websocket transports by handler task, to cut those whose client stops reading.
         self._websockets: dict[asyncio.Task[Any], _Websocket] = {}
+        # How many clients show download links of each key, by tenant: what `encode` encodes.
+        self._keys: dict[str, collections.Counter[int]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx step: the cross-process channel runs while the app does."""
+        app[HUB].add_encoder(self.encode)
         runner = asyncio.create_task(self.manager.run(app[DSN], app[POOL]), name="sio-manager")
         runner.add_done_callback(_report_crash)
         try:
@@ -415,8 +469,10 @@ class PushServer:
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
         client = self.clients[sid] = _Client(sid, eio_sid, grant)
         client.key = self.app[AUTH].watch(
-            grant.key_id, lambda reason: self._revoked(client, reason)
+            grant.credential, lambda reason: self._revoked(client, reason)
         )
+        keys = self._keys.setdefault(grant.tenant, collections.Counter())
+        keys[grant.key_id] += 1
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
         client = self.clients.pop(sid, None)
@@ -425,6 +481,13 @@ class PushServer:
         client.closing = True
         if client.key is not None:
             client.key.close()
+        keys = self._keys.get(client.grant.tenant)
+        if keys is not None:
+            keys[client.grant.key_id] -= 1
+            if keys[client.grant.key_id] <= 0:
+                del keys[client.grant.key_id]
+                if not keys:
+                    del self._keys[client.grant.tenant]
         for stream in list(client.streams.values()):
             self._end(client, stream)
         socket = self.sio.eio.sockets.get(client.eio_sid)
@@ -438,8 +501,7 @@ class PushServer:
         if client is None or client.closing:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, since, types = _parse_target(data)
-            return await self._start(client, job_id, since, types)
+            return await self._start(client, _parse_target(data))
         except Problem as problem:
             return _error(problem)
         except DB_ERRORS as exc:
@@ -451,39 +513,39 @@ class PushServer:
         if client is None:
             return _error(Problem(409, "Conflict", "The connection is closing."))
         try:
-            job_id, _since, _types = _parse_target(data)
+            target = _parse_target(data)
         except Problem as problem:
             return _error(problem)
-        stream = client.streams.get("all" if job_id is None else str(job_id))
+        stream = client.streams.get(_stream_key(target))
         if stream is not None:
             self._end(client, stream)
         return {"ok": True}
 
     # --- streams ----------------------------------------------------------------------------
 
-    async def _start(
-        self,
-        client: _Client,
-        job_id: uuid.UUID | None,
-        since: int | None,
-        types: frozenset[str] | None,
-    ) -> dict[str, Any]:
-        pool = self.app[POOL]
-        if not client.grant.allows(job_id):
-            raise Problem(403, "Forbidden", "This subscription token is for another job.")
+    async def _start(self, client: _Client, target: SubscribeRequest) -> dict[str, Any]:
+        pool, tenant = self.app[POOL], client.grant.tenant
+        job_id, channel, since = target.job_id, target.channel, target.since
+        types = frozenset(target.types) if target.types else None
+        scope = client.grant.scope
         current = None
         if job_id is not None:
-            current = await jobs.get(pool, job_id, client.grant.tenant)
+            current = await jobs.get(pool, job_id, tenant)
+            in_channel = current.job["channel"] if current else None
+            if not scope.opens(job_id=job_id, channel=in_channel):
+                raise auth.forbidden(scope)
             if current is None:
                 raise not_found()
-        key = "all" if job_id is None else str(job_id)
+        elif not scope.opens(job_id=None, channel=channel):
+            raise auth.forbidden(scope)
+        key = _stream_key(target)
         if key not in client.streams and len(client.streams) >= MAX_SUBSCRIPTIONS:
             raise Problem(
                 429,
                 "Too many subscriptions",
                 f"A connection holds at most {MAX_SUBSCRIPTIONS}; unsubscribe from some first.",
             )
-        begin = await streams.start(pool, tenant=client.grant.tenant, job_id=job_id, cursor=since)
+        begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=since)
         if client.closing or self.clients.get(client.sid) is not client:
             raise Problem(409, "Conflict", "The connection is closing.")
         previous = client.streams.get(key)
@@ -491,10 +553,20 @@ class PushServer:
             self._end(client, previous)
         # Subscribe before the replay reads the log, so nothing falls between the two.
         sub = self.app[HUB].subscribe(
-            tenant=client.grant.tenant, job_id=job_id, transport="socketio"
+            tenant=tenant, job_id=job_id, channel=channel, transport="socketio"
         )
-        room = f"tenant:{client.grant.tenant}" if job_id is None else f"job:{job_id}"
-        items = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
+        if job_id is not None:
+            room = f"job:{job_id}"
+        else:
+            room = f"tenant:{tenant}" if channel is None else f"channel:{tenant}:{channel}"
+        items = streams.Stream(
+            pool,
+            sub,
+            begin,
+            types=types,
+            job=current.job if current else None,
+            sink=_Sink(self, client),
+        )
         stream = _Stream(key, room, sub)
         client.streams[key] = stream
         await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
@@ -533,7 +605,7 @@ class PushServer:
                         body["job"] = await api.present_job(
                             self.app, item.job, client.grant.tenant, client.grant.key_id
                         )
-                    await self._emit(client, "reset", body)
+                    await self._send_message(client, sub, "reset", body)
                 elif isinstance(item, streams.Closed):
                     raise SubscriberDropped(item.reason)
                 elif isinstance(item, streams.End):
@@ -550,14 +622,82 @@ class PushServer:
         finally:
             self._end(client, stream)
 
+    async def encode(self, event: JobEvent) -> None:
+        """Hub encoder: the event's Socket.IO packet and websocket frame, once per download-link
+        key that clients of its tenant show, for every one of them to be sent as they are."""
+        for key_id in list(self._keys.get(event.tenant, ())):
+            await self._packet(event, key_id)
+
+    async def _packet(self, event: JobEvent, key_id: int) -> bytes:
+        """The event as a Socket.IO EVENT packet (`2["job",{…}]`), built once per key."""
+        cached = f"sio {key_id}"
+        packet = event.encoded.get(cached)
+        if packet is None:
+            wire = await api.event_wire(self.app, event, key_id)
+            name = "batch" if "batch" in wire else "job"
+            packet = b"2" + jsontext.dumps([name, wire]).encode()
+            event.encoded[cached] = packet
+            event.encoded[f"{cached} ws"] = websocket_frame(b"4" + packet)  # engine.io message
+        return packet
+
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
-        wire = await api.event_wire(self.app, event, client.grant.key_id)
-        await self._emit(client, "batch" if "batch" in wire else "job", wire)
-        await self._drain(client, sub)
+        packet = await self._packet(event, client.grant.key_id)
+        transport = self.websocket_transport(client)
+        if transport is not None:
+            # As the hub's pass writes them: a websocket's events go out in one order, whichever
+            # way each is sent.
+            transport.write(event.encoded[f"sio {client.grant.key_id} ws"])
+            await self._drain_websocket(client, sub, transport)
+        else:
+            await self.sio.eio.send(client.eio_sid, packet.decode())
+            await self._drain(client, sub)
+
+    async def _send_message(
+        self, client: _Client, sub: Subscription, name: str, data: dict[str, Any]
+    ) -> None:
+        """A stream's message other than an event (a reset), in the order of its events."""
+        transport = self.websocket_transport(client)
+        if transport is None:
+            await self._emit(client, name, data)
+            return
+        packet = b"2" + jsontext.dumps([name, data]).encode()
+        transport.write(websocket_frame(b"4" + packet))
+        await self._drain_websocket(client, sub, transport)
 
     async def _emit(self, client: _Client, name: str, data: dict[str, Any]) -> None:
         # ignore_queue: this client is on this process; other processes read the log themselves.
         await self.sio.emit(name, data, to=client.sid, namespace=NAMESPACE, ignore_queue=True)
+
+    def websocket_transport(self, client: _Client) -> asyncio.Transport | None:
+        """The connection of a client that connected over a websocket, while it is open. A
+        session that began polling (and may have upgraded since) has None: its events go
+        through engine.io's queue, which packets of its polling days may still be in."""
+        request = client.websocket
+        if request is None:
+            first = self.sio.environ.get(client.eio_sid, {}).get("aiohttp.request")
+            if first is None or first.query.get("transport") != "websocket":
+                return None
+            request = client.websocket = first
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return None
+        assert isinstance(transport, asyncio.Transport)
+        return transport
+
+    async def _drain_websocket(
+        self, client: _Client, sub: Subscription, transport: asyncio.Transport
+    ) -> None:
+        """Wait while the websocket's buffer is backed up; events wait in the bounded hub
+        buffer meanwhile, and overflowing it cuts the client off."""
+        assert client.websocket is not None
+        while not transport.is_closing() and (
+            transport.get_write_buffer_size() >= WEBSOCKET_HIGH_WATER
+        ):
+            if sub.dropped is not None:
+                raise SubscriberDropped(sub.dropped)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BACKPRESSURE_CHECK_S):
+                    await client.websocket.writer.drain()
 
     async def _drain(self, client: _Client, sub: Subscription) -> None:
         """Wait while the client's transport holds too many packets; events wait in the

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
-import uuid
 from typing import Any
 
-from aiohttp import web
-from aiohttp_sse import EventSourceResponse, sse_response
+from aiohttp import HttpVersion11, web
+from aiohttp_sse import EventSourceResponse
 
 from server import api, auth, events, jobs, jsontext, streams
+from server.channels import check_channel
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
@@ -21,6 +22,10 @@ from server.problems import invalid, not_found
 log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
+
+# Bytes waiting in a connection's buffer past which an event is not written in the hub's pass:
+# the stream's task sends it, waiting for the connection to drain (as aiohttp's writer does).
+SEND_HIGH_WATER = 64 * 1024
 
 
 def _requested_cursor(request: web.Request) -> int | None:
@@ -49,18 +54,86 @@ def _requested_types(request: web.Request) -> frozenset[str] | None:
     return frozenset(asked)
 
 
+def _requested_channel(request: web.Request) -> str | None:
+    """`?channel=user-42`: only that channel's job and batch events; None for all."""
+    channel = request.query.get("channel")
+    if channel is None:
+        return None
+    if (why := check_channel(channel)) is not None:
+        raise invalid([("channel", why)], "The query parameters are not valid.")
+    return channel
+
+
+async def frame(app: web.Application, event: JobEvent, key_id: int) -> bytes:
+    """The event's SSE frame for streams whose download links name key `key_id`: built once
+    per process (JobEvent.encoded), with its chunked form, and written as it is by every
+    stream."""
+    cached = f"sse {key_id}"
+    encoded = event.encoded.get(cached)
+    if encoded is None:
+        data = jsontext.dumps(await api.event_wire(app, event, key_id))
+        encoded = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n".encode()
+        event.encoded[cached] = encoded
+        event.encoded[f"{cached} chunked"] = b"%x\r\n%s\r\n" % (len(encoded), encoded)
+    return encoded
+
+
+class Streams:
+    """This process's SSE streams: ended at shutdown; and the download-link keys they show,
+    by tenant, so that the hub's pass encodes each event once per key in use (`encode`)."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self.open: set[EventSourceResponse] = set()
+        self._keys: dict[str, collections.Counter[int]] = {}
+
+    def hold(self, resp: EventSourceResponse, tenant: str, key_id: int) -> None:
+        self.open.add(resp)
+        self._keys.setdefault(tenant, collections.Counter())[key_id] += 1
+
+    def release(self, resp: EventSourceResponse, tenant: str, key_id: int) -> None:
+        self.open.discard(resp)
+        keys = self._keys.get(tenant)
+        if keys is not None:
+            keys[key_id] -= 1
+            if keys[key_id] <= 0:
+                del keys[key_id]
+                if not keys:
+                    del self._keys[tenant]
+
+    async def encode(self, event: JobEvent) -> None:
+        """Hub encoder: the event's frame for every key its tenant's streams show."""
+        for key_id in list(self._keys.get(event.tenant, ())):
+            await frame(self._app, event, key_id)
+
+
+class _Sink:
+    """Writes a live event's frame straight to the connection, in the hub's pass (see
+    streams.Sink): HTTP/1.1 streams are chunked, so their frames are too."""
+
+    __slots__ = ("_cached", "_transport")
+
+    def __init__(self, request: web.Request, key_id: int) -> None:
+        self._transport = request.transport
+        chunked = request.version >= HttpVersion11  # as aiohttp decides for a stream
+        self._cached = f"sse {key_id}" + (" chunked" if chunked else "")
+
+    def send_now(self, event: JobEvent) -> bool:
+        encoded = event.encoded.get(self._cached)
+        transport = self._transport
+        if (
+            encoded is None
+            or transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size() >= SEND_HIGH_WATER
+        ):
+            return False  # the stream's task sends it, waiting for the connection to drain
+        transport.write(encoded)
+        return True
+
+
 async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
-    # The whole SSE frame is built once per event and key (download links name the key) and
-    # shared by every subscriber of this process: fan-out to thousands of streams is then one
-    # write each.
-    key_id = auth.key_id_of(request)
-    cached = f"sse {key_id}"  # JobEvent.encoded key
-    frame = event.encoded.get(cached)
-    if frame is None:
-        data = jsontext.dumps(await api.event_wire(request.app, event, key_id))
-        frame = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n"
-        event.encoded[cached] = frame
-    await resp.write(frame.encode())
+    await resp.write(await frame(request.app, event, auth.key_id_of(request)))
 
 
 async def _send_reset(
@@ -72,55 +145,67 @@ async def _send_reset(
     await resp.send(json.dumps(body), event="reset")
 
 
-async def stream_events(request: web.Request, *, job_id: uuid.UUID | None) -> web.StreamResponse:
-    """Replay what the client missed, then go live; no gap, no duplicate (log order)."""
+@routes.get("/v1/jobs/{job_id}/events")
+@routes.get("/v1/events")
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """A job's stream, a channel's (`?channel=`) or the tenant's: replay what the client
+    missed, then go live; no gap, no duplicate (log order). The route's handler itself, so
+    that an idle stream holds one coroutine frame of its own, not two."""
+    job_id = api.parse_job_id(request) if "job_id" in request.match_info else None
+    channel = _requested_channel(request) if job_id is None else None
     app = request.app
     pool, hub, settings = app[POOL], app[HUB], app[SETTINGS]
     tenant = tenant_of(request)
     current = None
     if job_id is not None:
         current = await jobs.get(pool, job_id, tenant)
+        in_channel = current.job["channel"] if current else None
+        auth.check_scope(request, job_id=job_id, channel=in_channel)
         if current is None:
             raise not_found()
+    else:
+        auth.check_scope(request, job_id=None, channel=channel)
     cursor = _requested_cursor(request)
     types = _requested_types(request)
     begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=cursor)
+    key_id = auth.key_id_of(request)
+    # Held without context managers: each would keep a generator frame alive for as long as
+    # the stream lasts, and an idle stream is to cost as little as it can (bench.push).
+    sub = hub.subscribe(tenant=tenant, job_id=job_id, channel=channel)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
-    with (
-        hub.subscription(tenant=tenant, job_id=job_id) as sub,
-        app[AUTH].watch(auth.key_id_of(request), sub.drop),
-    ):
-        stream = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
-        async with sse_response(request, ping_interval=settings.sse_ping_s) as resp:
-            app[SSE_STREAMS].add(resp)
-            try:
-                while resp.is_connected():
-                    item = await stream.next(settings.sse_ping_s)
-                    if isinstance(item, JobEvent):
-                        await _send(resp, request, item)
-                    elif isinstance(item, streams.Reset):
-                        await _send_reset(resp, request, item.job, tenant)
-                    elif isinstance(item, streams.Closed):
-                        body = json.dumps({"type": "closed", "reason": item.reason})
-                        await resp.send(body, event="closed")
-                        break
-                    elif isinstance(item, streams.End):
-                        break
-            except ConnectionError:
-                pass  # the client went away
-            except DB_ERRORS as exc:
-                # The headers are sent; end the stream and let the client resume by event id.
-                log.warning("event stream ended, database unavailable: %s", exc)
-            finally:
-                app[SSE_STREAMS].discard(resp)
+    watch = app[AUTH].watch(auth.credential_of(request), sub.drop)
+    resp = EventSourceResponse(ping_interval=settings.sse_ping_s)
+    try:
+        await resp.prepare(request)
+        # Encoded for from now: events up to here come through the stream's own sends.
+        app[SSE_STREAMS].hold(resp, tenant, key_id)
+        try:
+            current_job = current.job if current else None
+            stream = streams.Stream(
+                pool, sub, begin, types=types, job=current_job, sink=_Sink(request, key_id)
+            )
+            while resp.is_connected():
+                item = await stream.next(settings.sse_ping_s)
+                if isinstance(item, JobEvent):
+                    await _send(resp, request, item)
+                elif isinstance(item, streams.Reset):
+                    await _send_reset(resp, request, item.job, tenant)
+                elif isinstance(item, streams.Closed):
+                    body = json.dumps({"type": "closed", "reason": item.reason})
+                    await resp.send(body, event="closed")
+                    break
+                elif isinstance(item, streams.End):
+                    break
+        except ConnectionError:
+            pass  # the client went away
+        except DB_ERRORS as exc:
+            # The headers are sent; end the stream and let the client resume by event id.
+            log.warning("event stream ended, database unavailable: %s", exc)
+        finally:
+            app[SSE_STREAMS].release(resp, tenant, key_id)
+            resp.stop_streaming()
+            await resp.wait()
+    finally:
+        watch.close()
+        hub.unsubscribe(sub)
     return resp
-
-
-@routes.get("/v1/jobs/{job_id}/events")
-async def job_events(request: web.Request) -> web.StreamResponse:
-    return await stream_events(request, job_id=api.parse_job_id(request))
-
-
-@routes.get("/v1/events")
-async def all_events(request: web.Request) -> web.StreamResponse:
-    return await stream_events(request, job_id=None)

@@ -11,7 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -31,7 +31,8 @@ RESET_REASON = "the requested event is no longer kept; reload state"
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reset:
     """The client's cursor is no longer kept (pruned, or another tenant's): reload state.
-    `job` is the job's stored JSON for a job's stream, None for the all-jobs stream."""
+    `job` is the job's stored JSON for a job's stream, None for the all-jobs and channel
+    streams."""
 
     job: dict[str, Any] | None
 
@@ -50,6 +51,15 @@ class Closed:
 
 
 Item = JobEvent | Reset | End | Closed
+
+
+class Sink(Protocol):
+    """An adapter's way of writing an event at once, from the hub's pass, while its stream
+    waits idle: the event's bytes as the hub's encoders left them, written if the connection
+    takes them now; False (not encoded for it, the connection's buffer is full) to have the
+    stream return the event from `next` instead, for the adapter's own send."""
+
+    def send_now(self, event: JobEvent) -> bool: ...
 
 
 def ends(event: JobEvent) -> bool:
@@ -110,14 +120,17 @@ class Stream:
         *,
         types: frozenset[str] | None = None,
         job: dict[str, Any] | None = None,
+        sink: Sink | None = None,
     ) -> None:
         self._pool = pool
         self._sub = sub
+        self._sink = sink
         self._position = begin.position  # None: live only
         self._types = types
-        self._pending: collections.deque[Item] = collections.deque()
+        # Items ready to return (a reset, a replayed page); made only when there are some.
+        self._pending: collections.deque[Item] | None = None
         if begin.reset:
-            self._pending.append(Reset(job))
+            self._pending = collections.deque([Reset(job)])
         self._replaying = begin.position is not None
         # The job was final when a stream without history opened: it ends once caught up.
         self._final = (
@@ -130,9 +143,10 @@ class Stream:
 
     async def next(self, timeout_s: float) -> Item | None:
         """The next item; None after timeout_s without one. After End or Closed, the same
-        again: nothing more comes."""
+        again: nothing more comes. With a sink, live events it writes while this waits are
+        not returned: they are sent."""
         if self._pending:
-            return self._pending.popleft()
+            return self._take()
         if self._ended:
             return End()
         if self._sub.dropped is not None:
@@ -140,14 +154,15 @@ class Stream:
         while self._replaying:
             await self._replay_page()
             if self._pending:
-                return self._pending.popleft()
+                return self._take()
         if self._ended:
             return End()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        deliver = self._deliver if self._sink is not None else None
         while (remaining_s := deadline - loop.time()) > 0:
             try:
-                live = await self._sub.get(remaining_s)
+                live = await self._sub.get(remaining_s, deliver=deliver)
             except SubscriberDropped as exc:
                 return Closed(str(exc))
             if live is None:
@@ -166,17 +181,20 @@ class Stream:
         assert self._position is not None
         job_id = self._sub.job_id
         # A job's few events are all read, since its final one ends the stream whether it
-        # is sent or not; the all-jobs stream reads only the types it sends.
+        # is sent or not; the all-jobs and channel streams read only the types they send.
         batch, held = await events.after(
             self._pool,
             self._position,
             tenant=self._sub.tenant,
             job_id=job_id,
             types=self._types if job_id is None else None,
+            channel=self._sub.channel,
         )
         for event in batch:
             self._position = event.position
             if self._sends(event):
+                if self._pending is None:
+                    self._pending = collections.deque()
                 self._pending.append(event)
         if batch:
             # A failed job may have been retried since: only its latest event ends it.
@@ -189,6 +207,27 @@ class Stream:
                 current = await jobs.get(self._pool, job_id, self._sub.tenant)
                 self._ended = current is None or current.status.final
             self._ended = self._ended or self._final
+
+    def _take(self) -> Item:
+        assert self._pending
+        item = self._pending.popleft()
+        if not self._pending:
+            self._pending = None
+        return item
+
+    def _deliver(self, event: JobEvent) -> bool:
+        """A live event, in the hub's pass, while `next` waits: what `next` would do with it,
+        the send done by the sink. The event that ends a job's stream is left to `next`."""
+        if self._position is not None and event.position <= self._position:
+            return True  # replayed already
+        if self._sub.job_id is not None and ends(event):
+            return False
+        if self._sends(event):
+            assert self._sink is not None
+            if not self._sink.send_now(event):
+                return False
+        self._position = event.position
+        return True
 
     def _sends(self, event: JobEvent) -> bool:
         return self._types is None or event.type in self._types

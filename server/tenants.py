@@ -1,9 +1,13 @@
-"""Tenants: which names may be one, and each tenant's webhook signing secrets, made with its
-first API key, shown and rotated by `pressroom tenants webhook-secret`, read by the webhook
-sender for every delivery (so that a rotation signs the next delivery already).
+"""Tenants: which names may be one, and each tenant's secrets, made with its first API key.
+
+The webhook signing secrets are shown and rotated by `pressroom tenants webhook-secret`, read
+by the webhook sender for every delivery (so that a rotation signs the next delivery already).
+The token signing secret, which a tenant's backend mints subscription tokens with, is shown
+once by `pressroom keys create` (for a new tenant) and by `pressroom tenants secret --rotate`;
+server/auth.py keeps the secrets in use in memory.
 
 The open dev mode's tenant has no key and no row; its deliveries are signed with
-PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret).
+PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret), its tokens with PRESSROOM_SECRET.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 import asyncpg
 
 from server.settings import new_webhook_secret
+from server.signing import new_token_secret
 from server.sql import query
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -52,7 +57,7 @@ async def webhook_secrets(
     if row["webhook_secret"] is None:
         if not row["has_keys"]:
             return None
-        await conn.execute(query("tenant_create"), tenant, new_webhook_secret())
+        await conn.execute(query("tenant_create"), tenant, new_webhook_secret(), new_token_secret())
         row = await conn.fetchrow(query("tenant_webhook_secrets"), tenant, overlap_s)
         if row["webhook_secret"] is None:
             return None  # its keys were deleted in between
@@ -72,3 +77,34 @@ async def rotate_webhook_secret(
         return None
     await conn.execute(query("tenant_rotate_webhook_secret"), tenant, new_webhook_secret())
     return await webhook_secrets(conn, tenant, overlap_s=overlap_s)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenSecret:
+    """A tenant's token signing secret as last read (None: it has none yet), and whether the
+    tenant has an active API key (without one, none of its tokens is valid)."""
+
+    secret: str | None
+    active: bool
+
+
+async def token_secrets(
+    conn: asyncpg.Connection | asyncpg.Pool, names: list[str]
+) -> dict[str, TokenSecret]:
+    """The token signing secrets of these tenants, one entry per name."""
+    rows = await conn.fetch(query("tenant_token_secrets"), names)
+    return {row["name"]: TokenSecret(row["token_secret"], row["active"]) for row in rows}
+
+
+async def set_token_secret(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, *, rotate: bool
+) -> str | None:
+    """The tenant's token signing secret: a new one with `rotate` (every token signed with the
+    old one is refused from then on), else the one it has, made now if it has none. None for a
+    tenant without keys."""
+    if await webhook_secrets(conn, tenant, overlap_s=0) is None:
+        return None  # no keys; else its row exists now
+    secret: str | None = await conn.fetchval(
+        query("tenant_set_token_secret"), tenant, new_token_secret(), rotate
+    )
+    return secret

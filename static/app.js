@@ -28,6 +28,7 @@ const state = {
   listStale: true,          // the list may have missed events: reload when the stream opens
   reloadAfter: false,       // a load was asked for while another (now outdated) was in flight
   fallbackTried: false,     // the one list load allowed before the stream first opens
+  channel: "",              // the channel shown (list and stream); empty: every job
 };
 
 const $ = (id) => document.getElementById(id);
@@ -76,12 +77,43 @@ function applyApiKey(key) {
   saveApiKey(key);
   $("api-key-status").textContent = key ? "Key saved." : "Key cleared: dev mode.";
   // Another key may mean another tenant: start over with a fresh list and stream.
+  startOver();
+}
+
+/** A fresh list and stream (another tenant, another channel): nothing of the old one is kept. */
+function startOver() {
   state.lastEventId = null;
   state.appliedEvent.clear();
   state.listStale = true;
   state.retryDelayMs = BACKOFF_MIN_MS;
   if (state.pending) state.reloadAfter = true;
   openStream();
+}
+
+// ---------------------------------------------------------------- channel filter
+
+function setupChannelFilter() {
+  const input = $("channel-filter-input");
+  $("channel-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    applyChannel(input.value.trim());
+  });
+  $("channel-filter-clear").addEventListener("click", () => {
+    input.value = "";
+    applyChannel("");
+  });
+}
+
+function applyChannel(channel) {
+  if (channel === state.channel) return;
+  state.channel = channel;
+  $("jobs-heading").textContent = channel ? `Jobs of channel ${channel}` : "Jobs";
+  startOver();
+}
+
+/** Whether a job belongs in the list as filtered now. */
+function shown(job) {
+  return !state.channel || job?.channel === state.channel;
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -184,6 +216,7 @@ function metaParts(job) {
   if (isNumber(job.pages)) parts.push(job.pages === 1 ? "1 page" : `${job.pages} pages`);
   if (isNumber(job.bytes)) parts.push(formatBytes(job.bytes));
   if (isNumber(job.priority) && job.priority !== 0) parts.push(`priority ${job.priority}`);
+  if (job.channel) parts.push(`channel ${job.channel}`);
   const runAfter = parseTime(job.run_after);
   if (job.status === "queued" && runAfter && runAfter > new Date()) {
     parts.push(`next try ${formatTime(job.run_after)}`);
@@ -433,7 +466,9 @@ async function loadJobs() {
   const streamWasOpen = state.source?.readyState === EventSource.OPEN;
   if (!state.listLoaded) updateListMessage("Loading jobs…");
   try {
-    const page = await api(`/v1/jobs?limit=${LIST_LIMIT}`);
+    const params = new URLSearchParams({ limit: String(LIST_LIMIT) });
+    if (state.channel) params.set("channel", state.channel);
+    const page = await api(`/v1/jobs?${params}`);
     renderSnapshot(Array.isArray(page?.items) ? page.items : []);
     state.listLoaded = true;
     // Loaded before the stream was open: events in between were missed, so load again on open.
@@ -518,6 +553,7 @@ async function fetchStreamToken() {
 function streamUrl(token) {
   const params = new URLSearchParams();
   if (token) params.set("token", token);
+  if (state.channel) params.set("channel", state.channel);
   // A new EventSource does not send Last-Event-ID by itself: carry the cursor in the URL.
   if (state.lastEventId) params.set("last_event_id", state.lastEventId);
   const query = params.toString();
@@ -618,8 +654,14 @@ const FIELD_INPUTS = {
   "options.landscape": "landscape",
   "options.print_background": "print-background",
   priority: "priority",
+  channel: "job-channel",
 };
-const FIELD_ERRORS = { template: "template-error", data: "data-error", priority: "priority-error" };
+const FIELD_ERRORS = {
+  template: "template-error",
+  data: "data-error",
+  priority: "priority-error",
+  "job-channel": "job-channel-error",
+};
 
 function setFieldError(inputId, message) {
   const input = $(inputId);
@@ -745,6 +787,8 @@ async function submitJob(event) {
     },
     priority,
   };
+  const channel = $("job-channel").value.trim();
+  if (channel) body.channel = channel;
   const button = $("submit");
   const status = $("form-status");
   button.disabled = true;
@@ -753,7 +797,7 @@ async function submitJob(event) {
     const created = await api("/v1/jobs", { method: "POST", body });
     status.textContent = created?.id ? `Job ${shortId(created.id)} ${created.status || "queued"}.` : "Submitted.";
     // The stream may already have shown this job in a later state; the answer is older then.
-    if (created?.id && !state.jobs.has(created.id)) upsertJob(created);
+    if (created?.id && !state.jobs.has(created.id) && shown(created)) upsertJob(created);
   } catch (error) {
     status.textContent = "";
     showProblem(error.problem ?? { title: "Submit failed", detail: String(error), errors: [] });
@@ -777,6 +821,7 @@ function setupForm() {
 
 function start() {
   setupApiKey();
+  setupChannelFilter();
   setupForm();
   // Stream first, list on open: events after the snapshot cannot slip between the two.
   openStream();

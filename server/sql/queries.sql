@@ -11,14 +11,14 @@
 -- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
 -- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
 -- way the job went. $16 holds the jobs' assets (NULL for a job without any); $17 and $18 each
--- job's source and sealed secrets.
+-- job's source and sealed secrets; $19 each job's channel.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, idempotency_key, request_hash,
+                      max_attempts, run_after, idempotency_key, request_hash, channel,
                       status, attempts, worker_id, lease_expires_at, started_at, assets,
                       source, secrets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
+           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
            CASE WHEN handed THEN 'running' ELSE 'queued' END,
            CASE WHEN handed THEN 1 ELSE 0 END,
            CASE WHEN handed THEN $14 END,
@@ -27,10 +27,10 @@ WITH new AS (
            assets, source, secrets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[], $16::jsonb[], $17::text[], $18::bytea[])
+                $13::bool[], $16::jsonb[], $17::text[], $18::bytea[], $19::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, idempotency_key, request_hash, handed, assets, source,
-              secrets)
+              secrets, channel)
     RETURNING *
 ), ev AS (
     -- Every job.queued event first, then the job.running ones: a handed-off job's events
@@ -210,7 +210,8 @@ SELECT job_public(j) AS job, j.status, j.object_key, j.tenant
 FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 
 -- list_jobs --
--- Newest first; the cursor is the (created_at, id) of the last row of the previous page.
+-- Newest first; the cursor is the (created_at, id) of the last row of the previous page; $8
+-- keeps one channel's jobs only.
 SELECT job_public(j) AS job, j.created_at, j.id, j.object_key
 FROM jobs j
 WHERE j.tenant = $1
@@ -218,6 +219,7 @@ WHERE j.tenant = $1
   AND ($3::timestamptz IS NULL OR j.created_at >= $3)
   AND ($4::timestamptz IS NULL OR j.created_at < $4)
   AND ($5::timestamptz IS NULL OR (j.created_at, j.id) < ($5, $6::uuid))
+  AND ($8::text IS NULL OR j.channel = $8)
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $7;
 
@@ -235,7 +237,8 @@ LIMIT 1;
 
 -- events_after --
 -- The final part of the log after a position, in log order, for every tenant (the hub) or
--- one tenant ($4), optionally of one job ($5) and of some types only ($6). `held` says
+-- one tenant ($4), optionally of one job ($5), of some types only ($6) and of one channel
+-- ($7: the events of its jobs and batches, read through job_events_channel). `held` says
 -- whether committed events wait behind a transaction still running, so the reader should
 -- look again soon. Always at least one row: with no events, the event columns are NULL.
 -- The horizon is written out in both places rather than shared through a CTE: a CTE's value
@@ -254,6 +257,7 @@ LEFT JOIN LATERAL (
       AND ($4::text IS NULL OR e.tenant = $4)
       AND ($5::uuid IS NULL OR e.job_id = $5)
       AND ($6::text[] IS NULL OR e.type = ANY ($6::text[]))
+      AND ($7::text IS NULL OR e.payload->>'channel' = $7)
     ORDER BY e.xid, e.id
     LIMIT $3
 ) e ON true
@@ -371,12 +375,16 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM jobs WHERE id = ANY($1::uuid[]);
 
 -- api_key_create --
--- A tenant's first key makes its row too, with its own webhook signing secret ($5).
+-- A tenant's first key makes its row too, with its own webhook signing secret ($5) and token
+-- signing secret ($6); new_token_secret is that one, shown once, and NULL for a known tenant.
 WITH tenant AS (
-    INSERT INTO tenants (name, webhook_secret) VALUES ($1, $5) ON CONFLICT (name) DO NOTHING
+    INSERT INTO tenants (name, webhook_secret, token_secret) VALUES ($1, $5, $6)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING token_secret
 )
 INSERT INTO api_keys (tenant, name, key_hash, prefix) VALUES ($1, $2, $3, $4)
-RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at;
+RETURNING id, tenant, name, prefix, created_at, revoked_at, last_used_at,
+          (SELECT token_secret FROM tenant) AS new_token_secret;
 
 -- api_key_list --
 SELECT id, tenant, name, prefix, created_at, revoked_at, last_used_at
@@ -421,10 +429,26 @@ SELECT t.webhook_secret,
 FROM (VALUES ($1::text)) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
 
 -- tenant_create --
--- The row of a tenant that has keys ($1), with its first webhook signing secret ($2).
-INSERT INTO tenants (name, webhook_secret)
-SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
+-- The row of a tenant that has keys ($1), with its first webhook signing secret ($2) and
+-- token signing secret ($3).
+INSERT INTO tenants (name, webhook_secret, token_secret)
+SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
 ON CONFLICT (name) DO NOTHING;
+
+-- tenant_token_secrets --
+-- The token signing secrets of these tenants ($1), NULL for none yet, and whether each has an
+-- active key (a tenant without one has no valid token). One row per name asked.
+SELECT n.name, t.token_secret,
+       EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant = n.name AND k.revoked_at IS NULL)
+           AS active
+FROM unnest($1::text[]) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
+
+-- tenant_set_token_secret --
+-- The tenant's ($1) token signing secret becomes $2: always with $3 (a rotation), else only
+-- where it has none yet (made on first need, the same one for every process that races).
+UPDATE tenants SET token_secret = CASE WHEN $3::boolean THEN $2 ELSE coalesce(token_secret, $2) END
+WHERE name = $1
+RETURNING token_secret;
 
 -- tenant_rotate_webhook_secret --
 -- The new secret ($2) signs from now on; the current one becomes the previous one, and the
@@ -506,24 +530,26 @@ ORDER BY id
 FOR SHARE;
 
 -- insert_batch --
-INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, $4);
+INSERT INTO batches (id, tenant, request_hash, webhook_url, channel) VALUES ($1, $2, $3, $4, $5);
 
 -- insert_batch_jobs --
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
 -- every item's position, key and job id; $17 holds the new jobs' assets, $18 and $19 each new
--- job's source and sealed secrets.
+-- job's source and sealed secrets, $20 each new job's channel.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, item_key, item_hash, assets, source, secrets)
+                      max_attempts, run_after, item_key, item_hash, assets, source, secrets,
+                      channel)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets
+           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets,
+           channel
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $17::jsonb[], $18::text[], $19::bytea[])
+                $17::jsonb[], $18::text[], $19::bytea[], $20::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash, assets, source, secrets)
+              max_attempts, run_after, item_key, item_hash, assets, source, secrets, channel)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)

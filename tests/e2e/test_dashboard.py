@@ -160,6 +160,46 @@ async def test_cancel_and_retry_from_the_list(
     await page.close()
 
 
+async def test_the_channel_filter_shows_one_channels_jobs_live(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    app: RunningApp = await start_app(render_slots=0)  # jobs stay queued
+
+    async def submit(channel: str | None) -> str:
+        body = {"template": "<p>x</p>", **({"channel": channel} if channel else {})}
+        async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+            assert resp.status == 202, await resp.text()
+            job_id: str = (await resp.json())["id"]
+            return job_id
+
+    before_a, before_b = await submit("user-a"), await submit("user-b")
+    page = await browser.new_page()
+    network = NetworkLog(page)
+    await page.goto(app.url("/"))
+    await page.wait_for_selector(LIVE)
+    await page.wait_for_selector(row(before_b))
+
+    await page.fill("#channel-filter-input", "user-a")
+    await page.click("#channel-filter button[type=submit]")
+    await page.wait_for_selector(row(before_b), state="detached")
+    await page.wait_for_selector(LIVE)
+    assert "channel user-a" in await page.inner_text(row(before_a) + " .job-meta")
+    live_b, live_a = await submit("user-b"), await submit("user-a")
+    await page.wait_for_selector(row(live_a, "queued"))
+    assert await page.locator(row(live_b)).count() == 0, "another channel's job is not shown"
+
+    # Submitted from the form into the channel shown: it appears; "All" shows everything again.
+    await page.fill("#job-channel", "user-a")
+    from_form = await submitted_id(page)
+    await page.wait_for_selector(row(from_form))
+    await page.click("#channel-filter-clear")
+    await page.wait_for_selector(row(live_b))
+    assert any(url.query.get("channel") == "user-a" for _m, url in network.requests)
+    assert network.errors == []
+    await page.close()
+
+
 async def test_phone_sized_screen_has_no_sideways_scroll_and_works(
     start_app: Callable[..., Any],
     browser: Browser,  # noqa: F811

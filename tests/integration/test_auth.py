@@ -276,7 +276,7 @@ async def test_all_jobs_stream_never_carries_another_tenants_events(
 
 
 async def test_subscription_tokens_scope_expiry_and_tampering(
-    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path, pool: asyncpg.Pool
 ) -> None:
     renderer = FakeRenderer()
     app: RunningApp = await start_app(renderer=renderer, render_slots=1)
@@ -293,14 +293,16 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
 
         job_token = events_link.query["token"]
         other = await submit(app, alice)
-        for path in (f"/v1/jobs/{other['id']}/events", "/v1/events"):
+        for path in (f"/v1/jobs/{other['id']}/events", "/v1/events", f"/v1/jobs/{other['id']}"):
             async with browser.get(app.url(path), params={"token": job_token}) as resp:
-                assert resp.status == 401, path
-                assert "another job" in (await resp.json())["detail"]
-        # A token opens streams only, never the REST routes.
-        for path in (f"/v1/jobs/{job['id']}", "/v1/jobs"):
-            async with browser.get(app.url(path), params={"token": job_token}) as resp:
-                assert resp.status == 401
+                assert resp.status == 403, path
+                assert f"job {job['id']}" in (await resp.json())["detail"]
+        # A token opens streams and its job's long-poll only, never the other REST routes.
+        async with browser.get(app.url(f"/v1/jobs/{job['id']}"), params={"token": job_token}) as r:
+            assert r.status == 200 and (await r.json())["id"] == job["id"]
+        for method, path in (("GET", "/v1/jobs"), ("POST", "/v1/tokens")):
+            async with browser.request(method, app.url(path), params={"token": job_token}) as r:
+                assert r.status == 401, path
 
         async with app.http.post(app.url("/v1/tokens"), json={}, headers=bearer(alice)) as resp:
             assert resp.status == 200
@@ -311,13 +313,16 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
         )
         assert {m.json["job"]["id"] for m in all_jobs} <= {job["id"], other["id"]}
 
-        secret = app.app[SETTINGS].secret
+        secrets = dict(await pool.fetch("SELECT name, token_secret FROM tenants"))
+        secret = secrets["alice"]
 
-        def mint(tenant: str, key_id: int, *, key: str = secret, ttl_s: int = 60) -> str:
-            return signing.make_token(key, tenant, job_id=None, key_id=key_id, ttl_s=ttl_s)[0]
+        def mint(tenant: str, key_id: int | None, *, key: str = "", ttl_s: int = 60) -> str:
+            signed_with = key or secrets[tenant]
+            return signing.make_token(signed_with, tenant, ttl_s=ttl_s, key_id=key_id)[0]
 
         expired, forged = mint("alice", 1, ttl_s=-1), mint("alice", 1, key="not-the-secret" * 3)
         unkeyed = mint("alice", signing.NO_KEY)
+        deployments = mint("alice", None, key=app.app[SETTINGS].secret)
         header, body, sig = issued["token"].split(".")
         _, bobs_body, _ = mint("bob", 2).split(".")
         # An alg=none token with alice's claims: no signature at all.
@@ -329,13 +334,13 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
             "garbage",
             "",
         )
-        for bad in (expired, forged, unkeyed, *tampered):
+        for bad in (expired, forged, unkeyed, deployments, *tampered):
             async with browser.get(app.url("/v1/events"), params={"token": bad}) as resp:
                 assert resp.status == 401, bad
                 assert 'error="invalid_token"' in resp.headers["WWW-Authenticate"]
 
     # Another tenant's token reaches none of alice's jobs.
-    bobs_token, _ = signing.make_token(secret, "bob", job_id=None, key_id=2, ttl_s=60)
+    bobs_token = mint("bob", None)
     async with app.http.get(
         app.url(f"/v1/jobs/{job['id']}/events"), params={"token": bobs_token}
     ) as resp:

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from server import apikeys, auth
+from server import apikeys, auth, signing, tenants
 from server.settings import Settings
 
 CACHE_S = 0.4
@@ -76,5 +76,45 @@ async def test_cached_answers_are_renewed_before_requests_need_them(
         assert refused_at and answers[-1][1] is None
         assert refused_at[0] - revoked_at <= CACHE_S, "a revoked key outlived the cache"
         assert "requests" not in recording.readers
+    finally:
+        refresher.cancel()
+
+
+async def test_tokens_are_checked_from_memory_and_a_rotation_is_noticed_in_the_background(
+    pool: asyncpg.Pool, make_settings: Callable[..., Settings]
+) -> None:
+    _row, _key, secret = await apikeys.create_key_and_tenant(pool, "acme")
+    assert secret is not None
+    recording = RecordingPool(pool)
+    authenticator = auth.Authenticator(make_settings(auth_cache_s=CACHE_S))
+    await authenticator.start(cast(asyncpg.Pool, recording))
+    refresher = asyncio.create_task(authenticator.refresh_loop(), name="auth-refresh")
+    token, _ = signing.make_token(secret, "acme", signing.Scope(channel="A"), ttl_s=60)
+
+    async def connections(seconds: float) -> list[tuple[float, bool]]:
+        """What a connection every 20 ms is told of the token (valid or not), and when."""
+        answers: list[tuple[float, bool]] = []
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            verified = await authenticator.verify_token(token)
+            answers.append((time.monotonic(), isinstance(verified, auth.Verified)))
+            await asyncio.sleep(0.02)  # the connections' pace: the cache ages between them
+        return answers
+
+    try:
+        assert isinstance(await authenticator.verify_token(token), auth.Verified)  # first read
+        recording.readers.clear()
+        answers = await asyncio.create_task(connections(4 * CACHE_S), name="connections")
+        assert all(valid for _, valid in answers) and len(answers) > 20
+        assert "connections" not in recording.readers, "a connection waited for a read"
+        assert "auth-refresh" in recording.readers
+
+        await tenants.set_token_secret(pool, "acme", rotate=True)
+        rotated_at = time.monotonic()
+        answers = await asyncio.create_task(connections(CACHE_S + 0.1), name="connections")
+        refused_at = [at for at, valid in answers if not valid]
+        assert refused_at and not answers[-1][1]
+        assert refused_at[0] - rotated_at <= CACHE_S, "a rotated secret outlived the cache"
+        assert "connections" not in recording.readers
     finally:
         refresher.cancel()

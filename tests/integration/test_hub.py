@@ -233,3 +233,37 @@ async def test_slow_clients_are_cut_off_with_bounded_memory_while_others_keep_re
         await fast_sio.close()
     finally:
         await slow_http.close()
+
+
+async def test_an_event_is_encoded_once_per_transport_and_key_and_sent_as_those_bytes(
+    start_app: Callable[..., Any], pool: asyncpg.Pool
+) -> None:
+    app: RunningApp = await start_app(render_slots=0)
+    seen: list[JobEvent] = []
+    app.app[HUB].add_listener(seen.append)
+    sse_streams = [await app.http.get(app.url("/v1/events")) for _ in range(3)]
+    websockets = [SioClient() for _ in range(2)]
+    for client in websockets:
+        await client.connect(app.url("/"))
+        await client.subscribe(all=True)
+
+    [job] = await jobs.create(pool, new_jobs(1))
+    raw: list[bytes] = []
+    for resp in sse_streams:
+        async with asyncio.timeout(10):
+            line = b""
+            while not line.endswith(b"\r\n\r\n"):
+                line += await resp.content.readuntil(b"\r\n\r\n")
+                if line.startswith(b":"):
+                    line = b""  # a ping
+        raw.append(line)
+        resp.close()
+    got = [await client.take(1) for client in websockets]
+    for client in websockets:
+        await client.close()
+
+    [event] = [e for e in seen if str(e.job_id) == str(job["id"])]
+    # Dev mode: one key (none), so one encoding per transport, written as it is by everyone.
+    assert set(event.encoded) == {"sse 0", "sse 0 chunked", "sio 0", "sio 0 ws"}
+    assert raw == [event.encoded["sse 0"]] * 3
+    assert [data for [(_name, data)] in got] == [json.loads(event.encoded["sio 0"][1:])[1]] * 2

@@ -58,9 +58,13 @@ async def long_log(dsn: str) -> AsyncIterator[asyncpg.Connection]:
            FROM generate_series(1, $1)""",
         ROWS,
     )
+    # One event in a hundred is of a job in one of ten channels (as job_public shows it).
     await conn.execute(
         """INSERT INTO job_events (job_id, tenant, type, payload)
-           SELECT id, tenant, 'job.queued', '{}' FROM jobs"""
+           SELECT id, tenant, 'job.queued',
+                  CASE WHEN n % 100 = 0 THEN jsonb_build_object('channel', 'user-' || n % 1000)
+                       ELSE '{}' END
+           FROM (SELECT id, tenant, row_number() OVER () AS n FROM jobs) j"""
     )
     await conn.execute("ANALYZE jobs, job_events")
     try:
@@ -77,13 +81,22 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     position = (str(head["xid"]), head["id"], 100)
     reads = {
         "the hub, at the head": ("events_after_all", position),
-        "a tenant's stream": ("events_after", (*position, "default", None, None)),
-        "a job's stream, from the start": ("events_after", ("0", 0, 100, None, job_id, None)),
-        "filtered by type": ("events_after", (*position, None, None, ["job.done"])),
+        "a tenant's stream": ("events_after", (*position, "default", None, None, None)),
+        "a job's stream, from the start": (
+            "events_after",
+            ("0", 0, 100, None, job_id, None, None),
+        ),
+        "filtered by type": ("events_after", (*position, None, None, ["job.done"], None)),
     }
     for what, (name, args) in reads.items():
         plan = await explain(conn, query(name), *args)
         assert ("Seq Scan", "job_events") not in plan, f"{what}: {plan}"
+    # A channel's stream from the start reads that channel's events, not the whole log.
+    channel = ("0", 0, 100, "default", None, None, "user-100")
+    touched = await blocks_read(conn, query("events_after"), *channel)
+    assert touched < 100, f"{touched} buffers for a channel's 20 events"
+    rows = await conn.fetch(query("events_after"), *channel)
+    assert len(rows) == ROWS // 1000 and {row["payload"]["channel"] for row in rows} == {"user-100"}
     assert ("Seq Scan", "job_events") not in await explain(conn, query("events_head"))
     # And the claim finds the due jobs through their index, not by reading every job.
     claim = await explain(conn, query("claim_jobs"), 4, "worker", 60.0)
@@ -132,7 +145,7 @@ async def test_counting_jobs_by_state_reads_indexes_only(
 
 async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs?status=failed among many done jobs goes through an index (0008)."""
-    args = ("default", "failed", None, None, None, None, 51)
+    args = ("default", "failed", None, None, None, None, 51, None)
     touched = await blocks_read(many_jobs, query("list_jobs"), *args)
     assert touched < 300, f"{touched} buffers for a page of 51 jobs"
     rows = await many_jobs.fetch(query("list_jobs"), *args)
@@ -141,6 +154,20 @@ async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Conn
     assert [row["created_at"] for row in rows] == sorted(
         (row["created_at"] for row in rows), reverse=True
     )
+
+
+async def test_listing_a_channel_reads_only_its_jobs(many_jobs: asyncpg.Connection) -> None:
+    """GET /v1/jobs?channel= (the dashboard's filter) among many jobs goes through an index."""
+    await many_jobs.execute(
+        """UPDATE jobs SET channel = 'user-7' WHERE id IN (
+               SELECT id FROM jobs WHERE status = 'done' ORDER BY created_at LIMIT 30)"""
+    )
+    await many_jobs.execute("ANALYZE jobs")
+    args = ("default", None, None, None, None, None, 51, "user-7")
+    touched = await blocks_read(many_jobs, query("list_jobs"), *args)
+    assert touched < 200, f"{touched} buffers for a channel's 30 jobs"
+    rows = await many_jobs.fetch(query("list_jobs"), *args)
+    assert len(rows) == 30 and {row["job"]["channel"] for row in rows} == {"user-7"}
 
 
 async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.Connection) -> None:

@@ -14,7 +14,6 @@ import socketio
 
 from server import apikeys, events, jobs, signing, sockets
 from server.jobs import NewJob
-from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
@@ -287,8 +286,9 @@ async def test_keys_and_tokens_decide_what_a_client_may_follow(
     got = await with_key.take_until(is_done)
     assert [d["type"] for _n, d in got] == ["job.queued", "job.running", "job.done"]
 
+    secret = await pool.fetchval("SELECT token_secret FROM tenants WHERE name = 'acme'")
     token, _expires = signing.make_token(
-        app.app[SETTINGS].secret, "acme", job_id=job["id"], key_id=row.id, ttl_s=60
+        secret, "acme", signing.Scope(job_id=job["id"]), key_id=row.id, ttl_s=60
     )
     with_token = sio()
     await with_token.connect(app.url("/"), auth={"token": token})
