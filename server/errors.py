@@ -30,8 +30,9 @@ class StorageError(TransientError):
     """The file store refused or failed a read or write."""
 
 
-#: The database is out of reach for now: the connection was refused, lost or timed out, or the
-#: server is shutting down or not yet accepting connections. A request answers 503 with
+#: The database is out of reach for now: the connection was refused, lost or timed out, the
+#: server is shutting down or not yet accepting connections, or no host of a multi-host
+#: DATABASE_URL is the read-write primary (a failover under way). A request answers 503 with
 #: Retry-After; a worker keeps its job and tries again.
 DB_ERRORS: tuple[type[Exception], ...] = (
     OSError,
@@ -40,6 +41,7 @@ DB_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
 #: DB_ERRORS, or a statement the server refused (a deadlock, a statement timeout, a schema in

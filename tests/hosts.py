@@ -199,24 +199,23 @@ def _request(method: str, url: str) -> int:
 
 @dataclass
 class Site:
-    """The network, its database, its bucket and its Pressroom hosts."""
+    """The network, its database (and standby), its bucket and its Pressroom hosts."""
 
     network: Network
     database: Cluster
     client: Host
     servers: list[PressroomHost]
     bucket: Bucket | None = None
-    folder: Path = field(default_factory=Path)
-    #: An API key of the tenant created at start (Pressroom refuses to run open off loopback).
+    standby: Cluster | None = None
     env: dict[str, str] = field(default_factory=dict)
 
     def session(self, **options: Any) -> aiohttp.ClientSession:
         """An HTTP client on the client host (call from the test's event loop)."""
         return aiohttp.ClientSession(connector=self.client.connector(**options))
 
-    async def tenant(self, name: str | None = None) -> tuple[str, str]:
-        """A tenant of its own for one test and its API key: (tenant, key)."""
-        tenant = name or f"t{uuid.uuid4().hex[:10]}"
+    async def tenant(self) -> tuple[str, str]:
+        """A tenant of its own for one test, and its API key."""
+        tenant = f"t{uuid.uuid4().hex[:10]}"
         conn = await asyncpg.connect(self.database.dsn)
         try:
             _, key = await apikeys.create_key(conn, tenant, "network test")
@@ -234,11 +233,16 @@ class Site:
                 server.kill()
         self.network.close()
         self.database.destroy()
+        if self.standby is not None:
+            self.standby.destroy()
 
 
-def build_site(folder: Path, *, servers: int = 3, slow_database: bool = False) -> Site:
-    """A database host (behind a slow link if asked: `Network.impair` turns it on), a storage
-    host, `servers` Pressroom hosts and a client host; everything started and ready."""
+def build_site(
+    folder: Path, *, servers: int = 3, slow_database: bool = False, standby: bool = False
+) -> Site:
+    """A database host (behind a slow line if asked: `Network.impair` turns it on; with a
+    synchronous standby on a second database host if asked), a storage host, `servers`
+    Pressroom hosts and a client host; everything started and ready."""
     network = Network()
     try:
         network.add_segment("db", DB_CIDR)
@@ -247,6 +251,7 @@ def build_site(folder: Path, *, servers: int = 3, slow_database: bool = False) -
             db_host = network.add_slow_host("db", "db", "198.18.0.10", delay_ms=50, loss=0.01)
         else:
             db_host = network.add_host("db", {"db": "198.18.0.10"})
+        standby_host = network.add_host("db2", {"db": "198.18.0.11"}) if standby else None
         storage = network.add_host("storage", {"front": "198.18.1.20"})
         client = network.add_host("client", {"front": "198.18.1.100"})
         hosts = [
@@ -257,7 +262,7 @@ def build_site(folder: Path, *, servers: int = 3, slow_database: bool = False) -
     except BaseException:
         network.close()
         raise
-    site = Site(network, database, client, [], folder=folder)
+    site = Site(network, database, client, [])
     try:
         bucket = site.bucket = Bucket(storage, folder / "moto.log")
         bucket.spawn()  # it starts while the database is made
@@ -265,18 +270,27 @@ def build_site(folder: Path, *, servers: int = 3, slow_database: bool = False) -
         database.trust(DB_CIDR)
         database.start()
         asyncio.run(_prepare(database.dsn))
+        url = database.url
+        if standby_host is not None:
+            site.standby = database.standby(standby_host, segment="db")
+            site.standby.start()
+            asyncio.run(_synchronous(database.dsn))
+            # Both hosts: whichever is the primary (read-write) now is the one connected to.
+            hosts_ports = f"{database.listen}:{database.port},{site.standby.listen}:{database.port}"
+            url = f"postgresql://postgres@{hosts_ports}/postgres?target_session_attrs=read-write"
         bucket.wait_ready(client)
-        env = {
+        site.env = {
             **QUICK,
             **bucket.env(),
-            "DATABASE_URL": database.url,
+            "DATABASE_URL": url,
             "PRESSROOM_SECRET": secrets.token_urlsafe(32),
         }
-        site.env = env
         for host in hosts:
             data = folder / host.name
             data.mkdir(parents=True, exist_ok=True)
-            server = PressroomHost(host, {**env, "PRESSROOM_DATA_DIR": str(data)}, data / "log")
+            server = PressroomHost(
+                host, {**site.env, "PRESSROOM_DATA_DIR": str(data)}, data / "log"
+            )
             site.servers.append(server)
             server.start()
         for server in site.servers:
@@ -293,6 +307,21 @@ async def _prepare(dsn: str) -> None:
     try:
         await db.migrate(conn)
         await apikeys.create_key(conn, "setup", "network test")
+    finally:
+        await conn.close()
+
+
+async def _synchronous(dsn: str) -> None:
+    """Once the standby streams, make it synchronous: a commit is acknowledged only once it
+    is on both. Set on the primary alone (the standby, once promoted, waits for nobody)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        await conn.execute("SELECT pg_reload_conf()")
+        async with asyncio.timeout(START_TIMEOUT_S):
+            # Replication reports its state in a view only: look again shortly.
+            while await conn.fetchval("SELECT sync_state FROM pg_stat_replication") != "sync":  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
     finally:
         await conn.close()
 

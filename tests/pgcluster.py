@@ -92,11 +92,8 @@ class Cluster:
     def promote(self) -> None:
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-w", "promote")
 
-    def start(self, *settings: str) -> None:
-        """Start the server; `settings` are `name=value` pairs given on its command line (so
-        that a standby copied from this data folder does not inherit them)."""
+    def start(self) -> None:
         options = f"-p {self.port} -h {self.listen} -k {self.folder} -c fsync=off"
-        options += "".join(f" -c '{setting}'" for setting in settings)
         self._run(
             _bin("pg_ctl"),
             "-D",
