@@ -329,6 +329,9 @@ class Network:
             host.kill_all()
             ip("netns", "delete", host.namespace, check=False)
         self._switch.kill_all()  # the slow links
+        for link in self._links.values():
+            if link.stdout is not None:
+                link.stdout.close()
         ip("netns", "delete", self.switch, check=False)
         self.hosts.clear()
 
