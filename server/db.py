@@ -25,7 +25,7 @@ MIGRATION_LOCK = 0x70726573
 
 #: Data sent and not acknowledged for this long means the network path is gone: the connection
 #: fails, on either side, instead of waiting for TCP's own give-up after about 15 minutes.
-TCP_USER_TIMEOUT_S = 10.0
+TCP_USER_TIMEOUT_MS = 10_000
 SERVER_SETTINGS = {
     "application_name": "pressroom",
     "timezone": "UTC",
@@ -36,7 +36,7 @@ SERVER_SETTINGS = {
     "tcp_keepalives_idle": "5",
     "tcp_keepalives_interval": "2",
     "tcp_keepalives_count": "3",
-    "tcp_user_timeout": str(int(TCP_USER_TIMEOUT_S * 1000)),
+    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
 }
 #: A connection attempt gives up after this long: a database host that went silent makes
 #: connects hang, not fail. asyncpg bounds all hosts of a multi-host DATABASE_URL together.
@@ -99,9 +99,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     # asyncpg offers no option for it; the transport is the connection's own.
     sock = conn._transport.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(
-            socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(TCP_USER_TIMEOUT_S * 1000)
-        )
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
             type_name, schema="pg_catalog", encoder=jsontext.dumps, decoder=jsontext.loads
