@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -115,18 +114,6 @@ class PressroomHost:
         killed = self.host.kill_all()
         self.process = None
         return killed
-
-    def stop(self, timeout_s: float = 20) -> int | None:
-        if self.process is None:
-            return None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.host.kill_all()  # Chromium's children, if any outlived it
-        self.process = None
-        return code
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -398,6 +385,45 @@ async def until(
                         await progress.wait()
     except TimeoutError:
         raise AssertionError(f"not within {timeout_s:g} s: {what}") from None
+
+
+async def follow(
+    http: aiohttp.ClientSession, site: Site, key: str, hosts: list[int]
+) -> list[Follower]:
+    """One SSE client per entry of `hosts`, connected first to that host; all share one
+    progress event."""
+    progress = asyncio.Event()
+    urls = [s.url for s in site.servers]
+    followers = [Follower(http, urls, key, at=at, progress=progress) for at in hosts]
+    for follower in followers:
+        follower.start()
+
+    async def connected_all() -> bool:
+        return all(f.connections for f in followers)
+
+    await until(connected_all, progress, timeout_s=30, what="every client connected")
+    return followers
+
+
+async def logged_ids(conn: asyncpg.Connection, tenant: str) -> list[int]:
+    rows = await conn.fetch("SELECT id FROM job_events WHERE tenant = $1 ORDER BY xid, id", tenant)
+    return [r["id"] for r in rows]
+
+
+async def assert_every_event_once(
+    conn: asyncpg.Connection, tenant: str, followers: list[Follower]
+) -> int:
+    """Each follower got the tenant's whole log, in log order, none twice; then it stops."""
+    logged = await logged_ids(conn, tenant)
+
+    async def complete() -> bool:
+        return all(len(f.ids) >= len(logged) for f in followers)
+
+    await until(complete, followers[0].progress, timeout_s=30, what="every event at the clients")
+    for follower in followers:
+        await follower.stop()
+        assert follower.ids == logged, "every event once, in log order, across hosts"
+    return len(logged)
 
 
 async def submit(

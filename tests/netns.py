@@ -75,13 +75,12 @@ def _pids(namespace: str) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed and not yet reaped, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def destroy_namespace(namespace: str) -> None:

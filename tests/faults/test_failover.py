@@ -15,8 +15,7 @@ import pytest
 
 from server.errors import DB_ERRORS
 from tests import netns
-from tests.faults.test_hosts import assert_every_event_once, follow
-from tests.hosts import Site, build_site, submit, wait_rows
+from tests.hosts import Site, assert_every_event_once, build_site, follow, submit, wait_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

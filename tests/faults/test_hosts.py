@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
-import asyncpg
 import pytest
 
 from tests import netns
@@ -22,9 +21,12 @@ from tests.hosts import (
     Follower,
     PressroomHost,
     Site,
+    assert_every_event_once,
     build_site,
     connected,
     db_value,
+    follow,
+    logged_ids,
     slow_job,
     submit,
     until,
@@ -71,11 +73,6 @@ def running_on(server: PressroomHost) -> str:
     )
 
 
-async def logged_ids(conn: asyncpg.Connection, tenant: str) -> list[int]:
-    rows = await conn.fetch("SELECT id FROM job_events WHERE tenant = $1 ORDER BY xid, id", tenant)
-    return [r["id"] for r in rows]
-
-
 async def accept(http: aiohttp.ClientSession, url: str, key: str, body: dict[str, object]) -> str:
     status, created = await submit(http, url, key, body)
     assert status == 202 and created is not None, (status, created)
@@ -106,22 +103,6 @@ async def assert_nothing_lost(site: Site, http: aiohttp.ClientSession, tenant: s
     return total
 
 
-async def assert_every_event_once(
-    conn: asyncpg.Connection, tenant: str, followers: list[Follower]
-) -> int:
-    """Each follower got the tenant's whole log, in log order, none twice; then it stops."""
-    logged = await logged_ids(conn, tenant)
-
-    async def complete() -> bool:
-        return all(len(f.ids) >= len(logged) for f in followers)
-
-    await until(complete, followers[0].progress, timeout_s=30, what="every event at the clients")
-    for follower in followers:
-        await follower.stop()
-        assert follower.ids == logged, "every event once, in log order, across hosts"
-    return len(logged)
-
-
 def logged_at(log: str, message: str) -> list[float]:
     """When a process logged `message` (its lines start with the local time)."""
     return [
@@ -137,24 +118,6 @@ async def done_by(server: PressroomHost, http: aiohttp.ClientSession) -> float:
         text = await resp.text()
     match = re.search(r'^pressroom_job_attempts_total\{outcome="done"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
-
-
-async def follow(
-    http: aiohttp.ClientSession, site: Site, key: str, hosts: list[int]
-) -> list[Follower]:
-    """One SSE client per entry of `hosts`, connected first to that host; all share one
-    progress event."""
-    progress = asyncio.Event()
-    urls = [s.url for s in site.servers]
-    followers = [Follower(http, urls, key, at=at, progress=progress) for at in hosts]
-    for follower in followers:
-        follower.start()
-
-    async def connected_all() -> bool:
-        return all(f.connections for f in followers)
-
-    await until(connected_all, progress, timeout_s=30, what="every client connected")
-    return followers
 
 
 # A process of the host with a transaction open, as a request between its insert and its
