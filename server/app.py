@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 LISTEN_START_TIMEOUT_S = 30.0
+LISTEN_LOST_REASON = "this process lost its database connection; reconnect and resume by event id"
 
 RendererFactory = Callable[[Settings], Renderer]
 
@@ -120,7 +121,13 @@ def create_app(
                 app[WEBHOOKS].wake()
 
         listener = Listener(
-            app[DSN], on_event=hub.poke, on_work=wake_workers, on_webhook=wake_webhooks
+            app[DSN],
+            on_event=hub.poke,
+            on_work=wake_workers,
+            on_webhook=wake_webhooks,
+            # Without it this process hears of no commit: its streams would go quiet, so
+            # they end and their clients resume by event id, on another process if need be.
+            on_lost=lambda: hub.close_all(LISTEN_LOST_REASON),
         )
         app[LISTENER] = listener
         async with background("hub", hub.run()), background("listener", listener.run()):

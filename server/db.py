@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +23,24 @@ log = logging.getLogger(__name__)
 # Any fixed number works; it only has to be the same in every Pressroom process.
 MIGRATION_LOCK = 0x70726573
 
-SERVER_SETTINGS = {"application_name": "pressroom", "timezone": "UTC"}
+#: Data sent and not acknowledged for this long means the network path is gone: the connection
+#: fails, on either side, instead of waiting for TCP's own give-up after about 15 minutes.
+TCP_USER_TIMEOUT_MS = 10_000
+SERVER_SETTINGS = {
+    "application_name": "pressroom",
+    "timezone": "UTC",
+    # The server drops a session whose host went silent (cut off, powered off) within about
+    # 10 s rather than the kernel's minutes or hours: an open transaction of it would hold its
+    # locks and the event log's commit watermark, which every process's streams wait behind.
+    # Keep-alives find a silent idle session; the user timeout one with an answer unacknowledged.
+    "tcp_keepalives_idle": "5",
+    "tcp_keepalives_interval": "2",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+}
+#: A connection attempt gives up after this long: a database host that went silent makes
+#: connects hang, not fail. asyncpg bounds all hosts of a multi-host DATABASE_URL together.
+CONNECT_TIMEOUT_S = 5.0
 
 
 class EmbeddedPostgres:
@@ -76,7 +94,12 @@ async def server(settings: Settings) -> AsyncIterator[str]:
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
-    """Decode json/jsonb into Python values on every connection."""
+    """Decode json/jsonb into Python values on every connection; bound how long its TCP
+    connection waits for a silent server."""
+    # asyncpg offers no option for it; the transport is the connection's own.
+    sock = conn._transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
             type_name, schema="pg_catalog", encoder=jsontext.dumps, decoder=jsontext.loads
@@ -99,6 +122,7 @@ async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool
         init=init_connection,
         reset=release_connection,
         server_settings=SERVER_SETTINGS,
+        timeout=CONNECT_TIMEOUT_S,
         # A restarted server leaves dead connections behind; drop idle ones quickly.
         max_inactive_connection_lifetime=60.0,
     )
@@ -141,6 +165,8 @@ async def migrate_at(dsn: str) -> list[str]:
 
 async def connect(dsn: str) -> asyncpg.Connection:
     """A single connection outside the pool (LISTEN, migrations)."""
-    conn: asyncpg.Connection = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+    conn: asyncpg.Connection = await asyncpg.connect(
+        dsn, server_settings=SERVER_SETTINGS, timeout=CONNECT_TIMEOUT_S
+    )
     await init_connection(conn)
     return conn

@@ -30,9 +30,12 @@ class StorageError(TransientError):
     """The file store refused or failed a read or write."""
 
 
-#: The database is out of reach for now: the connection was refused, lost or timed out, or the
-#: server is shutting down or not yet accepting connections. A request answers 503 with
-#: Retry-After; a worker keeps its job and tries again.
+#: The database is out of reach for now: the connection was refused, lost or timed out, the
+#: server is shutting down or not yet accepting connections, or no host of a multi-host
+#: DATABASE_URL is the read-write primary (a failover under way). asyncpg's InternalClientError
+#: covers that last case, and what asyncpg raises when a connection is lost in the middle of a
+#: statement ("cannot switch to state 12", MagicStack/asyncpg#1069; the pool then drops the
+#: connection). A request answers 503 with Retry-After; a worker keeps its job and tries again.
 DB_ERRORS: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
@@ -40,6 +43,7 @@ DB_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
+    asyncpg.InternalClientError,
 )
 
 #: DB_ERRORS, or a statement the server refused (a deadlock, a statement timeout, a schema in

@@ -285,7 +285,7 @@ async def finish_done(
 
 async def finish_done_many(pool: asyncpg.Pool, done: list[Done], *, worker_id: str) -> list[bool]:
     """Mark several attempts done in one statement; per attempt, False when the job is no
-    longer that attempt's (cancelled, rescued)."""
+    longer that attempt's (cancelled, rescued), True again for one it already finished."""
     rows = await pool.fetch(
         query("finish_done_many"),
         [d.job.id for d in done],

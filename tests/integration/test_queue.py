@@ -58,6 +58,25 @@ async def test_a_finish_from_an_attempt_that_lost_the_job_is_refused(pool: async
     assert status == "cancelled"
 
 
+async def test_a_finish_retried_after_its_answer_was_lost_is_still_the_attempts(
+    pool: asyncpg.Pool,
+) -> None:
+    # The first write committed but its answer never came (a failover, a cut cable): the
+    # worker writes again, and must not be told the job is not its own, or it would delete
+    # the file of a done job. Another attempt's write is refused as before.
+    await jobs.create(pool, [new_job(max_attempts=2)])
+    [first] = await jobs.claim(pool, limit=1, worker_id="w1", lease_s=30)
+    await pool.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")
+    assert await jobs.rescue_expired(pool) == 1
+    [second] = await jobs.claim(pool, limit=1, worker_id="w2", lease_s=30)
+    finish = dict(size_bytes=10, pages=1, warnings=[])
+    assert await jobs.finish_done(pool, second, worker_id="w2", **finish) is True
+    assert await jobs.finish_done(pool, second, worker_id="w2", **finish) is True
+    assert await jobs.finish_done(pool, first, worker_id="w1", **finish) is False
+    done = await pool.fetchval("SELECT count(*) FROM job_events WHERE type = 'job.done'")
+    assert done == 1
+
+
 async def test_expired_leases_are_rescued_or_failed_when_out_of_attempts(
     pool: asyncpg.Pool,
 ) -> None:
