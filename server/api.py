@@ -110,7 +110,7 @@ async def submit(request: web.Request) -> web.Response:
         await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
     stored = await library.named(request, [raw])
     pending = multipart.uploads if multipart else ()
-    found = await assets_api.named(request, [raw], (t.assets for t in stored.values()), pending)
+    found = await assets_api.named(request, [raw], stored.values(), pending)
     named = checks(request, stored, found)
     new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
     if multipart is not None and multipart.uploads:

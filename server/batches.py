@@ -58,7 +58,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         max_bytes=request.app[SETTINGS].max_template_bytes,
     )
     stored = await library.named(request, raw_items)
-    found = await assets_api.named(request, raw_items, (t.assets for t in stored.values()))
+    found = await assets_api.named(request, raw_items, stored.values())
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
     tenant = tenant_of(request)

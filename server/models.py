@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from server import assets, events, jsontext, templates
+from server import assets, events, finish_options, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, layered
@@ -86,7 +86,8 @@ class Checks:
     assets: Mapping[str, assets.Asset] = dataclasses.field(default_factory=dict)
 
     def context(self) -> dict[str, Any]:
-        return {"checks": self}
+        can_sign = self.settings.signing_key is not None
+        return {"checks": self, **finish_options.context(self.assets, can_sign=can_sign)}
 
 
 def _checks(info: ValidationInfo) -> Checks:
