@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
@@ -17,14 +18,18 @@ from server import (
     assets_api,
     auth,
     downloads,
+    invoices,
     jobs,
     library,
     options,
+    passwords,
     signing,
     streams,
     templates,
     webhooks,
 )
+from server.assets import Upload
+from server.errors import PermanentError
 from server.events import JobEvent
 from server.http_common import (
     checks,
@@ -37,7 +42,7 @@ from server.http_common import (
 )
 from server.hub import Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
-from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
+from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
 from server.models import (
     Checks,
     JobListQuery,
@@ -47,7 +52,7 @@ from server.models import (
     encode_cursor,
     parse_template_id,
 )
-from server.problems import Problem, not_found
+from server.problems import Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
 
@@ -62,22 +67,52 @@ def parse_job_id(request: web.Request) -> uuid.UUID:
 
 
 def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
-    """The job to insert for a validated request."""
+    """The job to insert for a validated request, its PDF passwords sealed apart from the
+    options it is shown with (server/passwords.py)."""
     ref = parse_template_id(job.template_id)
     template = checks.templates[ref].html if ref else job.template
     assert template is not None  # JobRequest requires one of the two
+    job_id = uuid.uuid4()
+    shown, sealed = job.options, None
+    if shown is not None:
+        shown, sealed = passwords.hide(shown, secret=checks.settings.secret, job_id=job_id)
     return NewJob(
         tenant=tenant,
         template=template,
         data=job.data,
-        options=options.to_json(job.options) if job.options else {},
+        options=options.to_json(shown) if shown else {},
         metadata=job.metadata,
         max_attempts=job.max_attempts or checks.settings.max_attempts,
         priority=job.priority,
         webhook_url=job.webhook_url,
         run_at=job.run_at,
         assets=assets.job_assets(job.assets, checks.assets),
+        id=job_id,
+        passwords=sealed,
     )
+
+
+async def check_invoices(
+    request: web.Request, jobs: list[JobRequest], pending: Iterable[Upload] = (), prefix: str = ""
+) -> None:
+    """422 naming the first problem of each Factur-X XML the jobs embed (checked against its
+    schema off the event loop); `prefix` is how the body names a job (items[0])."""
+    problems = []
+    uploads = {upload.id: upload.data for upload in pending}
+    for index, job in enumerate(jobs):
+        invoice = job.options.facturx if job.options is not None else None
+        if invoice is None:
+            continue
+        xml = uploads.get(invoice.xml)
+        if xml is None:
+            xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
+        try:
+            await asyncio.to_thread(invoices.check, xml, invoice.profile)
+        except PermanentError as exc:
+            where = prefix.format(index=index)
+            problems.append((f"{where}options.facturx.xml", f"the XML {exc}"))
+    if problems:
+        raise invalid(problems, "The Factur-X XML is not a valid invoice.")
 
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
@@ -112,11 +147,13 @@ async def submit(request: web.Request) -> web.Response:
     pending = multipart.uploads if multipart else ()
     found = await assets_api.named(request, [raw], stored.values(), pending)
     named = checks(request, stored, found)
-    new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
+    valid = validated(JobRequest, raw, named)
+    await check_invoices(request, [valid], pending)
+    new = new_job(valid, tenant_of(request), named)
     if multipart is not None and multipart.uploads:
         await assets_api.store(request, multipart.uploads)
     if key is not None:
-        fingerprint = admission.request_hash(raw)
+        fingerprint = admission.request_hash(passwords.fingerprinted(raw, secret=settings.secret))
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
     admitted = await admission.submit(
         request.app[POOL],
@@ -296,6 +333,12 @@ async def retry(request: web.Request) -> web.Response:
         current = await jobs.get(request.app[POOL], job_id, tenant)
         if current is None:
             raise not_found()
+        if current.status is JobState.FAILED:
+            raise Problem(
+                409,
+                "Conflict",
+                "The job's PDF passwords were erased when it failed; submit it again.",
+            )
         raise Problem(
             409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."
         )

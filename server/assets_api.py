@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, MultipartReader, web
@@ -19,7 +19,7 @@ from server.assets import Asset, QuotaExceeded, Upload
 from server.errors import StorageError
 from server.http_common import json_response, parse_json, tenant_of
 from server.keys import POOL, SETTINGS, STORAGE
-from server.models import MAX_JOB_ASSETS, StoredSource, asset_path_problem
+from server.models import MAX_JOB_ASSETS, asset_path_problem
 from server.problems import Problem, invalid, not_found
 
 READ_CHUNK_BYTES = 64 * 1024
@@ -115,6 +115,16 @@ async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
 # --- the assets a body names ---------------------------------------------------------------
 
 
+class _Stored(Protocol):
+    """What the lookup reads of a stored template (library.StoredTemplate)."""
+
+    @property
+    def assets(self) -> Mapping[str, str]: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+
 def _ids(body: Any) -> list[str]:
     """The asset ids a body (or a stored template) names: in its asset map and in the
     finishing options (attachments, an image stamp, a Factur-X XML)."""
@@ -129,7 +139,7 @@ def _ids(body: Any) -> list[str]:
 async def named(
     request: web.Request,
     bodies: Iterable[Any],
-    stored: Iterable[StoredSource] = (),
+    stored: Iterable[_Stored] = (),
     pending: Iterable[Upload] = (),
 ) -> dict[str, Asset]:
     """The tenant's assets the bodies and the `stored` templates (their assets and options)

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, assets_api, library, templates
+from server import admission, api, assets_api, library, passwords, templates
 from server.http_common import (
     checks,
     json_response,
@@ -61,6 +61,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     found = await assets_api.named(request, raw_items, stored.values())
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
+    await api.check_invoices(request, list(batch.items), prefix="items[{index}].")
     tenant = tenant_of(request)
     jobs = [
         api.new_job(
@@ -70,12 +71,14 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         )
         for item in batch.items
     ]
+    secret = request.app[SETTINGS].secret
+    shown = [passwords.fingerprinted(item, secret=secret) for item in raw_items]
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
-        item_hashes=[admission.request_hash(item) for item in raw_items],
+        item_hashes=[admission.request_hash(item) for item in shown],
         webhook_url=batch.webhook_url,
-        request_hash=admission.request_hash({"items": raw_items, "webhook_url": batch.webhook_url}),
+        request_hash=admission.request_hash({"items": shown, "webhook_url": batch.webhook_url}),
     )
 
 
@@ -165,6 +168,7 @@ async def _insert(
         keys,
         job_ids,
         [job.assets for job in jobs],
+        [job.passwords for job in jobs],
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -236,9 +236,9 @@ class SignVisible(BaseModel):
     page: Annotated[int, Field(ge=1, le=100000), BeforeValidator(_integral)] = Field(
         description="The page (1 is the first)."
     )
-    box: Annotated[list[Annotated[float, Field(ge=0), Number]], Field(min_length=4, max_length=4)] = (
-        Field(description="[x1, y1, x2, y2] in points from the page's bottom left corner.")
-    )
+    box: Annotated[
+        list[Annotated[float, Field(ge=0), Number]], Field(min_length=4, max_length=4)
+    ] = Field(description="[x1, y1, x2, y2] in points from the page's bottom left corner.")
 
     @field_validator("box")
     @classmethod

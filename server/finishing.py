@@ -45,6 +45,7 @@ _HEADER = struct.Struct("!Q")
 #: the interpreter and its libraries, mapped but mostly not resident.
 BASE_ADDRESS_SPACE_MB = 1024
 STOP_TIMEOUT_S = 2.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,7 +185,7 @@ class _Process:
     @classmethod
     async def start(cls, max_mb: int) -> _Process:
         # The same server package as this process's, wherever the process was started from.
-        paths = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        paths = [_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")]
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

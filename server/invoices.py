@@ -43,7 +43,9 @@ def check(xml: bytes, profile: str | None) -> Invoice:
     """The XML as a Factur-X invoice of `profile` (or of the profile it names); PermanentError
     with the first problem: not XML, not Factur-X, another profile, or what the schema says."""
     try:
-        tree = etree.fromstring(xml, parser=etree.XMLParser(resolve_entities=False, no_network=True))
+        tree = etree.fromstring(
+            xml, parser=etree.XMLParser(resolve_entities=False, no_network=True)
+        )
     except etree.XMLSyntaxError as exc:
         raise PermanentError(f"is not well-formed XML: {exc}") from None
     try:

@@ -53,6 +53,8 @@ class NewJob:
     #: The files its page uses: path → {"id", "content_type"} (None: none, the usual case).
     assets: JsonDict | None = None
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
+    #: Its PDF passwords, sealed (server/passwords.py); None without options.encrypt.
+    passwords: bytes | None = None
 
 
 def object_key(
@@ -113,6 +115,7 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     assets: JsonDict | None = None  # as NewJob.assets
+    passwords: bytes | None = None  # as NewJob.passwords; erased once the job has ended
 
     @property
     def object_key(self) -> str:
@@ -187,6 +190,7 @@ async def create(
             taker.worker_id if taker is not None else None,
             taker.lease_s if taker is not None else 0.0,
             [j.assets for j in new],
+            [j.passwords for j in new],
         )
     except BaseException:
         inserted.set_result(False)
@@ -223,6 +227,7 @@ def _first_attempt(new: NewJob) -> ClaimedJob:
         attempt=1,
         max_attempts=new.max_attempts,
         assets=new.assets,
+        passwords=new.passwords,
     )
 
 
@@ -236,6 +241,7 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         attempt=row["attempts"],
         max_attempts=row["max_attempts"],
         assets=row["assets"],
+        passwords=row["passwords"],
     )
 
 

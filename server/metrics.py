@@ -67,6 +67,14 @@ class Metrics:
             buckets=DURATION_BUCKETS_S,
             registry=self.registry,
         )
+        self.finish_seconds = Histogram(
+            "pressroom_finish_duration_seconds",
+            "Time of each finishing step of a PDF (stamp, attachments, facturx, pdfa, encrypt "
+            "or write, sign), in its finishing process.",
+            ["step"],
+            buckets=DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
         self.jobs_started = Counter(
             "pressroom_job_starts",
             "Attempts started, by how the worker got the job: a claim from the queue, or a "

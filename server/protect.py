@@ -15,6 +15,7 @@ import io
 import pikepdf
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.pdf_utils.metadata.model import VENDOR
+from pyhanko.pdf_utils.text import TextBoxStyle
 from pyhanko.sign import fields, signers, timestamps
 from pyhanko.sign.general import SigningError
 from pyhanko.stamp import TextStampStyle
@@ -58,8 +59,10 @@ def encryption(encrypt: Encrypt) -> pikepdf.Encryption:
 def _signer(key: SigningKey) -> signers.SimpleSigner:
     """The key and chain, read once per finishing process."""
     password = key.password.encode() if key.password else None
-    signer = signers.SimpleSigner.load_pkcs12(str(key.path), passphrase=password)
-    if signer is None:
+    signer = signers.SimpleSigner.load_pkcs12(  # type: ignore[no-untyped-call]
+        str(key.path), passphrase=password
+    )
+    if not isinstance(signer, signers.SimpleSigner):
         raise PermanentError("PRESSROOM_SIGNING_KEY cannot be opened")
     return signer
 
@@ -87,16 +90,15 @@ def sign(data: bytes, sign: Sign, key: SigningKey, owner_password: str | None) -
 async def _sign(data: bytes, sign: Sign, key: SigningKey, owner_password: str | None) -> bytes:
     writer = IncrementalPdfFileWriter(io.BytesIO(data), strict=False)
     if owner_password is not None:
-        writer.encrypt(owner_password)
+        writer.encrypt(owner_password)  # type: ignore[no-untyped-call]
     spec = None
     if sign.visible is not None:
         if sign.visible.page > writer.root["/Pages"]["/Count"]:
             raise PermanentError(
                 f"sign.visible.page is {sign.visible.page}, and the PDF has fewer pages"
             )
-        spec = fields.SigFieldSpec(
-            sign.field, on_page=sign.visible.page - 1, box=tuple(sign.visible.box)
-        )
+        x1, y1, x2, y2 = (round(value) for value in sign.visible.box)
+        spec = fields.SigFieldSpec(sign.field, on_page=sign.visible.page - 1, box=(x1, y1, x2, y2))
     metadata = signers.PdfSignatureMetadata(
         field_name=sign.field,
         reason=sign.reason,
@@ -105,10 +107,11 @@ async def _sign(data: bytes, sign: Sign, key: SigningKey, owner_password: str | 
         subfilter=fields.SigSeedSubFilter.PADES,
         md_algorithm="sha256",
     )
-    stamp_style = TextStampStyle(
-        stamp_text="Signed by %(signer)s\n%(ts)s",
-        text_box_style=_text_box_style(),
-    )
+    stamp_style = None
+    if sign.visible is not None:
+        stamp_style = TextStampStyle(
+            stamp_text="Signed by %(signer)s\n%(ts)s", text_box_style=_text_box_style()
+        )
     timestamper = (
         timestamps.HTTPTimeStamper(key.tsa_url, timeout=TSA_TIMEOUT_S) if key.tsa_url else None
     )
@@ -133,9 +136,9 @@ async def _sign(data: bytes, sign: Sign, key: SigningKey, owner_password: str | 
 
 
 @functools.lru_cache(maxsize=1)
-def _text_box_style() -> object:
-    # DejaVu Sans embedded: a PDF/A stays one with a visible signature.
+def _text_box_style() -> TextBoxStyle:
+    # DejaVu Sans embedded: a PDF/A stays one with a visible signature. (The OpenType engine
+    # is imported only for a visible signature: it loads HarfBuzz.)
     from pyhanko.pdf_utils.font.opentype import GlyphAccumulatorFactory
-    from pyhanko.pdf_utils.text import TextBoxStyle
 
     return TextBoxStyle(font=GlyphAccumulatorFactory(str(font_path())), font_size=9)

@@ -110,9 +110,7 @@ def apply(pdf: pikepdf.Pdf, stamp: Stamp, image: bytes | None) -> None:
             page.contents_add(b"Q\n" + content)
 
 
-def _placement(
-    box: list[float], width: float, height: float, degrees: float
-) -> tuple[float, ...]:
+def _placement(box: list[float], width: float, height: float, degrees: float) -> tuple[float, ...]:
     """The matrix that puts a `width` x `height` stamp at the centre of the page box, turned
     `degrees` counter-clockwise, and scaled down if, turned, it would not fit."""
     x0, y0, x1, y1 = box

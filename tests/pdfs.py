@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pikepdf
-
 from PIL import Image
 
 from server.errors import RenderError
@@ -115,7 +114,9 @@ _INFO_XMP = {
 
 
 def _pdf_date(text: str) -> dt.datetime:
-    match = re.fullmatch(r"D:(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(Z(?:00'00'?)?|[+-]\d{2}'?\d{2}'?)?", text)
+    match = re.fullmatch(
+        r"D:(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(Z(?:00'00'?)?|[+-]\d{2}'?\d{2}'?)?", text
+    )
     assert match, text
     zone = (match[7] or "Z").replace("'", "")
     stamp = "".join(match.groups()[:6]) + ("+0000" if zone.startswith("Z") else zone)

@@ -10,11 +10,13 @@
 -- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
 -- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
 -- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
--- way the job went. $16 holds the jobs' assets (NULL for a job without any).
+-- way the job went. $16 holds the jobs' assets (NULL for a job without any), $17 their sealed
+-- PDF passwords (NULL for a job without encrypt).
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash,
-                      status, attempts, worker_id, lease_expires_at, started_at, assets)
+                      status, attempts, worker_id, lease_expires_at, started_at, assets,
+                      passwords)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
            CASE WHEN handed THEN 'running' ELSE 'queued' END,
@@ -22,12 +24,13 @@ WITH new AS (
            CASE WHEN handed THEN $14 END,
            CASE WHEN handed THEN now() + make_interval(secs => $15) END,
            CASE WHEN handed THEN now() END,
-           assets
+           assets, passwords
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[], $16::jsonb[])
+                $13::bool[], $16::jsonb[], $17::bytea[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash, handed, assets)
+              max_attempts, run_after, idempotency_key, request_hash, handed, assets,
+              passwords)
     RETURNING *
 ), ev AS (
     -- Every job.queued event first, then the job.running ones: a handed-off job's events
@@ -68,7 +71,8 @@ WITH picked AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
 )
-SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets
+SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets,
+       c.passwords
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
@@ -186,12 +190,13 @@ WITH cancelled AS (
 SELECT job_public(c::jobs) AS job FROM cancelled c;
 
 -- retry_job --
--- A failed job goes back to the queue with fresh attempts.
+-- A failed job goes back to the queue with fresh attempts; not one whose PDF passwords were
+-- erased when it failed (0015): it could not be encrypted.
 WITH requeued AS (
     UPDATE jobs
     SET status = 'queued', attempts = 0, run_after = now(), finished_at = NULL,
         progress = NULL, updated_at = now()
-    WHERE id = $1 AND tenant = $2 AND status = 'failed'
+    WHERE id = $1 AND tenant = $2 AND status = 'failed' AND NOT options ? 'encrypt'
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -506,17 +511,18 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, 
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
--- every item's position, key and job id; $17 holds the new jobs' assets.
+-- every item's position, key and job id; $17 holds the new jobs' assets, $18 their sealed PDF
+-- passwords.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, item_key, item_hash, assets)
+                      max_attempts, run_after, item_key, item_hash, assets, passwords)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets
+           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, passwords
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $17::jsonb[])
+                $17::jsonb[], $18::bytea[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash, assets)
+              max_attempts, run_after, item_key, item_hash, assets, passwords)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -575,10 +581,15 @@ ON CONFLICT (tenant, id) DO NOTHING
 RETURNING id, size, content_type, created_at;
 
 -- asset_users --
--- Queued and running jobs of the tenant ($1) whose page uses the asset $2 (a few, to name).
+-- Queued and running jobs of the tenant ($1) whose page or finishing uses the asset $2 (a
+-- few, to name): in its asset map, as an attachment, an image stamp or a Factur-X XML.
 SELECT j.id FROM jobs j
-WHERE j.tenant = $1 AND j.status IN ('queued', 'running') AND j.assets IS NOT NULL
-  AND EXISTS (SELECT 1 FROM jsonb_each(j.assets) AS a (path, ref) WHERE a.ref->>'id' = $2)
+WHERE j.tenant = $1 AND j.status IN ('queued', 'running')
+  AND (EXISTS (SELECT 1 FROM jsonb_each(coalesce(j.assets, '{}')) AS a (path, ref)
+               WHERE a.ref->>'id' = $2)
+       OR j.options->'stamp'->>'asset' = $2 OR j.options->'facturx'->>'xml' = $2
+       OR jsonb_path_exists(j.options, '$.attachments[*] ? (@.asset == $id)',
+                            jsonb_build_object('id', $2::text)))
 ORDER BY j.created_at
 LIMIT 5;
 
