@@ -18,7 +18,6 @@ from server import (
     assets_api,
     auth,
     downloads,
-    invoices,
     jobs,
     library,
     options,
@@ -107,12 +106,20 @@ async def check_invoices(
         if xml is None:
             xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
         try:
-            await asyncio.to_thread(invoices.check, xml, invoice.profile)
+            await asyncio.to_thread(_check_invoice, xml, invoice.profile)
         except PermanentError as exc:
             where = prefix.format(index=index)
             problems.append((f"{where}options.facturx.xml", f"the XML {exc}"))
     if problems:
         raise invalid(problems, "The Factur-X XML is not a valid invoice.")
+
+
+def _check_invoice(xml: bytes, profile: str | None) -> None:
+    # Imported here, in the thread: factur-x loads pypdf and lxml, which the API needs only
+    # for an invoice.
+    from server import invoices
+
+    invoices.check(xml, profile)
 
 
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
