@@ -72,12 +72,18 @@ def run(work: Work) -> Finished:
     """The steps the options ask for, in order (in a finishing process; also callable in-line
     by tests and benchmarks). PermanentError when the document or options make one impossible."""
     # Each step's library is imported when a job first needs it (fpdf2 and pyHanko take
-    # seconds to import on a slow machine; a PDF/A job needs neither).
+    # seconds to import on a slow machine; a PDF/A job needs neither), before the clock starts.
     import pikepdf
 
     from server import archive
 
     options = work.options
+    if options.stamp is not None:
+        from server import stamps
+    if options.facturx is not None:
+        from server import invoices
+    if options.encrypt is not None or options.sign is not None:
+        from server import protect
     steps: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -93,8 +99,6 @@ def run(work: Work) -> Finished:
         raise PermanentError(f"the printed PDF cannot be read for finishing: {exc}") from None
     with pdf:
         if options.stamp is not None:
-            from server import stamps
-
             image = options.stamp.asset
             stamps.apply(pdf, options.stamp, work.contents[image][1] if image else None)
             took("stamp")
@@ -102,8 +106,6 @@ def run(work: Work) -> Finished:
             archive.attachments(pdf, options.attachments, work.contents)
             took("attachments")
         if options.facturx is not None:
-            from server import invoices
-
             xml = work.contents[options.facturx.xml][1]
             try:
                 invoice = invoices.check(xml, options.facturx.profile)
@@ -116,13 +118,9 @@ def run(work: Work) -> Finished:
             archive.pdfa(pdf, level)
             took("pdfa")
         if options.sign is not None:
-            from server import protect
-
             protect.before_signing(pdf)
         out = io.BytesIO()
         if options.encrypt is not None:
-            from server import protect
-
             pdf.save(out, encryption=protect.encryption(options.encrypt))
             took("encrypt")
         else:
@@ -133,8 +131,6 @@ def run(work: Work) -> Finished:
     if options.sign is not None:
         if work.signing is None:
             raise PermanentError("sign: this server has no signing key (PRESSROOM_SIGNING_KEY)")
-        from server import protect
-
         owner = options.encrypt.owner_password if options.encrypt is not None else None
         data = protect.sign(data, options.sign, work.signing, owner)
         took("sign")

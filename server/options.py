@@ -411,7 +411,9 @@ class RenderOptions(BaseModel):
         default=False,
         description="A tagged PDF: a structure tree, and the language of <html lang>.",
     )
-    outline: bool = Field(default=False, description="Bookmarks from the page's headings.")
+    outline: bool = Field(
+        default=False, description="Bookmarks from the page's headings (a tagged PDF too)."
+    )
     pdfa: Literal["2b", "3b"] | None = Field(
         default=None, description="PDF/A-2b or PDF/A-3b, for archives."
     )
@@ -531,7 +533,8 @@ class RenderOptions(BaseModel):
             "print_background": self.print_background,
             "prefer_css_page_size": self.prefer_css_page_size,
             "outline": self.outline,
-            "tagged": self.tagged,
+            # Chromium builds the outline from the structure of a tagged PDF.
+            "tagged": self.tagged or self.outline,
         }
         if self.width or self.height:
             args["width"] = self.width

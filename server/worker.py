@@ -186,6 +186,8 @@ class Workers:
         self._loop_done.set()
         self.rendered = 0
         self.handed_off = 0
+        #: The largest peak memory a finishing process reached, in MiB.
+        self.finish_memory_mb = 0.0
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
@@ -470,6 +472,8 @@ class Workers:
         )
         for step, seconds in done.steps.items():
             self._metrics.finish_seconds.labels(step).observe(seconds)
+        self.finish_memory_mb = max(self.finish_memory_mb, done.peak_rss_mb)
+        self._metrics.finish_memory_bytes.set(self.finish_memory_mb * 1024 * 1024)
         return dataclasses.replace(result, data=done.pdf)
 
     async def _delete(self, files: list[jobs.JobFile]) -> None:

@@ -172,7 +172,7 @@ async def test_a_failed_job_with_passwords_cannot_be_retried(start_app: Callable
     renderer.fail_with = PermanentError("the template is broken")
     app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     body = {"template": HTML, "options": {"encrypt": {"owner_password": OWNER}}}
-    status, job = await submit(app, body)
+    _, job = await submit(app, body)
     messages = await collect(app.http, app.url(job["links"]["events"]), timeout_s=30)
     assert messages[-1].json["job"]["status"] == "failed"
     async with app.http.post(app.url(f"/v1/jobs/{job['id']}/retry")) as resp:
