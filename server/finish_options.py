@@ -120,8 +120,11 @@ def page_numbers(pages: str, count: int) -> list[int]:
 
 
 def _one_of_text_or_asset(schema: dict[str, Any]) -> None:
-    """Exactly one of text and asset (see Stamp._one)."""
-    schema["oneOf"] = [{"required": ["text"]}, {"required": ["asset"]}]
+    """Exactly one of text and asset, not null (see Stamp._one)."""
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("text", "asset")
+    ]
 
 
 class Attachment(BaseModel):

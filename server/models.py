@@ -33,7 +33,7 @@ from pydantic_core import PydanticCustomError
 from server import assets, events, finish_options, jsontext, templates
 from server.jobs import JobState
 from server.netpolicy import MAX_WEBHOOK_URL_CHARS
-from server.options import RenderOptions, layered
+from server.options import RenderOptions, layered, options_schema
 from server.settings import Settings
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
@@ -433,6 +433,29 @@ class BatchRequest(BaseModel):
     )
 
 
+def _template_options_schema(schema: dict[str, Any]) -> None:
+    """RenderOptions' schema without encrypt (see TemplateOptions)."""
+    options_schema(schema)
+    del schema["properties"]["encrypt"]
+    schema["dependentSchemas"].pop("encrypt", None)
+
+
+class TemplateOptions(RenderOptions):
+    """A stored template's options: those of a job, but for its PDF passwords, which a job
+    holds only while it may run (server/passwords.py) and a template would keep for good."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_template_options_schema
+    )
+
+    @field_validator("encrypt")
+    @classmethod
+    def _per_job(cls, encrypt: Any) -> Any:
+        if encrypt is not None:
+            raise ValueError("PDF passwords are a job's own: give encrypt with each job")
+        return encrypt
+
+
 class TemplateRequest(BaseModel):
     """A new version of a named template."""
 
@@ -442,7 +465,9 @@ class TemplateRequest(BaseModel):
         description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
     )
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
-    options: RenderOptions | None = Field(None, description="Options for the jobs that name it.")
+    options: TemplateOptions | None = Field(
+        None, description="Options for the jobs that name it (all but encrypt)."
+    )
     sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
     assets: AssetMap = Field(
         default_factory=dict,

@@ -239,7 +239,7 @@ def _nullable(schema: dict[str, Any]) -> None:
         schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **described}
 
 
-def _options_schema(schema: dict[str, Any]) -> None:
+def options_schema(schema: dict[str, Any]) -> None:
     """Null means the default; width and height go together (see _with_height); PDF options
     go with a PDF and screenshot with an image, whose quality and transparency need a format
     that has them (see _for_pdf and _for_image)."""
@@ -353,7 +353,7 @@ class RenderOptions(BaseModel):
     """How the page is printed; every field is optional."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, json_schema_extra=_options_schema
+        extra="forbid", strict=True, frozen=True, json_schema_extra=options_schema
     )
 
     # First: the checks of the fields after it read it.

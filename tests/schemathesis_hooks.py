@@ -5,9 +5,10 @@ are not the schema's to state, since they depend on what the server holds or on 
 the network policy; valid requests are made to keep them here, and nothing else is changed:
 a template that Jinja2 parses, a template_id replaced by a template (stored names are the
 server's), a cursor only the server hands out, a public webhook URL, fresh idempotency and
-batch item keys (a key reused with other content is refused by design), no asset map (asset
-ids are the server's), a PDF asset that is a whole PDF, and a multipart job whose index part
-is a page and whose job part is JSON."""
+batch item keys (a key reused with other content is refused by design), no asset map and no
+finishing option that names an asset (asset ids are the server's), no signature (the server
+has no signing key), a PDF asset that is a whole PDF, and a multipart job whose index part is
+a page and whose job part is JSON."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def _keep_server_rules(case: Any) -> None:
     if body is None:
         return
     body.pop("assets", None)
+    _finishing(body.get("options"))
     _source(body, "html")
     _source(body, "template")
     if body.get("webhook_url") is not None:
@@ -63,9 +65,23 @@ def _keep_server_rules(case: Any) -> None:
         if isinstance(item, dict):
             item["key"] = str(uuid.uuid4())
             item.pop("assets", None)
+            _finishing(item.get("options"))
             _source(item, "template")
             if item.get("webhook_url") is not None:
                 item["webhook_url"] = PUBLIC_HOOK
+
+
+def _finishing(options: Any) -> None:
+    """Finishing options that name assets (the server's ids) lose them: an image stamp becomes
+    a text one; attachments and an invoice go. `sign` goes too: this server has no key."""
+    if not isinstance(options, dict):
+        return
+    for name in ("attachments", "facturx", "sign"):
+        options.pop(name, None)
+    stamp = options.get("stamp")
+    if isinstance(stamp, dict) and stamp.get("asset") is not None:
+        stamp["asset"] = None
+        stamp["text"] = "fuzz"
 
 
 def _source(body: dict[str, Any], field: str) -> None:

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from tests import testca
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
 Json = dict[str, Any]
 HTML = "<p>{{ name | default('you') }}</p>"
+INVOICE_XML = (Path(__file__).parents[1] / "files" / "factur-x-minimum.xml").read_bytes()
 _keys = itertools.count()
 
 
@@ -70,6 +73,36 @@ EXAMPLES: dict[str, Any] = {
     "selector": "main",
     "quality": 75,
     "omit_background": True,
+    "tagged": True,
+    "outline": True,
+    "pdfa": "3b",
+    "attachments": lambda: [{"asset": EXAMPLES["xml"], "name": "walk.xml", "relationship": "Data"}],
+    "facturx": lambda: {"xml": EXAMPLES["xml"]},
+    "stamp": {"text": "PAID"},
+    "encrypt": {"owner_password": "walk-owner"},
+    "sign": {"reason": "walked"},
+    "asset": None,  # filled in with an image asset of this tenant
+    "relationship": "Supplement",
+    "description": "A file",
+    "xml": None,  # filled in with a Factur-X XML asset of this tenant
+    "profile": "minimum",
+    "text": "DRAFT",
+    "opacity": 0.4,
+    "rotate": 45,
+    "font_size": 30,
+    "color": "#112233",
+    "pages": "1-",
+    "layer": "under",
+    "user_password": "walk-user",
+    "owner_password": "walk-owner",
+    "allow": ["print", "copy"],
+    "reason": "walked",
+    "location": "Berlin",
+    "contact": "ops@example.com",
+    "field": "Approval",
+    "visible": {"page": 1, "box": [10, 10, 110, 60]},
+    "page": 1,
+    "box": [10, 10, 110, 60],
 }
 # Where a model gives a name another meaning: its own example (model name, property).
 MODEL_EXAMPLES: dict[tuple[str, str], Any] = {
@@ -85,7 +118,7 @@ TOGETHER = {
     "height": {"width": "10cm"},
     "screenshot": {"output": "webp"},
 }
-EXCLUDES = {"template_id": "template"}
+EXCLUDES = {"template_id": "template", "asset": "text"}
 # The smallest valid body of each request model (by its name in components.schemas).
 BASE: dict[str, Callable[[], Json]] = {
     "JobRequest": lambda: {"template": HTML},
@@ -94,6 +127,11 @@ BASE: dict[str, Callable[[], Json]] = {
     # Versions of another template than the one previewed: its options stay the fixture's.
     "TemplateRequest": lambda: {"name": "walk-versions", "html": HTML},
     "InlinePreviewRequest": lambda: {"html": HTML},
+    "Attachment": lambda: {"asset": EXAMPLES["xml"], "name": "walk.xml", "relationship": "Data"},
+    "FacturX": lambda: {"xml": EXAMPLES["xml"]},
+    "Stamp": lambda: {"text": "PAID"},
+    "Encrypt": lambda: {"owner_password": "walk-owner"},
+    "SignVisible": lambda: {"page": 1, "box": [10, 10, 110, 60]},
 }
 QUERY_EXAMPLES: dict[str, str] = {
     "status": "queued",
@@ -203,9 +241,14 @@ def _conforms(document: Json, operation: Json, status: int, body: Any) -> None:
 
 
 @pytest.fixture
-async def walked(start_app: Callable[..., Any]) -> tuple[RunningApp, Json]:
+async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[RunningApp, Json]:
+    ca = testca.make(tmp_path)
     app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, rate_limit_rps=1000, rate_limit_burst=1000
+        renderer=FakeRenderer(),
+        render_slots=1,
+        rate_limit_rps=1000,
+        rate_limit_burst=1000,
+        env={"PRESSROOM_SIGNING_KEY": ca.p12, "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password},
     )
     async with app.http.get(app.url("/v1/openapi.json")) as resp:
         document = await resp.json()
@@ -217,6 +260,11 @@ async def walked(start_app: Callable[..., Any]) -> tuple[RunningApp, Json]:
     ) as r:
         assert r.status == 201, await r.text()
         EXAMPLES["assets"] = {"img/logo.png": (await r.json())["id"]}
+        EXAMPLES["asset"] = (await r.json())["id"]
+    invoice = {"Content-Type": "application/xml"}
+    async with app.http.post(app.url("/v1/assets"), data=INVOICE_XML, headers=invoice) as r:
+        assert r.status == 201, await r.text()
+        EXAMPLES["xml"] = (await r.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
         EXAMPLES["job_id"] = (await resp.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
@@ -263,6 +311,7 @@ async def test_every_documented_body_property_is_accepted_and_no_other(
                 assert shown is not None
                 assert what in [error["field"] for error in shown["errors"]], (path, shown)
     assert {"JobRequest", "RenderOptions", "Screenshot", "Thumbnail"} <= walked_bodies
+    assert {"Attachment", "FacturX", "Stamp", "Encrypt", "Sign", "SignVisible"} <= walked_bodies
     assert {"BatchItem", "TemplateRequest"} <= walked_bodies
 
 
