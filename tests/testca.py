@@ -1,5 +1,6 @@
 """A certificate authority made for a test with `cryptography`: a root and a signing
-certificate under it, written as the PKCS#12 file PRESSROOM_SIGNING_KEY names."""
+certificate under it, written as the PKCS#12 file PRESSROOM_SIGNING_KEY names, and on demand
+a timestamp authority's certificate under the same root."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -31,6 +32,32 @@ class TestCA:
     leaf: x509.Certificate
     p12: Path
     password: str
+    root_key: ec.EllipticCurvePrivateKey
+
+    def tsa(self) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+        """A timestamp authority's certificate and key (RSA: pyHanko's test stamper signs with
+        RSA only) under this root."""
+        now = dt.datetime.now(dt.UTC)
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name("Pressroom Test TSA"))
+            .issuer_name(self.root.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=1))
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]), critical=True
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.root_key.public_key()),
+                critical=False,
+            )
+            .sign(self.root_key, hashes.SHA256())
+        )
+        return cert, key
 
 
 def make(folder: Path, *, valid_days: float = 30, expired: bool = False) -> TestCA:
@@ -106,4 +133,4 @@ def make(folder: Path, *, valid_days: float = 30, expired: bool = False) -> Test
             b"pressroom", key, leaf, [root], BestAvailableEncryption(PASSWORD.encode())
         )
     )
-    return TestCA(root, leaf, p12, PASSWORD)
+    return TestCA(root, leaf, p12, PASSWORD, root_key)

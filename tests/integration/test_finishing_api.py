@@ -17,6 +17,16 @@ from typing import Any
 
 import pikepdf
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from asn1crypto import keys as asn1_keys
+from asn1crypto import tsp
+from asn1crypto import x509 as asn1_x509
+from cryptography.hazmat.primitives import serialization
+from pyhanko.pdf_utils.reader import PdfFileReader
+from pyhanko.sign.timestamps.dummy_client import DummyTimeStamper
+from pyhanko.sign.validation import async_validate_pdf_signature
+from pyhanko_certvalidator import ValidationContext
 
 from server.errors import PermanentError
 from server.keys import POOL
@@ -165,6 +175,60 @@ async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
         metrics = await resp.text()
     for step in ("encrypt", "sign"):
         assert f'pressroom_finish_duration_seconds_count{{step="{step}"}} 1.0' in metrics
+
+
+async def test_a_timestamp_authority_makes_the_signature_pades_b_t(
+    start_app: Callable[..., Any], tmp_path: Path
+) -> None:
+    ca = testca.make(tmp_path)
+    tsa_cert, tsa_key = ca.tsa()
+    der = serialization.Encoding.DER
+    stamper = DummyTimeStamper(
+        tsa_cert=asn1_x509.Certificate.load(tsa_cert.public_bytes(der)),
+        tsa_key=asn1_keys.PrivateKeyInfo.load(
+            tsa_key.private_bytes(
+                der, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        ),
+    )
+    asked: list[int] = []
+
+    async def timestamp(request: web.Request) -> web.Response:
+        asked.append(1)
+        answer = stamper.request_tsa_response(tsp.TimeStampReq.load(await request.read()))
+        return web.Response(body=answer.dump(), content_type="application/timestamp-reply")
+
+    tsa = web.Application()
+    tsa.router.add_post("/", timestamp)
+    server = TestServer(tsa, host="127.0.0.1")
+    await server.start_server()
+    try:
+        app: RunningApp = await start_app(
+            renderer=FakeRenderer(),
+            render_slots=1,
+            env={
+                "PRESSROOM_SIGNING_KEY": ca.p12,
+                "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password,
+                "PRESSROOM_TSA_URL": str(server.make_url("/")),
+            },
+        )
+        _, job = await submit(app, {"template": HTML, "options": {"sign": {"reason": "b-t"}}})
+        messages = await collect(app.http, app.url(job["links"]["events"]), timeout_s=60)
+        done = messages[-1].json["job"]
+        assert done["status"] == "done", done["error"]
+        async with app.http.get(done["url"]) as resp:
+            pdf = await resp.read()
+    finally:
+        await server.close()
+    assert asked  # pyHanko asks once to size the signature, then for its token
+    [signature] = PdfFileReader(io.BytesIO(pdf), strict=False).embedded_signatures
+    assert signature.sig_object["/SubFilter"] == "/ETSI.CAdES.detached"
+    root = asn1_x509.Certificate.load(ca.root.public_bytes(der))
+    status = await async_validate_pdf_signature(
+        signature, ValidationContext(trust_roots=[root], allow_fetching=False)
+    )
+    assert status.bottom_line, status.pretty_print_details()
+    assert status.timestamp_validity is not None and status.timestamp_validity.trusted
 
 
 async def test_a_failed_job_with_passwords_cannot_be_retried(start_app: Callable[..., Any]) -> None:
