@@ -204,11 +204,12 @@ class Encrypt(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+    # Never in a repr: an options object in a log line or a traceback shows no password.
     user_password: Password = Field(
-        default="", description="Needed to open the PDF (empty: it opens without one)."
+        default="", repr=False, description="Needed to open the PDF (empty: it opens without one)."
     )
     owner_password: Annotated[Password, Field(min_length=1)] = Field(
-        description="Lifts the restrictions; never shown back."
+        repr=False, description="Lifts the restrictions; never shown back."
     )
     allow: list[
         Literal[

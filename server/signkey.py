@@ -21,7 +21,7 @@ class SigningKey:
     """Where the key is and how to open it; what /readyz and the signing step read."""
 
     path: Path
-    password: str | None
+    password: str | None = dataclasses.field(repr=False)
     tsa_url: str | None = None
 
     def check(self, *, now: dt.datetime | None = None, expiry: bool = True) -> dt.datetime:

@@ -1,17 +1,19 @@
 """Finishing through the API, with the fake renderer's PDF and real finishing processes: what
 is refused up front (and stores nothing), assets and a Factur-X XML checked at submission, PDF
 passwords that no route, stream, webhook or log line shows and that are erased when the job
-ends, the signing key at start and in /readyz, and the durations in /metrics."""
+ends, signatures (PAdES B-T with a timestamp authority the test runs), the signing key at start
+and in /readyz, and the durations in /metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,21 +61,56 @@ async def count_jobs(app: RunningApp) -> int:
     return count
 
 
+@dataclasses.dataclass
+class Signing:
+    app: RunningApp
+    ca: testca.TestCA
+    stamped: list[int]  # requests the timestamp authority answered
+
+
 @pytest.fixture
-async def signing_app(start_app: Callable[..., Any], tmp_path: Path) -> RunningApp:
+async def signing(start_app: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Signing]:
+    """An app with a signing key and a timestamp authority (pyHanko's test stamper behind a
+    real HTTP server), so its signatures are PAdES B-T."""
     ca = testca.make(tmp_path)
+    tsa_cert, tsa_key = ca.tsa()
+    der = serialization.Encoding.DER
+    stamper = DummyTimeStamper(
+        tsa_cert=asn1_x509.Certificate.load(tsa_cert.public_bytes(der)),
+        tsa_key=asn1_keys.PrivateKeyInfo.load(
+            tsa_key.private_bytes(
+                der, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        ),
+    )
+    stamped: list[int] = []
+
+    async def timestamp(request: web.Request) -> web.Response:
+        stamped.append(1)
+        answer = stamper.request_tsa_response(tsp.TimeStampReq.load(await request.read()))
+        return web.Response(body=answer.dump(), content_type="application/timestamp-reply")
+
+    tsa = web.Application()
+    tsa.router.add_post("/", timestamp)
+    server = TestServer(tsa, host="127.0.0.1")
+    await server.start_server()
     app: RunningApp = await start_app(
         renderer=FakeRenderer(),
         render_slots=1,
-        env={"PRESSROOM_SIGNING_KEY": ca.p12, "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password},
+        env={
+            "PRESSROOM_SIGNING_KEY": ca.p12,
+            "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password,
+            "PRESSROOM_TSA_URL": str(server.make_url("/")),
+        },
     )
-    return app
+    yield Signing(app, ca, stamped)
+    await server.close()
 
 
 async def test_what_cannot_be_finished_together_is_refused_and_nothing_is_stored(
-    signing_app: RunningApp,
+    signing: Signing,
 ) -> None:
-    app = signing_app
+    app = signing.app
     png = await upload(app, small_image("png"), "image/png")
     xml = await upload(app, XML, "application/xml")
     unknown = "sha256:" + "0" * 64
@@ -103,9 +140,9 @@ async def test_what_cannot_be_finished_together_is_refused_and_nothing_is_stored
 
 
 async def test_an_invalid_facturx_xml_is_refused_naming_its_first_error(
-    signing_app: RunningApp,
+    signing: Signing,
 ) -> None:
-    app = signing_app
+    app = signing.app
     broken = await upload(app, XML.replace(b"<ram:TypeCode>380</ram:TypeCode>", b""), "text/xml")
     status, body = await submit(app, {"template": HTML, "options": {"facturx": {"xml": broken}}})
     assert status == 422, body
@@ -127,10 +164,10 @@ async def test_sign_without_a_key_is_refused(api: RunningApp) -> None:
 
 
 async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
-    signing_app: RunningApp, caplog: pytest.LogCaptureFixture
+    signing: Signing, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    app = signing_app
+    app = signing.app
     encrypt = {"user_password": USER, "owner_password": OWNER, "allow": ["print", "copy"]}
     body = {
         "template": HTML,
@@ -168,6 +205,18 @@ async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
         assert opened.encryption.R == 6 and opened.encryption.bits == 256
         assert opened.allow.print_lowres and opened.allow.extract
         assert not opened.allow.modify_other and not opened.allow.print_highres
+    # Signed after the encryption, with a timestamp: PAdES B-T, valid and trusted.
+    reader = PdfFileReader(io.BytesIO(pdf), strict=False)
+    reader.decrypt(OWNER)
+    [signature] = reader.embedded_signatures
+    assert signature.sig_object["/SubFilter"] == "/ETSI.CAdES.detached"
+    root = asn1_x509.Certificate.load(signing.ca.root.public_bytes(serialization.Encoding.DER))
+    status = await async_validate_pdf_signature(
+        signature, ValidationContext(trust_roots=[root], allow_fetching=False)
+    )
+    assert status.bottom_line, status.pretty_print_details()
+    assert status.timestamp_validity is not None and status.timestamp_validity.trusted
+    assert signing.stamped  # pyHanko asks once to size the signature, then for its token
     # The same request again is the same job: the fingerprint was taken with the passwords.
     status, again = await submit(app, body, **{"Idempotency-Key": "pw-1"})
     assert status == 200 and again["id"] == job["id"]
@@ -175,60 +224,6 @@ async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
         metrics = await resp.text()
     for step in ("encrypt", "sign"):
         assert f'pressroom_finish_duration_seconds_count{{step="{step}"}} 1.0' in metrics
-
-
-async def test_a_timestamp_authority_makes_the_signature_pades_b_t(
-    start_app: Callable[..., Any], tmp_path: Path
-) -> None:
-    ca = testca.make(tmp_path)
-    tsa_cert, tsa_key = ca.tsa()
-    der = serialization.Encoding.DER
-    stamper = DummyTimeStamper(
-        tsa_cert=asn1_x509.Certificate.load(tsa_cert.public_bytes(der)),
-        tsa_key=asn1_keys.PrivateKeyInfo.load(
-            tsa_key.private_bytes(
-                der, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        ),
-    )
-    asked: list[int] = []
-
-    async def timestamp(request: web.Request) -> web.Response:
-        asked.append(1)
-        answer = stamper.request_tsa_response(tsp.TimeStampReq.load(await request.read()))
-        return web.Response(body=answer.dump(), content_type="application/timestamp-reply")
-
-    tsa = web.Application()
-    tsa.router.add_post("/", timestamp)
-    server = TestServer(tsa, host="127.0.0.1")
-    await server.start_server()
-    try:
-        app: RunningApp = await start_app(
-            renderer=FakeRenderer(),
-            render_slots=1,
-            env={
-                "PRESSROOM_SIGNING_KEY": ca.p12,
-                "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password,
-                "PRESSROOM_TSA_URL": str(server.make_url("/")),
-            },
-        )
-        _, job = await submit(app, {"template": HTML, "options": {"sign": {"reason": "b-t"}}})
-        messages = await collect(app.http, app.url(job["links"]["events"]), timeout_s=60)
-        done = messages[-1].json["job"]
-        assert done["status"] == "done", done["error"]
-        async with app.http.get(done["url"]) as resp:
-            pdf = await resp.read()
-    finally:
-        await server.close()
-    assert asked  # pyHanko asks once to size the signature, then for its token
-    [signature] = PdfFileReader(io.BytesIO(pdf), strict=False).embedded_signatures
-    assert signature.sig_object["/SubFilter"] == "/ETSI.CAdES.detached"
-    root = asn1_x509.Certificate.load(ca.root.public_bytes(der))
-    status = await async_validate_pdf_signature(
-        signature, ValidationContext(trust_roots=[root], allow_fetching=False)
-    )
-    assert status.bottom_line, status.pretty_print_details()
-    assert status.timestamp_validity is not None and status.timestamp_validity.trusted
 
 
 async def test_a_failed_job_with_passwords_cannot_be_retried(start_app: Callable[..., Any]) -> None:
