@@ -140,6 +140,9 @@ async def raw(args: argparse.Namespace) -> dict[str, Any]:
                     [False],  # not handed to a worker: the web-only server queues every job
                     None,
                     0.0,
+                    [None],  # no assets
+                    ["template"],  # the source, and no sealed secrets
+                    [None],
                 )
             return True
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from server.options import RenderOptions
-from server.render import RenderResult
+from server.render import Assets, RenderResult
 from server.settings import Settings
 
 
@@ -50,6 +50,7 @@ class NoopRenderer:
         *,
         timeout_s: float,
         on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
     ) -> RenderResult:
         self.rendered += 1
         return RenderResult(data=PDF, pages=1, warnings=[])
@@ -76,6 +77,7 @@ class StartClock(NoopRenderer):
         *,
         timeout_s: float,
         on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
     ) -> RenderResult:
         started = time.perf_counter()
         self.latencies_ms.append((started - float(html)) * 1000)

@@ -58,6 +58,7 @@ class Way:
         self.upto = upto  # the last migration applied; None: all of them
         self.extra = extra  # SQL applied after the migrations
         self.statements: dict[str, str] = {}
+        self.sources = False  # its insert_jobs takes assets (0011), source and secrets (0012)
         self.conn: asyncpg.Connection
         self.heard: dict[str, int] = {"pressroom": 0, "pressroom_webhooks": 0}
         self.marker = asyncio.Event()
@@ -70,6 +71,7 @@ def ways() -> list[Way]:
     before = Way("before", "each statement (before 0010)", "0009_tenant_webhook_secrets", None)
     before.statements = sql.parse_blocks((HERE / "writepath_before.sql").read_text())
     after = Way("trigger", "job_events trigger (0010)", None, None)
+    after.sources = True
     after.statements = {
         name: current[name]
         for name in ("insert_jobs", "claim_jobs", "finish_done_many", "finish_failed")
@@ -124,8 +126,9 @@ def _counter(way: Way) -> Any:
     return heard
 
 
-def job_columns(count: int, *, webhook: bool, max_attempts: int) -> list[Any]:
-    """insert_jobs' fifteen parameters for `count` queued jobs."""
+def job_columns(count: int, *, webhook: bool, max_attempts: int, sources: bool) -> list[Any]:
+    """insert_jobs' parameters for `count` queued template jobs: fifteen, and with `sources`
+    (the current statement) each job's assets, source and sealed secrets."""
     return [
         [uuid.uuid4() for _ in range(count)],
         ["default"] * count,
@@ -142,6 +145,7 @@ def job_columns(count: int, *, webhook: bool, max_attempts: int) -> list[Any]:
         [False] * count,
         None,
         0.0,
+        *([[None] * count, ["template"] * count, [None] * count] if sources else []),
     ]
 
 
@@ -189,7 +193,7 @@ async def one_round(
             way,
             key("insert 1 (job.queued)"),
             "insert_jobs",
-            *job_columns(1, webhook=webhook, max_attempts=1),
+            *job_columns(1, webhook=webhook, max_attempts=1, sources=way.sources),
         )
         [job] = await timed(way, key("claim 1 (job.running)"), "claim_jobs", 1, WORKER, LEASE_S)
         await timed(way, key("heartbeat (no event)"), "heartbeat", [job["id"]], WORKER, LEASE_S)
@@ -210,7 +214,7 @@ async def one_round(
             way,
             key("insert 1 (job.queued)"),
             "insert_jobs",
-            *job_columns(1, webhook=webhook, max_attempts=2),
+            *job_columns(1, webhook=webhook, max_attempts=2, sources=way.sources),
         )
         for label, retry in (
             ("failed, retry (job.retrying)", True),
@@ -235,7 +239,7 @@ async def one_round(
             way,
             key(f"insert {batch} (job.queued)", batch),
             "insert_jobs",
-            *job_columns(batch, webhook=webhook, max_attempts=1),
+            *job_columns(batch, webhook=webhook, max_attempts=1, sources=way.sources),
         )
         claimed = await timed(
             way, key(f"claim {batch} (job.running)", batch), "claim_jobs", batch, WORKER, LEASE_S

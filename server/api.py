@@ -21,10 +21,10 @@ from server import (
     jobs,
     library,
     options,
-    passwords,
     signing,
     streams,
     templates,
+    vault,
     webhooks,
 )
 from server.assets import Upload
@@ -66,18 +66,24 @@ def parse_job_id(request: web.Request) -> uuid.UUID:
 
 
 def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
-    """The job to insert for a validated request, its PDF passwords sealed apart from the
-    options it is shown with (server/passwords.py)."""
+    """The job to insert for a validated request: its source, and its options as shown, with
+    cookie and header values sealed apart (server/vault.py)."""
     ref = parse_template_id(job.template_id)
-    template = checks.templates[ref].html if ref else job.template
-    assert template is not None  # JobRequest requires one of the two
+    source, text = "template", job.template
+    if ref:
+        text = checks.templates[ref].html
+    elif job.page_url is not None:
+        source, text = "page_url", job.page_url
+    elif job.markdown is not None:
+        source, text = "markdown", job.markdown
+    assert text is not None  # JobRequest requires one source
     job_id = uuid.uuid4()
     shown, sealed = job.options, None
     if shown is not None:
-        shown, sealed = passwords.hide(shown, secret=checks.settings.secret, job_id=job_id)
+        shown, sealed = vault.hide(shown, secret=checks.settings.secret, job_id=job_id)
     return NewJob(
         tenant=tenant,
-        template=template,
+        template=text,
         data=job.data,
         options=options.to_json(shown) if shown else {},
         metadata=job.metadata,
@@ -87,7 +93,8 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         run_at=job.run_at,
         assets=assets.job_assets(job.assets, checks.assets),
         id=job_id,
-        passwords=sealed,
+        source=source,
+        secrets=sealed,
     )
 
 
@@ -160,7 +167,7 @@ async def submit(request: web.Request) -> web.Response:
     if multipart is not None and multipart.uploads:
         await assets_api.store(request, multipart.uploads)
     if key is not None:
-        fingerprint = admission.request_hash(passwords.fingerprinted(raw, secret=settings.secret))
+        fingerprint = admission.request_hash(vault.fingerprinted(raw, secret=settings.secret))
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
     admitted = await admission.submit(
         request.app[POOL],
@@ -344,7 +351,8 @@ async def retry(request: web.Request) -> web.Response:
             raise Problem(
                 409,
                 "Conflict",
-                "The job's PDF passwords were erased when it failed; submit it again.",
+                "The job's secrets (cookie and header values, PDF passwords) were erased when "
+                "it failed; submit it again.",
             )
         raise Problem(
             409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, assets_api, library, passwords, templates
+from server import admission, api, assets_api, library, templates, vault
 from server.http_common import (
     checks,
     json_response,
@@ -24,7 +24,7 @@ from server.http_common import (
     tenant_of,
     validated,
 )
-from server.jobs import NewJob, job_columns
+from server.jobs import NewJob, job_columns, source_columns
 from server.keys import POOL, SETTINGS
 from server.models import BatchItem, BatchRequest
 from server.problems import Problem, invalid, not_found
@@ -72,7 +72,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         for item in batch.items
     ]
     secret = request.app[SETTINGS].secret
-    shown = [passwords.fingerprinted(item, secret=secret) for item in raw_items]
+    shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
@@ -168,7 +168,7 @@ async def _insert(
         keys,
         job_ids,
         [job.assets for job in jobs],
-        [job.passwords for job in jobs],
+        *source_columns(jobs),
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -38,9 +38,17 @@ RELAY_CHUNK_BYTES = 64 * 1024
 _HOP_HEADERS = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"upgrade"}
 )
+# The gate's own answers say so (EGRESS_HEADER), so that a page's response can be told apart
+# from the gate's refusal or failure to connect (server/navigation.py).
+EGRESS_HEADER = "Pressroom-Egress"
 _REFUSED = (
     b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 33\r\n"
+    b"Pressroom-Egress: refused\r\n"
     b"Connection: close\r\n\r\nrefused by Pressroom's net policy"
+)
+_UNREACHABLE = (
+    b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nPressroom-Egress: unreachable\r\n"
+    b"Connection: close\r\n\r\n"
 )
 _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -223,7 +231,7 @@ class Gate:
             return
         upstream = await _connect(addresses, port)
         if upstream is None:
-            writer.write(_BAD_GATEWAY)
+            writer.write(_UNREACHABLE)
             return
         up_reader, up_writer = upstream
         try:

@@ -36,8 +36,6 @@ FILE_NAME_PATTERN = r"^[^/\\\u0000-\u001f\u007f]{1,255}$"
 MAX_ATTACHMENTS = 20
 MAX_PASSWORD_CHARS = 127  # AES-256 (revision 6) reads at most 127 bytes of a password
 MAX_SIGN_TEXT = 200
-#: What the API shows in place of a password (server/passwords.py seals the real ones).
-REDACTED = "***"
 PDFA_LEVELS = ("2b", "3b")
 RELATIONSHIPS = ("Data", "Source", "Alternative", "Supplement", "Unspecified")
 FACTURX_PROFILES = ("minimum", "basicwl", "basic", "en16931", "extended")

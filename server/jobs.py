@@ -37,7 +37,8 @@ class JobState(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewJob:
-    """A validated submission, ready to insert."""
+    """A validated submission, ready to insert. `template` is the source's text: Jinja2 HTML
+    (source "template"), Jinja2 Markdown ("markdown") or the page's URL ("page_url")."""
 
     tenant: str
     template: str
@@ -53,8 +54,9 @@ class NewJob:
     #: The files its page uses: path → {"id", "content_type"} (None: none, the usual case).
     assets: JsonDict | None = None
     id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
-    #: Its PDF passwords, sealed (server/passwords.py); None without options.encrypt.
-    passwords: bytes | None = None
+    source: str = "template"
+    #: Cookie and header values, sealed for this job's id (server/vault.py).
+    secrets: bytes | None = None
 
 
 def object_key(
@@ -115,7 +117,8 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     assets: JsonDict | None = None  # as NewJob.assets
-    passwords: bytes | None = None  # as NewJob.passwords; erased once the job has ended
+    source: str = "template"
+    secrets: bytes | None = None
 
     @property
     def object_key(self) -> str:
@@ -190,7 +193,7 @@ async def create(
             taker.worker_id if taker is not None else None,
             taker.lease_s if taker is not None else 0.0,
             [j.assets for j in new],
-            [j.passwords for j in new],
+            *source_columns(new),
         )
     except BaseException:
         inserted.set_result(False)
@@ -217,6 +220,12 @@ def job_columns(new: list[NewJob]) -> list[list[Any]]:
     ]
 
 
+def source_columns(new: list[NewJob]) -> list[list[Any]]:
+    """The last two parameters of insert_jobs and insert_batch_jobs: each job's source and
+    sealed secrets."""
+    return [[j.source for j in new], [j.secrets for j in new]]
+
+
 def _first_attempt(new: NewJob) -> ClaimedJob:
     return ClaimedJob(
         id=new.id,
@@ -227,7 +236,8 @@ def _first_attempt(new: NewJob) -> ClaimedJob:
         attempt=1,
         max_attempts=new.max_attempts,
         assets=new.assets,
-        passwords=new.passwords,
+        source=new.source,
+        secrets=new.secrets,
     )
 
 
@@ -241,7 +251,8 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         attempt=row["attempts"],
         max_attempts=row["max_attempts"],
         assets=row["assets"],
-        passwords=row["passwords"],
+        source=row["source"],
+        secrets=row["secrets"],
     )
 
 

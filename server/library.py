@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from server import assets, assets_api, options, outputs, templates
+from server import assets, assets_api, options, outputs, sources, templates
 from server.errors import PermanentError, RenderError
 from server.http_common import (
     checks,
@@ -256,7 +256,7 @@ async def _preview(
     try:
         # The template meets its own deadline (its sandbox's): a template that runs too long
         # is then the template limit its job would fail with, not a timeout worth retrying.
-        page = await templates.render_async(html, data, timeout_s=timeout_s)
+        page = await sources.load(sources.TEMPLATE, html, data, render_options, timeout_s=timeout_s)
         files = await _files(request, mapped) if mapped else None
         async with asyncio.timeout(timeout_s):
             result = await app[RENDERER].render(

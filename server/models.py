@@ -15,6 +15,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -32,8 +33,9 @@ from pydantic_core import PydanticCustomError
 
 from server import assets, events, finish_options, jsontext, templates
 from server.jobs import JobState
-from server.netpolicy import MAX_WEBHOOK_URL_CHARS
-from server.options import RenderOptions, layered, options_schema
+from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
+from server.options import RenderOptions, layered
+from server.options import integral as _integral
 from server.settings import Settings
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
@@ -72,6 +74,8 @@ class StoredSource(Protocol):
 
 class NetworkPolicy(Protocol):
     def validate_webhook_url(self, url: str) -> str | None: ...
+
+    def validate_page_url(self, url: str) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,6 +206,15 @@ def _asset_ref(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def _page_url(value: str, info: ValidationInfo) -> str:
+    policy = _checks(info).policy
+    if policy is None:
+        raise RuntimeError("page URLs are checked against the app's network policy")
+    if (why := policy.validate_page_url(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
 def _uuid(message: str) -> Any:
     def check(value: Any) -> uuid.UUID:
         try:
@@ -229,18 +242,19 @@ def _event_types(value: Any, info: ValidationInfo) -> list[str]:
     return value
 
 
-def _integral(value: Any) -> Any:
-    # JSON Schema counts 131.0 as an integer; so does the API.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
 def _required(value: Any) -> Any:
     if value is _REQUIRED:
         raise PydanticCustomError("missing", "is required")
+    if value is _NO_SOURCE:
+        raise PydanticCustomError("no_source", _NO_SOURCE_MESSAGE)
     return value
 
 
-_REQUIRED = object()  # put in place of a missing template by JobRequest._template_or_id
+#: A job's sources: it names exactly one.
+SOURCES = ("template", "template_id", "page_url", "markdown")
+_NO_SOURCE_MESSAGE = "give one of template, template_id, page_url or markdown"
+_REQUIRED = object()
+_NO_SOURCE = object()  # put in place of a missing template by JobRequest._one_source
 _DATE_TIME = {"type": "string", "format": "date-time"}
 
 Timestamp = Annotated[dt.datetime, BeforeValidator(_time), WithJsonSchema(_DATE_TIME)]
@@ -250,6 +264,19 @@ Metadata = Annotated[
     dict[str, Any], _object(MAX_METADATA_BYTES), WithJsonSchema({"type": "object"})
 ]
 TemplateHtml = Annotated[str, BeforeValidator(_required), AfterValidator(_template_html)]
+Markdown = Annotated[str, AfterValidator(_template_html)]
+PageUrl = Annotated[
+    str,
+    AfterValidator(_page_url),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "uri",
+            "pattern": "^https?://[^/?#@]+",
+            "maxLength": MAX_PAGE_URL_CHARS,
+        }
+    ),
+]
 WebhookUrl = Annotated[
     str,
     AfterValidator(_webhook_url),
@@ -310,16 +337,64 @@ TemplateId = Annotated[
 # --- requests ----------------------------------------------------------------------------
 
 
+# The JSON Schema of "no cookies or headers in the options": they go with page_url only.
+_NO_PAGE_SECRETS: dict[str, Any] = {
+    "properties": {
+        "options": {
+            "anyOf": [
+                {"type": "null"},
+                {
+                    "properties": {
+                        "cookies": {"anyOf": [{"type": "null"}, {"maxItems": 0}]},
+                        "headers": {"anyOf": [{"type": "null"}, {"maxProperties": 0}]},
+                    }
+                },
+            ]
+        }
+    }
+}
+
+
 def _one_source(schema: dict[str, Any]) -> None:
-    """Exactly one of template and template_id, not null (see JobRequest._template_or_id)."""
+    """Exactly one source, not null (see JobRequest._one_source); cookies and headers only
+    with page_url (see JobRequest._page_secrets)."""
     schema["oneOf"] = [
-        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
-        for name in ("template", "template_id")
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in SOURCES
+    ]
+    schema["anyOf"] = [
+        {"required": ["page_url"], "properties": {"page_url": {"not": {"type": "null"}}}},
+        _NO_PAGE_SECRETS,
     ]
 
 
+def _no_page_secrets(schema: dict[str, Any]) -> None:
+    """No cookies or headers: nothing here opens a page_url (see _no_cookies_or_headers)."""
+    schema["allOf"] = [_NO_PAGE_SECRETS]
+
+
+def _no_cookies_or_headers(given: RenderOptions | None, page_url: str | None) -> None:
+    """Cookies and headers are sent to the page_url's own origin: without one, they would go
+    nowhere. A cookie's domain must be the page's host or a domain it is in."""
+    if given is None:
+        return
+    if page_url is None:
+        if given.cookies or given.headers:
+            raise ValueError(
+                "cookies and headers go with page_url only (they are sent to its origin)"
+            )
+        return
+    host = (urlsplit(page_url).hostname or "").rstrip(".")
+    for index, cookie in enumerate(given.cookies or ()):
+        domain = (cookie.domain or host).lower().lstrip(".").rstrip(".")
+        if host != domain and not host.endswith(f".{domain}"):
+            raise ValueError(
+                f"cookies[{index}].domain must be the page_url's host or a domain it is in"
+            )
+
+
 class JobRequest(BaseModel):
-    """A job: either template or template_id, with its data and options."""
+    """A job: exactly one source (template, template_id, page_url or markdown), with its data
+    and options."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
 
@@ -330,6 +405,16 @@ class JobRequest(BaseModel):
     )
     template_id: TemplateId | None = Field(
         None, description="A stored template: name (its latest version) or name@version."
+    )
+    page_url: PageUrl | None = Field(
+        None,
+        description="An http(s) page that Chromium opens and prints, under the renderer's "
+        "network policy (PRESSROOM_ALLOW_HOSTS).",
+    )
+    markdown: Markdown | None = Field(
+        None,
+        description="Markdown (CommonMark, GitHub tables, strikethrough, task lists), Jinja2 "
+        "applied first with data, printed in a built-in stylesheet.",
     )
     data: JsonObject = Field(
         default_factory=dict,
@@ -359,13 +444,15 @@ class JobRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _template_or_id(cls, data: Any, info: ValidationInfo) -> Any:
-        """A missing template is reported with the other fields' problems; a stored
+    def _one_source(cls, data: Any, info: ValidationInfo) -> Any:
+        """A missing source is reported with the other fields' problems; a stored
         template's options and assets lie under the job's own."""
         if not isinstance(data, dict):
             return data
+        if not any(data.get(name) is not None for name in SOURCES):
+            return {**data, "template": _NO_SOURCE}
         if data.get("template_id") is None:
-            return data if data.get("template") is not None else {**data, "template": _REQUIRED}
+            return data
         ref = parse_template_id(data["template_id"])
         stored = _checks(info).templates.get(ref) if ref else None
         if stored is None:
@@ -378,17 +465,44 @@ class JobRequest(BaseModel):
                 merged[name] = layered(under, own) if name == "options" else {**under, **own}
         return merged
 
+    @field_validator("template_id", "page_url", "markdown")
+    @classmethod
+    def _only_one(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        for other in SOURCES[: SOURCES.index(info.field_name or "")]:
+            if info.data.get(other) is not None:
+                raise ValueError(
+                    f"give only one of template, template_id, page_url and markdown "
+                    f"({other} is given too)"
+                )
+        return value
+
     @field_validator("template_id")
     @classmethod
     def _known(cls, template_id: str | None, info: ValidationInfo) -> str | None:
         if template_id is None:
             return None
-        if info.data.get("template") is not None:
-            raise ValueError("give either template or template_id, not both")
         ref = parse_template_id(template_id)
         if ref not in _checks(info).templates:
             raise ValueError(f"no template {template_id!r}")
         return template_id
+
+    @field_validator("options")
+    @classmethod
+    def _page_secrets(cls, given: RenderOptions | None, info: ValidationInfo) -> Any:
+        _no_cookies_or_headers(given, info.data.get("page_url"))
+        return given
+
+    @field_validator("assets")
+    @classmethod
+    def _not_for_a_page_url(cls, mapped: dict[str, str], info: ValidationInfo) -> Any:
+        if mapped and info.data.get("page_url") is not None:
+            raise ValueError(
+                "a page_url loads its files from its own site; assets are for template, "
+                "template_id and markdown jobs"
+            )
+        return mapped
 
 
 class _ItemKey(BaseModel):
@@ -433,39 +547,35 @@ class BatchRequest(BaseModel):
     )
 
 
-def _template_options_schema(schema: dict[str, Any]) -> None:
-    """RenderOptions' schema without encrypt (see TemplateOptions)."""
-    options_schema(schema)
-    del schema["properties"]["encrypt"]
-    schema["dependentSchemas"].pop("encrypt", None)
+class _OpensNoPage(BaseModel):
+    """A body with options but no page_url: its options carry no cookies or headers."""
 
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_no_page_secrets)
 
-class TemplateOptions(RenderOptions):
-    """A stored template's options: those of a job, but for its PDF passwords, which a job
-    holds only while it may run (server/passwords.py) and a template would keep for good."""
-
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, json_schema_extra=_template_options_schema
-    )
-
-    @field_validator("encrypt")
+    @field_validator("options", check_fields=False)
     @classmethod
-    def _per_job(cls, encrypt: Any) -> Any:
-        if encrypt is not None:
-            raise ValueError("PDF passwords are a job's own: give encrypt with each job")
-        return encrypt
+    def _no_page_secrets(cls, given: RenderOptions | None) -> RenderOptions | None:
+        _no_cookies_or_headers(given, None)
+        return given
 
 
-class TemplateRequest(BaseModel):
+def _no_template_secrets(schema: dict[str, Any]) -> None:
+    """No cookies, headers or PDF passwords (see TemplateRequest._no_passwords)."""
+    _no_page_secrets(schema)
+    no_encrypt = {"properties": {"encrypt": {"type": "null"}}}
+    schema["allOf"].append({"properties": {"options": {"anyOf": [{"type": "null"}, no_encrypt]}}})
+
+
+class TemplateRequest(_OpensNoPage):
     """A new version of a named template."""
 
-    model_config = REQUEST
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_no_template_secrets)
 
     name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] = Field(
         description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
     )
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
-    options: TemplateOptions | None = Field(
+    options: RenderOptions | None = Field(
         None, description="Options for the jobs that name it (all but encrypt)."
     )
     sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
@@ -474,6 +584,15 @@ class TemplateRequest(BaseModel):
         description="Relative path → asset id, as a job's assets: the version keeps this map, "
         "and a job's own map lies over it.",
     )
+
+    @field_validator("options")
+    @classmethod
+    def _no_passwords(cls, given: RenderOptions | None) -> RenderOptions | None:
+        # A template keeps its options for good; PDF passwords are kept only while a job may
+        # run (server/vault.py).
+        if given is not None and given.encrypt is not None:
+            raise ValueError("encrypt is a job's own: PDF passwords are not kept in a template")
+        return given
 
     @field_validator("name", mode="before")
     @classmethod
@@ -485,10 +604,8 @@ class TemplateRequest(BaseModel):
         return name
 
 
-class PreviewRequest(BaseModel):
+class PreviewRequest(_OpensNoPage):
     """A preview of a stored template."""
-
-    model_config = REQUEST
 
     data: JsonObject | None = Field(None, description="Template variables (default: sample).")
     options: RenderOptions | None = Field(None, description="On top of the template's own.")
@@ -497,10 +614,8 @@ class PreviewRequest(BaseModel):
     )
 
 
-class InlinePreviewRequest(BaseModel):
+class InlinePreviewRequest(_OpensNoPage):
     """A preview of template html sent in the body."""
-
-    model_config = REQUEST
 
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
     data: JsonObject = Field(default_factory=dict, description="Template variables.")

@@ -27,6 +27,7 @@ from urllib.parse import unquote_to_bytes
 Resolver = Callable[[str], Awaitable[list[str]]]
 
 MAX_WEBHOOK_URL_CHARS = 2048
+MAX_PAGE_URL_CHARS = 8192
 DEFAULT_RESOLVE_TIMEOUT_S = 5.0
 
 _NETWORK_SCHEMES = frozenset({"http", "https"})
@@ -199,6 +200,7 @@ class _Target:
     host: str = ""
     ip: IPv4Address | IPv6Address | None = None
     has_userinfo: bool = False
+    port: int | None = None
 
     @property
     def name(self) -> str:
@@ -229,15 +231,15 @@ def _parse_url(url: str) -> _Target:
         raise _BadUrl("has no host")
     ip: IPv4Address | IPv6Address | None
     if hostport.startswith("["):
-        host, ip = _parse_bracketed(hostport)
+        host, ip, port = _parse_bracketed(hostport)
     else:
         raw_host, _, port = hostport.partition(":")
         host, ip = _parse_host(raw_host)
         _check_port(port)
-    return _Target(scheme, host, ip, bool(at))
+    return _Target(scheme, host, ip, bool(at), int(port) if port else None)
 
 
-def _parse_bracketed(hostport: str) -> tuple[str, IPv6Address]:
+def _parse_bracketed(hostport: str) -> tuple[str, IPv6Address, str]:
     close = hostport.find("]")
     tail = hostport[close + 1 :]
     if close == -1 or (tail and not tail.startswith(":")):
@@ -251,7 +253,7 @@ def _parse_bracketed(hostport: str) -> tuple[str, IPv6Address]:
         ip = IPv6Address(literal)
     except ValueError:
         raise _BadUrl(f"has an invalid IPv6 host {_shown(literal)}") from None
-    return str(ip), ip
+    return str(ip), ip, tail[1:]
 
 
 def _shown(text: str) -> str:
@@ -327,6 +329,24 @@ def _parse_ipv4(host: str) -> IPv4Address:
         raise _BadUrl(f"has an invalid IPv4 host {_shown(host)}")
     total = values[-1] + sum(value << (8 * (3 - index)) for index, value in enumerate(values[:-1]))
     return IPv4Address(total)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> str | None:
+    """The origin of an http(s) URL as Chromium writes it in request URLs (scheme://host, with
+    the port unless it is the scheme's own), or None when the URL has none."""
+    try:
+        target = _parse_url(url)
+    except _BadUrl:
+        return None
+    if target.scheme not in _NETWORK_SCHEMES:
+        return None
+    host = f"[{target.host}]" if isinstance(target.ip, IPv6Address) else target.host
+    port = target.port
+    shown_port = "" if port is None or port == _DEFAULT_PORTS[target.scheme] else f":{port}"
+    return f"{target.scheme}://{host}{shown_port}"
 
 
 async def _getaddrinfo(host: str) -> list[str]:
@@ -461,26 +481,34 @@ class NetworkPolicy:
         """An error message for a webhook URL that can never be delivered to, else None.
 
         Host names are checked again with `check_url` at delivery time, since DNS can change."""
-        if len(url) > MAX_WEBHOOK_URL_CHARS:
-            return f"webhook URL must be at most {MAX_WEBHOOK_URL_CHARS} characters"
+        return self._validate_http_url(url, "webhook URL", MAX_WEBHOOK_URL_CHARS)
+
+    def validate_page_url(self, url: str) -> str | None:
+        """An error message for a page_url the renderer will never open, else None. Host
+        names are judged again, resolved, by the gate Chromium's requests go through."""
+        return self._validate_http_url(url, "page_url", MAX_PAGE_URL_CHARS)
+
+    def _validate_http_url(self, url: str, what: str, max_chars: int) -> str | None:
+        if len(url) > max_chars:
+            return f"{what} must be at most {max_chars} characters"
         # HTTP clients split odd URLs differently from WHATWG ("a\@b"); refuse rather than guess.
         if not url.isascii() or not url.isprintable() or " " in url or "\\" in url:
-            return "webhook URL must be ASCII without spaces, control characters or backslashes"
+            return f"{what} must be ASCII without spaces, control characters or backslashes"
         try:
             target = _parse_url(url)
         except _BadUrl as error:
-            return f"webhook URL {error}"
+            return f"{what} {error}"
         if target.scheme not in _NETWORK_SCHEMES:
-            return "webhook URL must use http or https"
+            return f"{what} must use http or https"
         if not _WRITTEN_AUTHORITY.match(url):
             # WHATWG reads "http:///hook" and "http:hook" as http://hook/, HTTP clients as
             # URLs without a host: neither reading is the sender's to pick.
-            return "webhook URL has no host (write it as https://host/path)"
+            return f"{what} has no host (write it as https://host/path)"
         if target.has_userinfo:
-            return "webhook URL must not contain credentials (user:password@)"
+            return f"{what} must not contain credentials (user:password@)"
         verdict = self._check_static(target)
         if verdict is not None and not verdict.allowed:
-            return f"webhook URL is not allowed: {verdict.reason.removeprefix('blocked: ')}"
+            return f"{what} is not allowed: {verdict.reason.removeprefix('blocked: ')}"
         return None
 
     def _check_static(self, target: _Target) -> Verdict | None:

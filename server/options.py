@@ -40,6 +40,42 @@ PAGE_RANGES_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]*)?(\s*,\s*[0-9]+(\s*-\s*[0-9]*)?
 MARGIN_SIDES = ("top", "right", "bottom", "left")
 MAX_TEXT_OPTION = 64 * 1024
 MAX_METADATA_CHARS = 4096
+MAX_WAIT_DELAY_MS = 10_000
+MAX_COOKIES = 50
+MAX_HEADERS = 50
+MAX_COOKIE_VALUE_CHARS = 4096
+MAX_HEADER_VALUE_CHARS = 8192
+MAX_USER_AGENT_CHARS = 1024
+# RFC 9110 token (header and cookie names) and RFC 6265 cookie-octets.
+TOKEN_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
+COOKIE_VALUE_PATTERN = r'^"?[\x21\x23-\x2B\x2D-\x3A\x3C-\x5B\x5D-\x7E]*"?$'
+HEADER_VALUE_PATTERN = r"^[\t\x20-\x7E]*$"
+COOKIE_PATH_PATTERN = r"^/[\x21-\x3A\x3C-\x7E]*$"
+# What the page's own requests may not be given: the browser and the proxy own these, and
+# cookies go in `cookies`.
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "connection",
+        "content-length",
+        "cookie",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+#: media_features: each CSS media feature and the argument of Playwright's emulate_media.
+MEDIA_FEATURES = {
+    "prefers-color-scheme": "color_scheme",
+    "prefers-reduced-motion": "reduced_motion",
+    "forced-colors": "forced_colors",
+    "prefers-contrast": "contrast",
+}
 # Chromium prints a header or footer into the page margin; with no margin it is cut away.
 HEADER_FOOTER_MARGIN = "15mm"
 _LENGTH = re.compile(LENGTH_PATTERN)
@@ -80,6 +116,8 @@ PDF_ONLY = (
     "encrypt",
     "sign",
 )
+_TOKEN = re.compile(TOKEN_PATTERN)
+_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
 
 
 #: The options that a finishing step applies after Chromium (server/finishing.py).
@@ -221,6 +259,165 @@ def _null(name: str) -> dict[str, Any]:
     return {"properties": {name: {"type": "null"}}}
 
 
+def integral(value: Any) -> Any:
+    """JSON Schema counts 131.0 as an integer; so does the API."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _headers(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError("must be an object of header names and values")
+    if len(value) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers")
+    seen: set[str] = set()
+    # Messages name the header, never its value: values are secrets (server/vault.py).
+    for name, text in value.items():
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            raise ValueError(f"{name[:64]!r} is not a header name")
+        if name.lower() in FORBIDDEN_HEADERS:
+            why = "use cookies" if name.lower() == "cookie" else "the browser sets it"
+            raise ValueError(f"{name} cannot be set ({why})")
+        if name.lower() in seen:
+            raise ValueError(f"{name} is given twice")
+        seen.add(name.lower())
+        if not isinstance(text, str):
+            raise ValueError(f"the value of {name} must be a string")
+        if len(text) > MAX_HEADER_VALUE_CHARS or not _HEADER_VALUE.match(text):
+            raise ValueError(
+                f"the value of {name} must be printable ASCII of at most "
+                f"{MAX_HEADER_VALUE_CHARS} characters"
+            )
+    return value
+
+
+class FailOn(BaseModel):
+    """What fails a render instead of printing what came."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    http_status: bool = Field(
+        default=True,
+        description="A page_url whose response is 4xx or 5xx fails the job at once, naming "
+        "the status.",
+    )
+    console_errors: bool = Field(
+        default=False,
+        description="An uncaught exception or console.error fails the job, quoting it "
+        "(scripts run).",
+    )
+    resource_errors: bool = Field(
+        default=False,
+        description="A subresource that failed or was blocked fails the job (otherwise it is "
+        "listed in the job's warnings).",
+    )
+
+
+def _text_matching(
+    pattern: str, hint: str, *, max_chars: int, min_chars: int = 0
+) -> tuple[BeforeValidator, WithJsonSchema]:
+    """A string validated against `pattern`, refused with `hint` (the value itself is never
+    repeated: cookie values are secrets), and documented with the pattern."""
+    compiled = re.compile(pattern)
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str) or not min_chars <= len(value) <= max_chars:
+            raise ValueError(f"must be {hint}, at most {max_chars} characters")
+        if not compiled.match(value):
+            raise ValueError(f"must be {hint}")
+        return value
+
+    schema: dict[str, Any] = {"type": "string", "pattern": pattern, "maxLength": max_chars}
+    if min_chars:
+        schema["minLength"] = min_chars
+    return BeforeValidator(check), WithJsonSchema(schema)
+
+
+CookieName = Annotated[
+    str, *_text_matching(TOKEN_PATTERN, "a cookie name (a token)", max_chars=256, min_chars=1)
+]
+CookieValue = Annotated[
+    str,
+    *_text_matching(
+        COOKIE_VALUE_PATTERN,
+        "a cookie value: printable ASCII without spaces, quotes, commas, semicolons or backslashes",
+        max_chars=MAX_COOKIE_VALUE_CHARS,
+    ),
+]
+CookiePath = Annotated[
+    str,
+    *_text_matching(
+        COOKIE_PATH_PATTERN, "a path starting with / (no spaces or semicolons)", max_chars=1024
+    ),
+]
+CookieDomain = Annotated[
+    str,
+    *_text_matching(r"^\.?[A-Za-z0-9._-]+$", "a host or domain name", max_chars=253, min_chars=1),
+]
+UserAgent = Annotated[
+    str,
+    *_text_matching(
+        r"^[\x20-\x7E]+$", "printable ASCII", max_chars=MAX_USER_AGENT_CHARS, min_chars=1
+    ),
+]
+
+
+class MediaFeatures(BaseModel):
+    """CSS media features to emulate; those not given stay as the browser has them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, serialize_by_alias=True)
+
+    prefers_color_scheme: Literal["light", "dark", "no-preference"] | None = Field(
+        default=None, alias="prefers-color-scheme", description="CSS prefers-color-scheme."
+    )
+    prefers_reduced_motion: Literal["reduce", "no-preference"] | None = Field(
+        default=None, alias="prefers-reduced-motion", description="CSS prefers-reduced-motion."
+    )
+    forced_colors: Literal["active", "none"] | None = Field(
+        default=None, alias="forced-colors", description="CSS forced-colors."
+    )
+    prefers_contrast: Literal["more", "no-preference"] | None = Field(
+        default=None, alias="prefers-contrast", description="CSS prefers-contrast."
+    )
+
+
+class Cookie(BaseModel):
+    """A cookie sent with the requests to the page_url's own origin, and nowhere else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: CookieName = Field(description="The cookie's name.")
+    value: CookieValue = Field(description="The cookie's value: a secret, never shown back.")
+    domain: CookieDomain | None = Field(
+        default=None, description="The page_url's host, or a domain it is in (the default)."
+    )
+    path: CookiePath | None = Field(
+        default=None, description="Sent only to paths under this one (default: every path)."
+    )
+    secure: bool = Field(default=False, description="Sent over https only.")
+    http_only: bool = Field(
+        default=False, description="Hidden from scripts (every such cookie is: it is a header)."
+    )
+
+
+Headers = Annotated[
+    dict[str, str],
+    BeforeValidator(_headers),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_HEADERS,
+            "propertyNames": {"pattern": TOKEN_PATTERN},
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": MAX_HEADER_VALUE_CHARS,
+                "pattern": HEADER_VALUE_PATTERN,
+            },
+        }
+    ),
+]
+_NO_FAILURES = FailOn()
+
+
 def _screenshot_has(field: str, absent: dict[str, Any]) -> dict[str, Any]:
     """The screenshot's `field` is absent, or matches `absent` (its value that asks nothing)."""
     return {"properties": {"screenshot": {"properties": {field: absent}}}}
@@ -239,7 +436,7 @@ def _nullable(schema: dict[str, Any]) -> None:
         schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **described}
 
 
-def options_schema(schema: dict[str, Any]) -> None:
+def _options_schema(schema: dict[str, Any]) -> None:
     """Null means the default; width and height go together (see _with_height); PDF options
     go with a PDF and screenshot with an image, whose quality and transparency need a format
     that has them (see _for_pdf and _for_image)."""
@@ -353,7 +550,7 @@ class RenderOptions(BaseModel):
     """How the page is printed; every field is optional."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, json_schema_extra=options_schema
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_options_schema
     )
 
     # First: the checks of the fields after it read it.
@@ -404,6 +601,41 @@ class RenderOptions(BaseModel):
     subject: Info | None = Field(default=None, description="The PDF's subject.")
     keywords: Keywords | None = Field(
         default=None, description="The PDF's keywords: a string or a list of words."
+    )
+    css: Text | None = Field(
+        default=None, description="A stylesheet added to the page, after its own styles."
+    )
+    wait_until: Literal["load", "networkidle"] = Field(
+        default="load",
+        description="Print after the load event, or once the network has been idle for 500 ms.",
+    )
+    wait_delay_ms: Annotated[int, Field(ge=0, le=MAX_WAIT_DELAY_MS), BeforeValidator(integral)] = (
+        Field(default=0, description="Then wait this many milliseconds more.")
+    )
+    lazy_load: bool = Field(
+        default=False,
+        description="Scroll the page to its end before printing, so lazy images load "
+        "(scripts run).",
+    )
+    fail_on: FailOn = Field(
+        default=_NO_FAILURES, description="What fails the job instead of printing."
+    )
+    cookies: Annotated[list[Cookie], Field(max_length=MAX_COOKIES)] | None = Field(
+        default=None,
+        description="Cookies for the page_url's own origin only (page_url jobs); values are "
+        "secrets, shown as ***.",
+    )
+    headers: Headers | None = Field(
+        default=None,
+        description="HTTP headers for the page_url's own origin only (page_url jobs); values "
+        "are secrets, shown as ***.",
+    )
+    user_agent: UserAgent | None = Field(
+        default=None, description="The User-Agent the page sees (navigator.userAgent too)."
+    )
+    media_features: MediaFeatures | None = Field(
+        default=None,
+        description='CSS media features to emulate, e.g. {"prefers-color-scheme": "dark"}.',
     )
     # Finishing (server/finishing.py), in the order the steps run; the checks of the later
     # ones read the earlier ones.
@@ -562,10 +794,26 @@ class RenderOptions(BaseModel):
         return args
 
     def needs_javascript(self, html: str) -> bool:
-        """Scripts run only in a fresh browser context; pages without them share one safely."""
+        """Scripts run only in a fresh browser context; pages without them share one safely.
+        Scrolling for lazy images and catching script errors are done by scripts."""
         if self.javascript is not None:
             return self.javascript
-        return self.wait_for_expression is not None or "<script" in html.lower()
+        return (
+            self.wait_for_expression is not None
+            or self.lazy_load
+            or self.fail_on.console_errors
+            or "<script" in html.lower()
+        )
+
+    def emulated_media(self) -> dict[str, str]:
+        """Keyword arguments for Playwright's page.emulate_media(): the media type and every
+        media feature ("null" leaves a feature as the browser has it)."""
+        features = self.media_features
+        emulated: dict[str, str] = {"media": self.media}
+        for name, argument in MEDIA_FEATURES.items():
+            value = None if features is None else getattr(features, name.replace("-", "_"))
+            emulated[argument] = value or "null"
+        return emulated
 
 
 def capped_ranges(ranges: str, pages: int) -> str:

@@ -3,7 +3,7 @@ PAdES signature (pyHanko), the last step of all, added as an incremental update 
 everything before it (a PDF/A's metadata, an encryption) stays as it was.
 
 Runs in a finishing process (server/finishing.py); the passwords reach it from the worker,
-which holds them only for the attempt (server/passwords.py).
+which holds them only for the attempt (server/vault.py).
 """
 
 from __future__ import annotations

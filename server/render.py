@@ -41,13 +41,14 @@ from playwright.async_api import (
 )
 from playwright.async_api import Error as PlaywrightError
 
-from server import images, pdfmeta
+from server import images, navigation, pdfmeta
 from server.cgroups import Leaf, RenderCgroups
 from server.dropuser import Launcher, launcher
 from server.egress import DOCUMENT_URL, Gate, Site
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
+from server.sources import Document, PageUrl
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,12 @@ Assets = Mapping[str, tuple[str, bytes]]
 
 
 class Renderer(Protocol):
-    """Turns HTML into PDF (or image) bytes. Raises PermanentError or TransientError."""
+    """Turns HTML (or a page it opens) into PDF or image bytes. Raises PermanentError or
+    TransientError."""
 
     async def render(
         self,
-        html: str,
+        html: Document,
         options: RenderOptions,
         *,
         timeout_s: float,
@@ -198,7 +200,7 @@ class _Slot:
     javascript: bool
     viewport: ViewportSize
     warnings: list[str] = dataclasses.field(default_factory=list)
-    media: str = ""
+    media: dict[str, str] = dataclasses.field(default_factory=dict)  # as emulated last
     leaves: list[Leaf] = dataclasses.field(default_factory=list)
     oom_kills: int = 0
     served: bool = False  # the page is at the gate's reserved origin (a job with assets)
@@ -439,14 +441,17 @@ class ChromiumRenderer:
             log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
             self._recycle_due = True  # the next render recycles it
 
-    async def _new_slot(self, *, javascript: bool) -> _Slot:
+    async def _new_slot(self, *, javascript: bool, user_agent: str | None = None) -> _Slot:
         assert self._browser is not None
         viewport = SCREEN_VIEWPORT if javascript else PRINT_VIEWPORT
         gate = Gate(self._policy)
         await gate.start()
         try:
             context = await self._browser.new_context(
-                java_script_enabled=javascript, viewport=viewport, proxy={"server": gate.url}
+                java_script_enabled=javascript,
+                viewport=viewport,
+                proxy={"server": gate.url},
+                user_agent=user_agent,
             )
         except BaseException:
             await gate.close()
@@ -530,8 +535,10 @@ class ChromiumRenderer:
                 await self._drop_slot(slot)
 
     @contextlib.asynccontextmanager
-    async def _private_slot(self) -> AsyncIterator[_Slot]:
-        slot = await self._new_slot(javascript=True)
+    async def _private_slot(
+        self, *, javascript: bool = True, user_agent: str | None = None
+    ) -> AsyncIterator[_Slot]:
+        slot = await self._new_slot(javascript=javascript, user_agent=user_agent)
         try:
             yield slot
         finally:
@@ -539,7 +546,7 @@ class ChromiumRenderer:
 
     async def render(
         self,
-        html: str,
+        html: Document,
         options: RenderOptions,
         *,
         timeout_s: float,
@@ -550,7 +557,7 @@ class ChromiumRenderer:
         await self._ensure_browser()
         self._inflight += 1
         self._jobs_on_browser += 1
-        site = Site(html.encode(), assets) if assets else None
+        site = Site(html.encode(), assets) if assets and isinstance(html, str) else None
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._render(html, options, timeout_s, on_print, site)
@@ -571,14 +578,21 @@ class ChromiumRenderer:
 
     async def _render(
         self,
-        html: str,
+        html: Document,
         options: RenderOptions,
         timeout_s: float,
         on_print: Callable[[], None] | None,
         site: Site | None,
     ) -> RenderResult:
-        private = options.needs_javascript(html)
-        slots = self._private_slot() if private else self._reused_slot()
+        # A served page usually needs its scripts: they run unless the options say otherwise.
+        if isinstance(html, PageUrl):
+            javascript = options.javascript is not False
+        else:
+            javascript = options.needs_javascript(html)
+        if javascript or options.user_agent is not None or isinstance(html, PageUrl):
+            slots = self._private_slot(javascript=javascript, user_agent=options.user_agent)
+        else:
+            slots = self._reused_slot()
         async with slots as slot:
             slot.gate.site = site
             slot.served = site is not None
@@ -602,39 +616,65 @@ class ChromiumRenderer:
     async def _print(
         self,
         slot: _Slot,
-        html: str,
+        html: Document,
         options: RenderOptions,
         timeout_s: float,
         on_print: Callable[[], None] | None,
     ) -> bytes:
         timeout_ms = timeout_s * 1000
         page = slot.page
-        if slot.media != options.media:
-            await page.emulate_media(media=options.media)
-            slot.media = options.media
+        media = options.emulated_media()
+        if slot.media != media:
+            await page.emulate_media(**media)  # type: ignore[arg-type]
+            slot.media = media
         scripts = slot.javascript or options.wait_for_selector
         viewport = images.viewport(options) or (SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT)
         if slot.viewport != viewport:
             await page.set_viewport_size(viewport)
             slot.viewport = viewport
-        await _open(page, html, timeout_ms, served=slot.gate.site is not None)
-        if options.wait_for_selector:
-            await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
-        if options.wait_for_expression:
-            await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
+        fail_on = options.fail_on
+        # Listeners only where the source or the options need them (server/navigation.py).
+        watch = None
+        if isinstance(html, PageUrl) or fail_on.console_errors or fail_on.resource_errors:
+            watch = navigation.Watch(page, options, slot.warnings)
+        try:
+            if isinstance(html, PageUrl):
+                await navigation.open_url(
+                    page, html.url, options, timeout_ms=timeout_ms, warnings=slot.warnings
+                )
+                if options.css:
+                    await page.add_style_tag(content=options.css)
+            else:
+                await _open(page, html, options, timeout_ms, served=slot.served)
+            # Without scripts, Chromium loads lazy images at once: there is nothing to scroll for.
+            if options.lazy_load and slot.javascript:
+                await navigation.scroll_to_end(page)
+            if options.wait_for_selector:
+                await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
+            if options.wait_for_expression:
+                await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
+            if options.wait_delay_ms:
+                await asyncio.sleep(options.wait_delay_ms / 1000)
+            if watch is not None:
+                watch.check()
+        finally:
+            if watch is not None:
+                watch.stop()
         if on_print is not None:
             on_print()
         return await images.capture(page, options, self._max_pages)
 
 
-async def _open(page: Page, html: str, timeout_ms: float, *, served: bool) -> None:
+async def _open(
+    page: Page, html: str, options: RenderOptions, timeout_ms: float, *, served: bool
+) -> None:
     """Load the document: written into the page (about:blank, nothing relative resolves), or,
     when its slot's gate serves it (a job with assets), opened at the gate's reserved origin,
     where relative URLs reach the job's files. Only jobs with assets pay for the navigation."""
     if served:
-        await page.goto(DOCUMENT_URL, wait_until="load", timeout=timeout_ms)
+        await page.goto(DOCUMENT_URL, wait_until=options.wait_until, timeout=timeout_ms)
     else:
-        await page.set_content(html, wait_until="load", timeout=timeout_ms)
+        await page.set_content(html, wait_until=options.wait_until, timeout=timeout_ms)
 
 
 async def _blank(page: Page) -> None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from server import assets, images, jobs, options, passwords, templates
+from server import assets, images, jobs, options, sources, vault
 from server.assets import AssetCache
 from server.errors import (
     DB_ERRORS,
@@ -62,7 +62,7 @@ class WorkerConfig:
     #: when the slot frees, instead of after (the print of a page that loads quickly is short
     #: too, so the job claimed waits briefly). 0: claim only for a free slot.
     claim_while_printing_s: float = 0.0
-    #: PRESSROOM_SECRET: opens the PDF passwords sealed with a job (server/passwords.py).
+    #: PRESSROOM_SECRET: opens the secrets sealed with a job (server/vault.py).
     secret: str = ""
     #: The key `sign` uses (None: none configured, and `sign` is refused at submission).
     signing: SigningKey | None = None
@@ -372,8 +372,16 @@ class Workers:
         warnings: list[str] = []
         try:
             render_options = options.parse(job.options)
-            html = await templates.render_async(
-                job.template, job.data, timeout_s=self._config.render_timeout_s
+            if job.secrets is not None:
+                render_options = vault.reveal(
+                    render_options, job.secrets, secret=self._config.secret, job_id=job.id
+                )
+            html = await sources.load(
+                job.source,
+                job.template,
+                job.data,
+                render_options,
+                timeout_s=self._config.render_timeout_s,
             )
             page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
             finish = await self._finish_work(job, render_options)
@@ -442,11 +450,14 @@ class Workers:
 
     async def _finish_work(self, job: ClaimedJob, given: options.RenderOptions) -> Work | None:
         """What the finishing step needs (None when the options ask for none): the options
-        with their passwords, the bytes of the assets they name, the signing key."""
+        (their passwords revealed), the bytes of the assets they name, the signing key."""
         if not given.finishing:
             return None
-        secret = self._config.secret
-        with_passwords = passwords.reveal(given, job.passwords, secret=secret, job_id=job.id)
+        if given.encrypt is not None and given.encrypt.owner_password == vault.REDACTED:
+            # The sealed values were erased with the job's final state (a manual retry).
+            raise PermanentError(
+                "the job's PDF passwords were erased when it ended; submit it again"
+            )
         ids = [a.asset for a in given.attachments or ()]
         if given.stamp is not None and given.stamp.asset is not None:
             ids.append(given.stamp.asset)
@@ -463,7 +474,7 @@ class Workers:
                 except FileNotFoundError:
                     raise PermanentError(f"the asset {asset_id} is no longer stored") from None
                 contents[asset_id] = (known[asset_id].content_type, data)
-        return Work(b"", with_passwords, contents, self._config.signing)
+        return Work(b"", given, contents, self._config.signing)
 
     async def _finished(self, result: RenderResult, work: Work) -> RenderResult:
         """The printed PDF through its finishing steps, bounded by the render time limit."""

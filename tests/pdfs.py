@@ -16,6 +16,7 @@ from PIL import Image
 from server.errors import RenderError
 from server.options import RenderOptions
 from server.render import Assets, RenderResult
+from server.sources import Document
 
 
 def minimal_pdf(text: str = "Pressroom") -> bytes:
@@ -63,14 +64,15 @@ class FakeRenderer:
         self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
-        self.rendered: list[str] = []
-        self.calls: list[str] = []  # every render begun, finished or not
+        self.rendered: list[Document] = []
+        self.calls: list[Document] = []  # every render begun, finished or not
+        self.options: list[RenderOptions] = []  # the options of every render begun
         self.assets: list[Assets | None] = []  # the files each render was given
         self.started = asyncio.Event()
 
     async def render(
         self,
-        html: str,
+        html: Document,
         options: RenderOptions,
         *,
         timeout_s: float,
@@ -78,6 +80,7 @@ class FakeRenderer:
         assets: Assets | None = None,
     ) -> RenderResult:
         self.calls.append(html)
+        self.options.append(options)
         self.assets.append(assets)
         self.started.set()
         if self.load_s:

@@ -4,11 +4,12 @@
 are not the schema's to state, since they depend on what the server holds or on Jinja2 and
 the network policy; valid requests are made to keep them here, and nothing else is changed:
 a template that Jinja2 parses, a template_id replaced by a template (stored names are the
-server's), a cursor only the server hands out, a public webhook URL, fresh idempotency and
-batch item keys (a key reused with other content is refused by design), no asset map and no
-finishing option that names an asset (asset ids are the server's), no signature (the server
-has no signing key), a PDF asset that is a whole PDF, and a multipart job whose index part is
-a page and whose job part is JSON."""
+server's), a cursor only the server hands out, a public webhook URL and page URL (with
+cookie domains that are its host, and header names the browser leaves to the page), fresh
+idempotency and batch item keys (a key reused with other content is refused by design), no
+asset map and no finishing option that names an asset (asset ids are the server's), no
+signature (the server has no signing key), a PDF asset that is a whole PDF, and a multipart
+job whose index part is a page and whose job part is JSON."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import schemathesis
 
 from server import templates
 from server.models import MAX_WAIT_S
+from server.options import FORBIDDEN_HEADERS
 from tests.pdfs import minimal_pdf
 
 MAX_TEST_WAIT_S = 1.0
 PUBLIC_HOOK = "https://hooks.invalid/fuzz"
+PUBLIC_PAGE = "https://pages.invalid/fuzz"
 PLAIN = "<p>fuzz</p>"
 
 
@@ -56,19 +59,39 @@ def _keep_server_rules(case: Any) -> None:
     if body is None:
         return
     body.pop("assets", None)
-    _finishing(body.get("options"))
     _source(body, "html")
-    _source(body, "template")
-    if body.get("webhook_url") is not None:
-        body["webhook_url"] = PUBLIC_HOOK
+    _job(body)
     for item in body.get("items") or ():
         if isinstance(item, dict):
             item["key"] = str(uuid.uuid4())
             item.pop("assets", None)
-            _finishing(item.get("options"))
-            _source(item, "template")
-            if item.get("webhook_url") is not None:
-                item["webhook_url"] = PUBLIC_HOOK
+            _job(item)
+
+
+def _job(body: dict[str, Any]) -> None:
+    _source(body, "template")
+    _source(body, "markdown")
+    if body.get("webhook_url") is not None:
+        body["webhook_url"] = PUBLIC_HOOK
+    if body.get("page_url") is not None:
+        body["page_url"] = PUBLIC_PAGE
+    options = body.get("options")
+    if not isinstance(options, dict):
+        return
+    _finishing(options)
+    for cookie in options.get("cookies") or ():
+        if isinstance(cookie, dict) and cookie.get("domain") is not None:
+            cookie["domain"] = "pages.invalid"
+    headers = options.get("headers")
+    if isinstance(headers, dict):
+        for name in [n for n in headers if n.lower() in FORBIDDEN_HEADERS]:
+            del headers[name]
+        # Names that differ in case only are one header, given twice.
+        seen: set[str] = set()
+        for name in list(headers):
+            if name.lower() in seen:
+                del headers[name]
+            seen.add(name.lower())
 
 
 def _finishing(options: Any) -> None:

@@ -10,13 +10,13 @@
 -- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
 -- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
 -- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
--- way the job went. $16 holds the jobs' assets (NULL for a job without any), $17 their sealed
--- PDF passwords (NULL for a job without encrypt).
+-- way the job went. $16 holds the jobs' assets (NULL for a job without any); $17 and $18 each
+-- job's source and sealed secrets.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash,
                       status, attempts, worker_id, lease_expires_at, started_at, assets,
-                      passwords)
+                      source, secrets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash,
            CASE WHEN handed THEN 'running' ELSE 'queued' END,
@@ -24,13 +24,13 @@ WITH new AS (
            CASE WHEN handed THEN $14 END,
            CASE WHEN handed THEN now() + make_interval(secs => $15) END,
            CASE WHEN handed THEN now() END,
-           assets, passwords
+           assets, source, secrets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[], $16::jsonb[], $17::bytea[])
+                $13::bool[], $16::jsonb[], $17::text[], $18::bytea[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash, handed, assets,
-              passwords)
+              max_attempts, run_after, idempotency_key, request_hash, handed, assets, source,
+              secrets)
     RETURNING *
 ), ev AS (
     -- Every job.queued event first, then the job.running ones: a handed-off job's events
@@ -72,7 +72,7 @@ WITH picked AS (
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
 )
 SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets,
-       c.passwords
+       c.source, c.secrets
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
@@ -190,13 +190,14 @@ WITH cancelled AS (
 SELECT job_public(c::jobs) AS job FROM cancelled c;
 
 -- retry_job --
--- A failed job goes back to the queue with fresh attempts; not one whose PDF passwords were
--- erased when it failed (0015): it could not be encrypted.
+-- A failed job goes back to the queue with fresh attempts; not one whose secrets (cookie and
+-- header values, PDF passwords) were erased when it failed (0012): it would run without them.
 WITH requeued AS (
     UPDATE jobs
     SET status = 'queued', attempts = 0, run_after = now(), finished_at = NULL,
         progress = NULL, updated_at = now()
-    WHERE id = $1 AND tenant = $2 AND status = 'failed' AND NOT options ? 'encrypt'
+    WHERE id = $1 AND tenant = $2 AND status = 'failed'
+      AND NOT (options ? 'cookies' OR options ? 'headers' OR options ? 'encrypt')
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -511,18 +512,18 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url) VALUES ($1, $2, $3, 
 -- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
--- every item's position, key and job id; $17 holds the new jobs' assets, $18 their sealed PDF
--- passwords.
+-- every item's position, key and job id; $17 holds the new jobs' assets, $18 and $19 each new
+-- job's source and sealed secrets.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                      max_attempts, run_after, item_key, item_hash, assets, passwords)
+                      max_attempts, run_after, item_key, item_hash, assets, source, secrets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, passwords
+           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $17::jsonb[], $18::bytea[])
+                $17::jsonb[], $18::text[], $19::bytea[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash, assets, passwords)
+              max_attempts, run_after, item_key, item_hash, assets, source, secrets)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)

@@ -399,7 +399,6 @@ async def test_a_bad_multipart_job_is_a_clear_problem_and_stores_nothing(
     assert not list((app.app[SETTINGS].files_dir / "default" / "assets").glob("*"))
 
 
-@pytest.mark.xfail(strict=False, reason="markdown source lands with the sources branch")
 async def test_a_multipart_job_with_index_md_is_a_markdown_job(
     api: RunningApp, fake_renderer: FakeRenderer
 ) -> None:
@@ -479,4 +478,16 @@ async def test_a_multipart_part_whose_headers_are_not_http_headers_is_a_400(
     async with app.http.post(app.url("/v1/jobs"), data=body, headers=headers) as resp:
         assert resp.status == 400, await resp.text()
         assert resp.content_type == "application/problem+json"
+    assert await count(pool, "jobs") == 0
+
+
+async def test_a_page_url_job_takes_no_assets(api: RunningApp, pool: asyncpg.Pool) -> None:
+    status, logo = await upload(api, LOGO)
+    assert status in (200, 201)
+    body = {"page_url": "https://pages.invalid/invoice", "assets": {"logo.png": logo["id"]}}
+    async with api.http.post(api.url("/v1/jobs"), json=body) as resp:
+        assert resp.status == 422
+        problem = await resp.json()
+    assert [e["field"] for e in problem["errors"]] == ["assets"], problem
+    assert "its own site" in problem["errors"][0]["message"]
     assert await count(pool, "jobs") == 0

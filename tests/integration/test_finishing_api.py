@@ -189,7 +189,7 @@ async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
         pdf = await resp.read()
     pool = app.app[POOL]
     row = await pool.fetchrow(
-        "SELECT passwords, options::text, request_hash FROM jobs WHERE id = $1", done["id"]
+        "SELECT secrets, options::text, request_hash FROM jobs WHERE id = $1", done["id"]
     )
     deliveries = await pool.fetch("SELECT payload::text FROM webhook_deliveries")
     texts += [row["options"], row["request_hash"], *(d["payload"] for d in deliveries)]
@@ -198,7 +198,7 @@ async def test_pdf_passwords_are_shown_by_nothing_and_erased_when_the_job_ends(
     for text in texts:
         assert USER not in text and OWNER not in text, text
     assert done["options"]["encrypt"]["owner_password"] == "***"
-    assert row["passwords"] is None  # erased with the final state
+    assert row["secrets"] is None  # erased with the final state
     with pytest.raises(pikepdf.PasswordError):
         pikepdf.open(io.BytesIO(pdf))
     with pikepdf.open(io.BytesIO(pdf), password=USER) as opened:
@@ -236,7 +236,7 @@ async def test_a_failed_job_with_passwords_cannot_be_retried(start_app: Callable
     assert messages[-1].json["job"]["status"] == "failed"
     async with app.http.post(app.url(f"/v1/jobs/{job['id']}/retry")) as resp:
         assert resp.status == 409
-        assert "passwords were erased" in (await resp.json())["detail"]
+        assert "PDF passwords) were erased" in (await resp.json())["detail"]
 
 
 async def test_an_asset_a_queued_job_finishes_with_is_kept(api: RunningApp) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from server import options, passwords
+from server import options, vault
 from server.errors import PermanentError
-from server.finish_options import REDACTED, page_numbers
+from server.finish_options import page_numbers
 from server.settings import Settings, SettingsError
 from server.signkey import SigningKey, SigningKeyError
 from tests import testca
@@ -94,21 +94,20 @@ def test_pages_choose_existing_pages_once_in_order() -> None:
 def test_passwords_are_shown_redacted_and_open_only_for_their_job() -> None:
     secret, job_id = "server-secret", uuid.uuid4()
     given = options.parse({"encrypt": {"user_password": "open-me", "owner_password": "own"}})
-    shown, sealed = passwords.hide(given, secret=secret, job_id=job_id)
+    shown, sealed = vault.hide(given, secret=secret, job_id=job_id)
     assert sealed is not None and b"open-me" not in sealed and b"own" not in sealed
     assert shown.encrypt is not None
-    assert (shown.encrypt.user_password, shown.encrypt.owner_password) == (REDACTED, REDACTED)
+    redacted = (vault.REDACTED, vault.REDACTED)
+    assert (shown.encrypt.user_password, shown.encrypt.owner_password) == redacted
     assert "open-me" not in str(options.to_json(shown))
-    back = passwords.reveal(shown, sealed, secret=secret, job_id=job_id)
+    back = vault.reveal(shown, sealed, secret=secret, job_id=job_id)
     assert back.encrypt == given.encrypt
     with pytest.raises(PermanentError, match="cannot be opened"):
-        passwords.reveal(shown, sealed, secret=secret, job_id=uuid.uuid4())
-    with pytest.raises(PermanentError, match="erased"):
-        passwords.reveal(shown, None, secret=secret, job_id=job_id)
+        vault.reveal(shown, sealed, secret=secret, job_id=uuid.uuid4())
     body = {"template": "x", "options": {"encrypt": {"owner_password": "own"}}}
-    fingerprint = passwords.fingerprinted(body, secret=secret)
+    fingerprint = vault.fingerprinted(body, secret=secret)
     assert "own" not in str(fingerprint["options"]["encrypt"].values())
-    assert fingerprint == passwords.fingerprinted(body, secret=secret)
+    assert fingerprint == vault.fingerprinted(body, secret=secret)
 
 
 def test_a_signing_key_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:
@@ -130,3 +129,19 @@ def test_an_expired_key_starts_and_is_reported(tmp_path: Path) -> None:
     with pytest.raises(SigningKeyError, match="expired"):
         key.check()
     assert key.check(now=dt.datetime.now(dt.UTC) - dt.timedelta(days=1.5), expiry=True)
+
+
+def test_passwords_are_sealed_with_a_page_url_job_s_cookies_and_headers() -> None:
+    secret, job_id = "server-secret", uuid.uuid4()
+    given = options.parse(
+        {
+            "cookies": [{"name": "session", "value": "cookie-secret"}],
+            "headers": {"X-Key": "header-secret"},
+            "encrypt": {"owner_password": "owner-secret"},
+        }
+    )
+    shown, sealed = vault.hide(given, secret=secret, job_id=job_id)
+    assert sealed is not None
+    text = str(options.to_json(shown))
+    assert not any(word in text for word in ("cookie-secret", "header-secret", "owner-secret"))
+    assert vault.reveal(shown, sealed, secret=secret, job_id=job_id) == given

@@ -9,6 +9,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import pytest
 
 from server.netpolicy import NetworkPolicy, Resolver, Verdict, _getaddrinfo, classify
+from server.netpolicy import origin as netpolicy_origin
 
 
 async def never_called(host: str) -> list[str]:
@@ -462,3 +463,47 @@ def test_validate_webhook_url_honours_the_allow_list() -> None:
     assert policy.validate_webhook_url("http://localhost:8000/hook") is None
     assert policy.validate_webhook_url("http://10.1.2.3/hook") is None
     assert policy.validate_webhook_url("http://192.168.0.1/hook") is not None
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("https://pages.example/invoice?id=7", None),
+        ("http://pages.example:8080/", None),
+        ("file:///etc/passwd", "page_url must use http or https"),
+        ("javascript:alert(1)", "page_url must use http or https"),
+        ("ftp://pages.example/", "page_url must use http or https"),
+        ("http://127.0.0.1/", "page_url is not allowed: 127.0.0.1 is a loopback address"),
+        ("http://0x7f.1/", "page_url is not allowed: 127.0.0.1 is a loopback address"),
+        ("http://[::ffff:10.0.0.1]/", "page_url is not allowed: ::ffff:a00:1 is a private"),
+        ("http://172.16.4.4/", "page_url is not allowed: 172.16.4.4 is a private address"),
+        ("http://169.254.169.254/", "page_url is not allowed: 169.254.169.254 is a cloud"),
+        ("http://[fd00:ec2::254]/", "page_url is not allowed: fd00:ec2::254 is a cloud"),
+        ("https://a:b@pages.example/", "page_url must not contain credentials"),
+        ("http:///x", "page_url has no host"),
+        ("https://pages.example/" + "x" * 8192, "page_url must be at most 8192 characters"),
+    ],
+)
+def test_validate_page_url(url: str, error: str | None) -> None:
+    why = NetworkPolicy().validate_page_url(url)
+    assert why == error if error is None else why is not None and why.startswith(error), why
+
+
+def test_validate_page_url_honours_the_allow_list() -> None:
+    assert NetworkPolicy(["127.0.0.1"]).validate_page_url("http://127.0.0.1:8080/x") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://Pages.Example:80/a?b#c", "http://pages.example"),
+        ("https://pages.example:443", "https://pages.example"),
+        ("https://pages.example:8443/x", "https://pages.example:8443"),
+        ("http://2130706433:8080/", "http://127.0.0.1:8080"),
+        ("http://[0:0::1]:81/", "http://[::1]:81"),
+        ("data:text/html,x", None),
+        ("http://", None),
+    ],
+)
+def test_origin_is_written_as_chromium_writes_request_urls(url: str, origin: str | None) -> None:
+    assert netpolicy_origin(url) == origin

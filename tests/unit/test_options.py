@@ -165,3 +165,72 @@ def test_a_job_naming_another_output_leaves_the_templates_other_options_behind()
     assert options.layered(shot, {"landscape": True}) == {**shot, "landscape": True}
     with pytest.raises(OptionsError):
         options.parse(options.layered(shot, {"landscape": True}))
+
+
+def test_page_options_have_their_defaults_and_bounds() -> None:
+    parsed = options.parse(None)
+    assert (parsed.wait_until, parsed.wait_delay_ms, parsed.lazy_load) == ("load", 0, False)
+    assert parsed.fail_on.model_dump() == {
+        "http_status": True,
+        "console_errors": False,
+        "resource_errors": False,
+    }
+    assert options.parse({"wait_delay_ms": 10_000}).wait_delay_ms == 10_000
+    with pytest.raises(OptionsError) as caught:
+        options.parse({"wait_delay_ms": -1, "lazy_load": "yes", "fail_on": {"pages": True}})
+    assert [field for field, _ in caught.value.errors] == [
+        "options.wait_delay_ms",
+        "options.lazy_load",
+        "options.fail_on.pages",
+    ]
+    # Stored as given, read back the same.
+    given = {"fail_on": {"console_errors": True}, "media_features": {"forced-colors": "active"}}
+    assert options.to_json(options.parse(given)) == given
+
+
+def test_media_features_map_to_playwright_and_reset_what_is_not_asked() -> None:
+    assert options.parse(None).emulated_media() == {
+        "media": "print",
+        "color_scheme": "null",
+        "reduced_motion": "null",
+        "forced_colors": "null",
+        "contrast": "null",
+    }
+    features = {"prefers-color-scheme": "dark", "prefers-reduced-motion": "reduce"}
+    emulated = options.parse({"media": "screen", "media_features": features}).emulated_media()
+    assert emulated["media"] == "screen" and emulated["color_scheme"] == "dark"
+    assert emulated["reduced_motion"] == "reduce" and emulated["contrast"] == "null"
+    with pytest.raises(OptionsError) as caught:
+        options.parse({"media_features": {"prefers-sparkle": "yes"}})
+    assert caught.value.errors == [
+        ("options.media_features.prefers-sparkle", "is not a known field")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"headers": {"Content-Length": "1"}}, "Content-Length cannot be set"),
+        ({"headers": {"bad name": "1"}}, "'bad name' is not a header name"),
+        ({"headers": {"X-A": "1", "x-a": "2"}}, "x-a is given twice"),
+        ({"headers": {"X-A": 1}}, "the value of X-A must be a string"),
+        ({"headers": {f"X-{n}": "v" for n in range(51)}}, "at most 50 headers"),
+        ({"cookies": [{"name": "a", "value": "has space"}]}, "must be a cookie value"),
+        ({"cookies": [{"name": "a", "value": "b", "path": "app"}]}, "must be a path"),
+        ({"cookies": [{"name": "a", "value": "b", "expires": 1}]}, "is not a known field"),
+        ({"user_agent": "Bot\n1"}, "must be printable ASCII"),
+    ],
+)
+def test_cookies_headers_and_user_agent_are_checked_without_echoing_values(
+    given: dict[str, object], message: str
+) -> None:
+    with pytest.raises(OptionsError) as caught:
+        options.parse(given)
+    assert message in str(caught.value)
+    assert "has space" not in str(caught.value)
+
+
+@pytest.mark.parametrize("opts", [{"lazy_load": True}, {"fail_on": {"console_errors": True}}])
+def test_scrolling_and_catching_script_errors_run_scripts(opts: dict[str, object]) -> None:
+    assert options.parse(opts).needs_javascript("<p>plain</p>")
+    assert not options.parse({**opts, "javascript": False}).needs_javascript("<p>plain</p>")
