@@ -15,8 +15,11 @@ both are started once and warmed, then print the same --docs documents in --roun
 rounds; the row reports the medians, so a drift of the machine's speed during the run (a
 shared host) weighs on both alike.
 
+Then each finishing step (bench.finishing) on the engine's plain output of the same documents:
+PDFs/s and ms per page of the step alone, beside Chromium's own print.
+
     python -m bench.render [--docs N] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
-                           [--engines headless-shell,chromium]
+                           [--engines headless-shell,chromium] [--finish-docs 4]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from aiohttp import ClientSession
 from playwright.async_api import async_playwright
 
+from bench import finishing
 from bench.common import (
     INVOICE,
     QUICK,
@@ -257,7 +261,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 shorter = max(2 * max(slot_counts), args.docs * 2 // pages)
                 docs = args.docs if pages <= 1 else shorter
                 rows += await run_pages(docs, slot_counts, pages, args.rounds, engine)
-    return {"args": vars(args), "command": command(NAME, *_argv(args)), "rows": rows}
+    result = {"args": vars(args), "command": command(NAME, *_argv(args)), "rows": rows}
+    if args.finish_docs > 0:
+        page_counts = [int(p) for p in args.pages.split(",")]
+        result["finishing"] = await finishing.run_rows(args.finish_docs, page_counts)
+    return result
 
 
 def parser() -> argparse.ArgumentParser:
@@ -274,6 +282,12 @@ def parser() -> argparse.ArgumentParser:
         help="alternating raw/Pressroom pairs per row; the row reports their medians",
     )
     parser.add_argument(
+        "--finish-docs",
+        type=int,
+        default=2 if QUICK else 4,
+        help="documents per finishing step (bench.finishing; 0: none)",
+    )
+    parser.add_argument(
         "--engines",
         default="default" if QUICK else "headless-shell,chromium",
         help="headless-shell, chromium, default (what Pressroom chooses here)",
@@ -288,6 +302,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
         f"--pages {args.pages}",
         f"--rounds {args.rounds}",
         f"--engines {args.engines}",
+        f"--finish-docs {args.finish_docs}",
     ]
 
 

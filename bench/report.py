@@ -544,6 +544,20 @@ def render_rows(render: Result) -> list[list[str]]:
     ]
 
 
+def finishing_rows(render: Result) -> list[list[str]]:
+    return [
+        [
+            r["step"],
+            str(r["pages"]),
+            str(r["docs"]),
+            f"{r['pdfs_per_s']:.1f}",
+            f"{r['ms_per_page']:.1f}",
+            f"x{r['bytes_ratio']:.2f}",
+        ]
+        for r in render.get("finishing", [])
+    ]
+
+
 def egress_rows(egress: Result) -> list[list[str]]:
     row, args = egress["row"], egress["args"]
     each = ", ".join(f"{r['ratio']:.2f}" for r in egress["rounds"])
@@ -672,6 +686,8 @@ def markdown(results: Result) -> str:
         context["writepath_spans"] = writepath_spans(results["writepath"])
     if "budget" in results:
         context["budget_stage_rows"] = budget_stage_rows(results["budget"])
+    if "render" in results:
+        context["finishing_rows"] = finishing_rows(results["render"])
     text = _ENV.get_template("report.md.j2").render(context)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"
 

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
@@ -26,6 +27,8 @@ from server import (
     vault,
     webhooks,
 )
+from server.assets import Upload
+from server.errors import PermanentError
 from server.events import JobEvent
 from server.http_common import (
     checks,
@@ -38,7 +41,7 @@ from server.http_common import (
 )
 from server.hub import Subscription, etag, etag_matches
 from server.jobs import JobState, NewJob, StoredJob
-from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
+from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
 from server.models import (
     Checks,
     JobListQuery,
@@ -48,7 +51,7 @@ from server.models import (
     encode_cursor,
     parse_template_id,
 )
-from server.problems import Problem, not_found
+from server.problems import Problem, invalid, not_found
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,37 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
     )
 
 
+async def check_invoices(
+    request: web.Request, jobs: list[JobRequest], pending: Iterable[Upload] = (), prefix: str = ""
+) -> None:
+    """422 naming the first problem of each Factur-X XML the jobs embed (checked against its
+    schema off the event loop); `prefix` is how the body names a job (items[0])."""
+    problems = []
+    uploads = {upload.id: upload.data for upload in pending}
+    for index, job in enumerate(jobs):
+        invoice = job.options.facturx if job.options is not None else None
+        if invoice is None:
+            continue
+        xml = uploads.get(invoice.xml)
+        if xml is None:
+            xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
+        try:
+            await asyncio.to_thread(_check_invoice, xml, invoice.profile)
+        except PermanentError as exc:
+            where = prefix.format(index=index)
+            problems.append((f"{where}options.facturx.xml", f"the XML {exc}"))
+    if problems:
+        raise invalid(problems, "The Factur-X XML is not a valid invoice.")
+
+
+def _check_invoice(xml: bytes, profile: str | None) -> None:
+    # Imported here, in the thread: factur-x loads pypdf and lxml, which the API needs only
+    # for an invoice.
+    from server import invoices
+
+    invoices.check(xml, profile)
+
+
 async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
     """The job as clients see it: links, and signed download URLs once it is done."""
     return await present_job(request.app, job, tenant, auth.key_id_of(request))
@@ -126,9 +160,11 @@ async def submit(request: web.Request) -> web.Response:
         await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
     stored = await library.named(request, [raw])
     pending = multipart.uploads if multipart else ()
-    found = await assets_api.named(request, [raw], (t.assets for t in stored.values()), pending)
+    found = await assets_api.named(request, [raw], stored.values(), pending)
     named = checks(request, stored, found)
-    new = new_job(validated(JobRequest, raw, named), tenant_of(request), named)
+    valid = validated(JobRequest, raw, named)
+    await check_invoices(request, [valid], pending)
+    new = new_job(valid, tenant_of(request), named)
     if multipart is not None and multipart.uploads:
         await assets_api.store(request, multipart.uploads)
     if key is not None:
@@ -322,7 +358,8 @@ async def retry(request: web.Request) -> web.Response:
             raise Problem(
                 409,
                 "Conflict",
-                "The job's cookies and headers were erased when it failed; submit it again.",
+                "The job's secrets (cookie and header values, PDF passwords) were erased when "
+                "it failed; submit it again.",
             )
         raise Problem(
             409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."

@@ -174,6 +174,8 @@ def create_app(
             max_pages=settings.max_pages,
             claim_while_printing_s=settings.claim_while_printing_s,
             secret=settings.secret,
+            signing=settings.signing,
+            finish_max_mb=settings.render_max_mb,
         )
         workers = Workers(
             app[POOL],
@@ -194,6 +196,7 @@ def create_app(
             yield
             app[GROUP_COMMIT].hand_off = None
             await workers.stop()
+        await workers.close()
 
     async def webhooks(app: web.Application) -> AsyncIterator[None]:
         if settings.webhook_concurrency == 0:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from server import assets
+from server import assets, finish_options
 from server.assets import Asset, QuotaExceeded, Upload
 from server.errors import StorageError
 from server.http_common import json_response, parse_json, tenant_of
@@ -115,24 +115,38 @@ async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
 # --- the assets a body names ---------------------------------------------------------------
 
 
+class _Stored(Protocol):
+    """What the lookup reads of a stored template (library.StoredTemplate)."""
+
+    @property
+    def assets(self) -> Mapping[str, str]: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+
 def _ids(body: Any) -> list[str]:
-    mapped = body.get("assets") if isinstance(body, dict) else None
-    if not isinstance(mapped, dict):
+    """The asset ids a body (or a stored template) names: in its asset map and in the
+    finishing options (attachments, an image stamp, a Factur-X XML)."""
+    if not isinstance(body, dict):
         return []
-    return [value for value in mapped.values() if isinstance(value, str)]
+    mapped = body.get("assets")
+    ids = list(mapped.values()) if isinstance(mapped, dict) else []
+    ids += finish_options.asset_ids(body.get("options"))
+    return [value for value in ids if isinstance(value, str)]
 
 
 async def named(
     request: web.Request,
     bodies: Iterable[Any],
-    stored: Iterable[Mapping[str, str]] = (),
+    stored: Iterable[_Stored] = (),
     pending: Iterable[Upload] = (),
 ) -> dict[str, Asset]:
-    """The tenant's assets the bodies and the `stored` templates' maps name, in one query,
-    with `pending` uploads counted as stored; unknown ids are missing, and validation reports
-    them."""
+    """The tenant's assets the bodies and the `stored` templates (their assets and options)
+    name, in one query, with `pending` uploads counted as stored; unknown ids are missing, and
+    validation reports them."""
     ids = [i for body in bodies for i in _ids(body)]
-    ids += [i for mapped in stored for i in mapped.values()]
+    ids += [i for t in stored for i in _ids({"assets": t.assets, "options": t.options})]
     found = await assets.find(request.app[POOL], tenant_of(request), ids) if ids else {}
     for upload in pending:
         found.setdefault(

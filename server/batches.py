@@ -60,9 +60,10 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         max_bytes=request.app[SETTINGS].max_template_bytes,
     )
     stored = await library.named(request, raw_items)
-    found = await assets_api.named(request, raw_items, (t.assets for t in stored.values()))
+    found = await assets_api.named(request, raw_items, stored.values())
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
+    await api.check_invoices(request, list(batch.items), prefix="items[{index}].")
     tenant = tenant_of(request)
     jobs = [api.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items]
     secret = request.app[SETTINGS].secret

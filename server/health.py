@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from server import metrics
-from server.keys import CHROMIUM, LISTENER, METRICS, POOL, RENDERER, STORAGE
+from server.keys import CHROMIUM, LISTENER, METRICS, POOL, RENDERER, SETTINGS, STORAGE
 
 READY_TIMEOUT_S = 2.0
 
@@ -32,7 +32,8 @@ async def _probe(check: Any) -> str:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when the database, the LISTEN connection, storage and the browser all answer."""
+    """Ready when the database, the LISTEN connection, storage and the browser all answer, and
+    the signing key (when one is configured) opens and has not expired."""
     app = request.app
 
     async def database() -> None:
@@ -45,6 +46,12 @@ async def readyz(request: web.Request) -> web.Response:
     checks = {"database": database, "listener": listener, "storage": app[STORAGE].check}
     if RENDERER in app:
         checks["browser"] = app[RENDERER].check
+    if (key := app[SETTINGS].signing) is not None:
+
+        async def signing_key() -> None:
+            await asyncio.to_thread(key.check)
+
+        checks["signing_key"] = signing_key
     results = dict(
         zip(checks, await asyncio.gather(*(_probe(c) for c in checks.values())), strict=True)
     )

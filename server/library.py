@@ -192,7 +192,8 @@ async def get_template(request: web.Request) -> web.Response:
 async def preview_stored(request: web.Request) -> web.Response:
     """Render a stored template with its sample data (or the `data` given) to PDF, now."""
     stored = await _stored(request, request.match_info["template_id"])
-    asked = validated(PreviewRequest, await optional_body(request), checks(request))
+    body = await optional_body(request)
+    asked = validated(PreviewRequest, body, checks(request, {}, await _named(request, body)))
     if asked.version is not None and asked.version != stored.version:
         stored = await _stored(request, f"{stored.name}@{asked.version}")
     data = stored.sample_data if asked.data is None else asked.data
@@ -214,9 +215,15 @@ async def preview_inline(request: web.Request) -> web.Response:
     body = await optional_body(request)
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
-    asked = validated(InlinePreviewRequest, body, checks(request))
+    asked = validated(InlinePreviewRequest, body, checks(request, {}, await _named(request, body)))
     render_options = asked.options or options.parse(None)
     return await _preview(request, asked.html, asked.data, render_options, "preview")
+
+
+async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
+    """The assets a preview's finishing options name (a preview shows Chromium's print: its
+    finishing steps are a job's), so that its options validate as a job's do."""
+    return await assets_api.named(request, [body])
 
 
 async def _preview(

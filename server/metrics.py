@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -65,6 +65,19 @@ class Metrics:
             "the file), recording (the final statement).",
             ["phase"],
             buckets=DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.finish_seconds = Histogram(
+            "pressroom_finish_duration_seconds",
+            "Time of each finishing step of a PDF (stamp, attachments, facturx, pdfa, encrypt "
+            "or write, sign), in its finishing process.",
+            ["step"],
+            buckets=DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.finish_memory_bytes = Gauge(
+            "pressroom_finish_memory_peak_bytes",
+            "The largest peak resident memory a finishing process of this worker reached.",
             registry=self.registry,
         )
         self.jobs_started = Counter(

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from server import assets, events, jsontext, templates
+from server import assets, events, finish_options, jsontext, templates
 from server.channels import CHANNEL_PATTERN, CHANNEL_RULE, check_channel
 from server.jobs import JobState
 from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
@@ -91,7 +91,8 @@ class Checks:
     assets: Mapping[str, assets.Asset] = dataclasses.field(default_factory=dict)
 
     def context(self) -> dict[str, Any]:
-        return {"checks": self}
+        can_sign = self.settings.signing_key is not None
+        return {"checks": self, **finish_options.context(self.assets, can_sign=can_sign)}
 
 
 def _checks(info: ValidationInfo) -> Checks:
@@ -580,20 +581,40 @@ class _OpensNoPage(BaseModel):
         return given
 
 
+def _no_template_secrets(schema: dict[str, Any]) -> None:
+    """No cookies, headers or PDF passwords (see TemplateRequest._no_passwords)."""
+    _no_page_secrets(schema)
+    no_encrypt = {"properties": {"encrypt": {"type": "null"}}}
+    schema["allOf"].append({"properties": {"options": {"anyOf": [{"type": "null"}, no_encrypt]}}})
+
+
 class TemplateRequest(_OpensNoPage):
     """A new version of a named template."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_no_template_secrets)
 
     name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] = Field(
         description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
     )
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
-    options: RenderOptions | None = Field(None, description="Options for the jobs that name it.")
+    options: RenderOptions | None = Field(
+        None, description="Options for the jobs that name it (all but encrypt)."
+    )
     sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
     assets: AssetMap = Field(
         default_factory=dict,
         description="Relative path → asset id, as a job's assets: the version keeps this map, "
         "and a job's own map lies over it.",
     )
+
+    @field_validator("options")
+    @classmethod
+    def _no_passwords(cls, given: RenderOptions | None) -> RenderOptions | None:
+        # A template keeps its options for good; PDF passwords are kept only while a job may
+        # run (server/vault.py).
+        if given is not None and given.encrypt is not None:
+            raise ValueError("encrypt is a job's own: PDF passwords are not kept in a template")
+        return given
 
     @field_validator("name", mode="before")
     @classmethod

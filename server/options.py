@@ -24,6 +24,14 @@ from pydantic import (
 )
 
 from server.fields import field_errors
+from server.finish_options import (
+    MAX_ATTACHMENTS,
+    Attachment,
+    Encrypt,
+    FacturX,
+    Sign,
+    Stamp,
+)
 from server.outputs import IMAGES, OUTPUTS
 
 PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
@@ -99,9 +107,21 @@ PDF_ONLY = (
     "thumbnail",
     "height",
     "width",
+    "pdfa",
+    "tagged",
+    "outline",
+    "attachments",
+    "facturx",
+    "stamp",
+    "encrypt",
+    "sign",
 )
 _TOKEN = re.compile(TOKEN_PATTERN)
 _HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
+
+
+#: The options that a finishing step applies after Chromium (server/finishing.py).
+FINISHED_BY = ("attachments", "facturx", "stamp", "pdfa", "encrypt", "sign")
 
 
 class OptionsError(ValueError):
@@ -438,6 +458,21 @@ def _options_schema(schema: dict[str, Any]) -> None:
                 _output_in(*WITH_ALPHA),
             ]
         },
+        *_finishing_schema(),
+    ]
+
+
+def _finishing_schema() -> list[dict[str, Any]]:
+    """What cannot be finished together (see _finishable): PDF/A and encryption (Factur-X is a
+    PDF/A), Factur-X or attachments with PDF/A-2, a thumbnail of a PDF that needs a password."""
+    pdfa_3b = {"properties": {"pdfa": {"anyOf": [{"type": "null"}, {"const": "3b"}]}}}
+    no_user_password = {"properties": {"encrypt": {"properties": {"user_password": {"const": ""}}}}}
+    return [
+        {"anyOf": [_null("pdfa"), _null("encrypt")]},
+        {"anyOf": [_null("facturx"), _null("encrypt")]},
+        {"anyOf": [_null("facturx"), pdfa_3b]},
+        {"anyOf": [_null("attachments"), pdfa_3b]},
+        {"anyOf": [_null("thumbnail"), _null("encrypt"), no_user_password]},
     ]
 
 
@@ -602,6 +637,32 @@ class RenderOptions(BaseModel):
         default=None,
         description='CSS media features to emulate, e.g. {"prefers-color-scheme": "dark"}.',
     )
+    # Finishing (server/finishing.py), in the order the steps run; the checks of the later
+    # ones read the earlier ones.
+    tagged: bool = Field(
+        default=False,
+        description="A tagged PDF: a structure tree, and the language of <html lang>.",
+    )
+    outline: bool = Field(
+        default=False, description="Bookmarks from the page's headings (a tagged PDF too)."
+    )
+    pdfa: Literal["2b", "3b"] | None = Field(
+        default=None, description="PDF/A-2b or PDF/A-3b, for archives."
+    )
+    attachments: Annotated[list[Attachment], Field(max_length=MAX_ATTACHMENTS)] | None = Field(
+        default=None,
+        description=f"Files embedded as associated files (at most {MAX_ATTACHMENTS}).",
+    )
+    facturx: FacturX | None = Field(
+        default=None, description="A Factur-X / ZUGFeRD invoice (implies pdfa 3b)."
+    )
+    stamp: Stamp | None = Field(default=None, description="A stamp or watermark on the pages.")
+    encrypt: Encrypt | None = Field(
+        default=None, description="AES-256 encryption with passwords (not with pdfa)."
+    )
+    sign: Sign | None = Field(
+        default=None, description="A PAdES signature with the server's signing key."
+    )
     # Last: their check needs the height (validated before the width), and is reported last.
     height: Length | None = Field(default=None, description="Page height; goes with width.")
     width: Length | None = Field(
@@ -641,6 +702,29 @@ class RenderOptions(BaseModel):
             raise ValueError(f"omit_background needs {formats}: {output} has no transparency")
         return shot
 
+    @field_validator("attachments", "facturx", "encrypt")
+    @classmethod
+    def _finishable(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return value
+        pdfa, field = info.data.get("pdfa"), info.field_name
+        if field == "attachments":
+            names = [attachment.name for attachment in value]
+            if twice := next((name for name in names if names.count(name) > 1), None):
+                raise ValueError(f"two attachments are named {twice!r}")
+            if pdfa == "2b":
+                raise ValueError("PDF/A-2 embeds PDF/A files only: use pdfa 3b")
+        elif field == "facturx":
+            if pdfa == "2b":
+                raise ValueError("a Factur-X invoice is a PDF/A-3b: use pdfa 3b, or none")
+            if any(a.name == "factur-x.xml" for a in info.data.get("attachments") or ()):
+                raise ValueError("an attachment is named factur-x.xml, the invoice's name")
+        elif pdfa is not None or info.data.get("facturx") is not None:
+            raise ValueError("PDF/A forbids encryption: give pdfa (or facturx) or encrypt")
+        elif value.user_password and info.data.get("thumbnail") is not None:
+            raise ValueError("a thumbnail would show page 1 of a PDF its user_password protects")
+        return value
+
     @field_validator("width")
     @classmethod
     def _with_height(cls, width: str | None, info: ValidationInfo) -> str | None:
@@ -652,6 +736,11 @@ class RenderOptions(BaseModel):
     def image(self) -> bool:
         """Whether the output is a screenshot rather than a PDF."""
         return self.output != "pdf"
+
+    @property
+    def finishing(self) -> bool:
+        """Whether the printed PDF goes through a finishing step (server/finishing.py)."""
+        return any(getattr(self, name) is not None for name in FINISHED_BY)
 
     def screenshot_or_default(self) -> Screenshot:
         """How to take the screenshot (an image output)."""
@@ -675,8 +764,9 @@ class RenderOptions(BaseModel):
             "scale": self.scale,
             "print_background": self.print_background,
             "prefer_css_page_size": self.prefer_css_page_size,
-            "outline": False,
-            "tagged": False,
+            "outline": self.outline,
+            # Chromium builds the outline from the structure of a tagged PDF.
+            "tagged": self.tagged or self.outline,
         }
         if self.width or self.height:
             args["width"] = self.width

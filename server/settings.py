@@ -35,6 +35,7 @@ from pydantic_settings import (
 from yarl import URL
 
 from server.netpolicy import NetworkPolicy
+from server.signkey import SigningKey, SigningKeyError
 
 ENV_PREFIX = "PRESSROOM_"
 
@@ -90,6 +91,13 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+def _tsa_url(raw: str) -> str:
+    url = URL(raw)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("must be an http or https URL")
+    return raw
+
+
 def _schedule(delays: tuple[float, ...]) -> tuple[float, ...]:
     if not delays or any(not delay > 0 for delay in delays):
         raise ValueError("must be a comma-separated list of seconds, each greater than 0")
@@ -136,6 +144,7 @@ AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValida
 Schedule = Annotated[tuple[float, ...], BeforeValidator(_comma_list), AfterValidator(_schedule)]
 WebhookSecret = Annotated[str, AfterValidator(_webhook_secret)]
 PublicUrl = Annotated[str, AfterValidator(_public_url)]
+TsaUrl = Annotated[str, AfterValidator(_tsa_url)]
 
 #: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
 DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -386,6 +395,15 @@ class Settings(BaseSettings):
     webhook_concurrency: NonNegativeInt = setting(
         8, "concurrent webhook POSTs from this process (0 = this process sends none)"
     )
+    signing_key: Path | None = setting(
+        None,
+        "a PKCS#12 file with the key and certificate chain that `sign` uses (unset: `sign` is "
+        "refused); one that cannot be opened stops the start",
+    )
+    signing_key_password: str | None = setting(None, "the password of PRESSROOM_SIGNING_KEY")
+    tsa_url: TsaUrl | None = setting(
+        None, "an RFC 3161 timestamp authority: signatures become PAdES B-T (unset: B-B)"
+    )
     retention_days: NonNegativeInt = setting(
         0, "delete jobs finished more than N days ago, files first (0 = keep forever)"
     )
@@ -418,7 +436,20 @@ class Settings(BaseSettings):
                 raise ValueError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
         if self.db_pool_min > self.db_pool_max:
             raise ValueError("PRESSROOM_DB_POOL_MIN must not exceed PRESSROOM_DB_POOL_MAX")
+        if (key := self.signing) is not None:
+            try:
+                # An expired certificate does not stop the start: /readyz reports it.
+                key.check(expiry=False)
+            except SigningKeyError as exc:
+                raise ValueError(str(exc)) from None
         return self
+
+    @property
+    def signing(self) -> SigningKey | None:
+        """The signing key, when one is configured."""
+        if self.signing_key is None:
+            return None
+        return SigningKey(self.signing_key, self.signing_key_password, self.tsa_url)
 
     @property
     def files_dir(self) -> Path:

@@ -1,11 +1,13 @@
-"""A job's secrets, its cookie and header values: taken out of the options it is shown with,
-sealed with PRESSROOM_SECRET (settings.secret) for the worker, and put back only for Chromium.
+"""A job's secrets, its cookie and header values and its PDF passwords (options.encrypt): taken
+out of the options it is shown with, sealed with PRESSROOM_SECRET (settings.secret) for the
+worker, and put back only for Chromium and the finishing step.
 
-The job's options keep each cookie and header with its value replaced by `***`, so every route,
-stream, webhook and log line that shows the options shows them redacted. The values are sealed
-with AES-GCM under a key derived from PRESSROOM_SECRET, bound to the job's id (a sealed value
-moved to another job does not open), and kept in `jobs.secrets`, a column no route reads; the
-database erases it when the job reaches a final state (0012_job_sources.sql).
+The job's options keep each cookie and header with its value replaced by `***`, and each PDF
+password as `***`, so every route, stream, webhook and log line that shows the options shows
+them redacted. The values are sealed with AES-GCM under a key derived from PRESSROOM_SECRET,
+bound to the job's id (a sealed value moved to another job does not open), and kept in
+`jobs.secrets`, a column no route reads; the database erases it when the job reaches a final
+state (0012_job_sources.sql).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from server.errors import PermanentError
 from server.options import RenderOptions
 
 REDACTED = "***"
+_PASSWORDS = ("user_password", "owner_password")
 _FORMAT = b"\x01"  # the first byte of a sealed value: its layout, should it ever change
 _NONCE_BYTES = 12
 
@@ -43,29 +46,36 @@ def _cipher(secret: str) -> AESGCM:
 def hide(
     options: RenderOptions, *, secret: str, job_id: uuid.UUID
 ) -> tuple[RenderOptions, bytes | None]:
-    """The options as shown (cookie and header values redacted) and the values sealed; None
-    when there are none (every job but a page_url job with cookies or headers)."""
-    if not options.cookies and not options.headers:
+    """The options as shown (cookie and header values and PDF passwords redacted) and the
+    values sealed; None when there are none (every job but a page_url job with cookies or
+    headers and a job with encrypt)."""
+    encrypt = options.encrypt
+    if not options.cookies and not options.headers and encrypt is None:
         return options, None
     cookies = options.cookies or []
     headers = options.headers or {}
-    values = {
+    values: dict[str, Any] = {
         "cookies": [cookie.value for cookie in cookies],
         "headers": dict(headers),
     }
-    shown = options.model_copy(
-        update={
-            "cookies": [c.model_copy(update={"value": REDACTED}) for c in cookies] or None,
-            "headers": dict.fromkeys(headers, REDACTED) or None,
-        }
-    )
+    update: dict[str, Any] = {
+        "cookies": [c.model_copy(update={"value": REDACTED}) for c in cookies] or None,
+        "headers": dict.fromkeys(headers, REDACTED) or None,
+    }
+    if encrypt is not None:
+        passwords = {name: getattr(encrypt, name) for name in _PASSWORDS}
+        values["encrypt"] = passwords
+        hidden = {name: REDACTED for name, value in passwords.items() if value}
+        update["encrypt"] = encrypt.model_copy(update=hidden)
+    shown = options.model_copy(update=update)
     return shown, seal(values, secret=secret, job_id=job_id)
 
 
 def reveal(
     options: RenderOptions, sealed: bytes, *, secret: str, job_id: uuid.UUID
 ) -> RenderOptions:
-    """The options with their cookie and header values back, for the renderer only."""
+    """The options with their cookie and header values back, for the renderer only, and their
+    PDF passwords, for the finishing step."""
     values = unseal(sealed, secret=secret, job_id=job_id)
     cookies = options.cookies or []
     headers = options.headers or {}
@@ -77,32 +87,55 @@ def reveal(
         or set(header_values) != set(headers)
     ):
         raise PermanentError("the job's cookies and headers do not match its options")
-    return options.model_copy(
-        update={
-            "cookies": [
-                c.model_copy(update={"value": value})
-                for c, value in zip(cookies, cookie_values, strict=True)
-            ]
-            or None,
-            "headers": header_values or None,
-        }
-    )
+    update: dict[str, Any] = {
+        "cookies": [
+            c.model_copy(update={"value": value})
+            for c, value in zip(cookies, cookie_values, strict=True)
+        ]
+        or None,
+        "headers": header_values or None,
+    }
+    if options.encrypt is not None:
+        passwords = values.get("encrypt")
+        if not isinstance(passwords, dict) or set(passwords) != set(_PASSWORDS):
+            raise PermanentError("the job's PDF passwords do not match its options")
+        update["encrypt"] = options.encrypt.model_copy(update=passwords)
+    return options.model_copy(update=update)
 
 
 def fingerprinted(body: Any, *, secret: str) -> Any:
     """A validated job body as its fingerprint is taken (Idempotency-Key, batch item keys):
-    cookie and header values replaced by a hash keyed with PRESSROOM_SECRET, so that the
-    fingerprint, kept after the job, is no digest of a secret that could be guessed at."""
+    cookie and header values and PDF passwords replaced by a hash keyed with PRESSROOM_SECRET,
+    so that the fingerprint, kept after the job, is no digest of a secret that could be
+    guessed at."""
     options = body.get("options") if isinstance(body, dict) else None
-    if not isinstance(options, dict) or not (options.get("cookies") or options.get("headers")):
+    if not isinstance(options, dict):
+        return body
+    encrypt = options.get("encrypt")
+    if not (options.get("cookies") or options.get("headers") or isinstance(encrypt, dict)):
         return body
 
     def keyed(value: str) -> str:
         return hmac.new(secret.encode(), value.encode(), hashlib.sha256).hexdigest()
 
-    cookies = [{**c, "value": keyed(c["value"])} for c in options.get("cookies") or ()]
-    headers = {name: keyed(value) for name, value in (options.get("headers") or {}).items()}
-    return {**body, "options": {**options, "cookies": cookies, "headers": headers}}
+    hidden = dict(options)
+    if options.get("cookies") or options.get("headers"):
+        hidden["cookies"] = [
+            {**c, "value": keyed(c["value"])} for c in options.get("cookies") or ()
+        ]
+        hidden["headers"] = {
+            name: keyed(value) for name, value in (options.get("headers") or {}).items()
+        }
+    if isinstance(encrypt, dict):
+        hidden["encrypt"] = {
+            **encrypt,
+            **{
+                name: keyed(encrypt[name])
+                for name in _PASSWORDS
+                if isinstance(encrypt.get(name), str)
+            },
+        }
+    return {**body, "options": hidden}
 
 
 def seal(values: dict[str, Any], *, secret: str, job_id: uuid.UUID) -> bytes:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from server import images, jobs, options, sources, vault
+from server import assets, images, jobs, options, sources, vault
 from server.assets import AssetCache
 from server.errors import (
     DB_ERRORS,
@@ -33,9 +33,11 @@ from server.errors import (
     jittered,
 )
 from server.events import JobEvent
+from server.finishing import FinishPool, Work
 from server.jobs import ClaimedJob, JobState
 from server.metrics import Metrics
-from server.render import Renderer
+from server.render import Renderer, RenderResult
+from server.signkey import SigningKey
 from server.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,12 @@ class WorkerConfig:
     #: when the slot frees, instead of after (the print of a page that loads quickly is short
     #: too, so the job claimed waits briefly). 0: claim only for a free slot.
     claim_while_printing_s: float = 0.0
-    #: PRESSROOM_SECRET: opens the cookies and headers sealed with a job (server/vault.py).
+    #: PRESSROOM_SECRET: opens the secrets sealed with a job (server/vault.py).
     secret: str = ""
+    #: The key `sign` uses (None: none configured, and `sign` is refused at submission).
+    signing: SigningKey | None = None
+    #: PRESSROOM_RENDER_MAX_MB: what a finishing process may take beyond its libraries.
+    finish_max_mb: int = 0
 
 
 def new_worker_id() -> str:
@@ -74,6 +80,7 @@ class Phase(enum.StrEnum):
     PREPARING = "preparing"  # options and template, then waiting for a render slot
     RENDERING = "rendering"  # in Chromium, holding a render slot
     PRINTING = "printing"  # the same, printing a page that loaded quickly (claim_while_printing_s)
+    FINISHING = "finishing"  # its PDF in a finishing process (server/finishing.py), in its slot
     STORING = "storing"  # past its render, holding no slot: waits for its row, writes the file
     RECORDING = "recording"  # the attempt's final write (done or failed), never cut off
     ABORTED = "aborted"  # its task is being cancelled: nothing of it is recorded
@@ -92,8 +99,11 @@ class Phase(enum.StrEnum):
 
 _NEXT: Mapping[Phase, frozenset[Phase]] = {
     Phase.PREPARING: frozenset({Phase.RENDERING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.RENDERING: frozenset({Phase.PRINTING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.PRINTING: frozenset({Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.RENDERING: frozenset(
+        {Phase.PRINTING, Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}
+    ),
+    Phase.PRINTING: frozenset({Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.FINISHING: frozenset({Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
     Phase.STORING: frozenset({Phase.RECORDING}),
     Phase.RECORDING: frozenset(),
     Phase.ABORTED: frozenset(),
@@ -151,6 +161,7 @@ class Workers:
         assets: AssetCache,
         worker_id: str | None = None,
         metrics: Metrics | None = None,
+        finisher: FinishPool | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._pool = pool
@@ -158,6 +169,7 @@ class Workers:
         self._storage = storage
         self._assets = assets
         self._config = config
+        self._finisher = finisher or FinishPool(config.slots, max_mb=config.finish_max_mb)
         self.worker_id = worker_id or new_worker_id()
         # Renders that finish together are recorded done in one statement.
         self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
@@ -174,6 +186,8 @@ class Workers:
         self._loop_done.set()
         self.rendered = 0
         self.handed_off = 0
+        #: The largest peak memory a finishing process reached, in MiB.
+        self.finish_memory_mb = 0.0
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
@@ -369,7 +383,8 @@ class Workers:
                 render_options,
                 timeout_s=self._config.render_timeout_s,
             )
-            assets = await self._assets.files(job.tenant, job.assets) if job.assets else None
+            page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
+            finish = await self._finish_work(job, render_options)
             async with self._slots:
                 self._move(entry, Phase.RENDERING)
                 with self._metrics.render_seconds.time():
@@ -378,12 +393,15 @@ class Workers:
                         render_options,
                         timeout_s=self._config.render_timeout_s,
                         on_print=self._on_print(entry),
-                        assets=assets,
+                        assets=page_files,
                     )
-            warnings = result.warnings
-            if result.pages is not None and result.pages > self._config.max_pages:
-                limit = self._config.max_pages
-                raise PermanentError(f"the PDF has more than {limit} pages, the limit")
+                warnings = result.warnings
+                if result.pages is not None and result.pages > self._config.max_pages:
+                    limit = self._config.max_pages
+                    raise PermanentError(f"the PDF has more than {limit} pages, the limit")
+                if finish is not None:
+                    self._move(entry, Phase.FINISHING)
+                    result = await self._finished(result, finish)
             self._move(entry, Phase.STORING)
             files, contents = job.files(), [result.data]
             if render_options.thumbnail is not None:
@@ -429,6 +447,45 @@ class Workers:
         # Earlier attempts of this job may have stored files before their worker died.
         for attempt in range(1, job.attempt):
             await self._delete(job.files(attempt))
+
+    async def _finish_work(self, job: ClaimedJob, given: options.RenderOptions) -> Work | None:
+        """What the finishing step needs (None when the options ask for none): the options
+        (their passwords revealed), the bytes of the assets they name, the signing key."""
+        if not given.finishing:
+            return None
+        if given.encrypt is not None and given.encrypt.owner_password == vault.REDACTED:
+            # The sealed values were erased with the job's final state (a manual retry).
+            raise PermanentError(
+                "the job's PDF passwords were erased when it ended; submit it again"
+            )
+        ids = [a.asset for a in given.attachments or ()]
+        if given.stamp is not None and given.stamp.asset is not None:
+            ids.append(given.stamp.asset)
+        if given.facturx is not None:
+            ids.append(given.facturx.xml)
+        contents: dict[str, tuple[str, bytes]] = {}
+        if ids:
+            known = await assets.find(self._pool, job.tenant, ids)
+            for asset_id in ids:
+                if asset_id not in known:
+                    raise PermanentError(f"the asset {asset_id} is no longer stored")
+                try:
+                    data = await self._assets.get(job.tenant, asset_id)
+                except FileNotFoundError:
+                    raise PermanentError(f"the asset {asset_id} is no longer stored") from None
+                contents[asset_id] = (known[asset_id].content_type, data)
+        return Work(b"", given, contents, self._config.signing)
+
+    async def _finished(self, result: RenderResult, work: Work) -> RenderResult:
+        """The printed PDF through its finishing steps, bounded by the render time limit."""
+        done = await self._finisher.run(
+            dataclasses.replace(work, pdf=result.data), timeout_s=self._config.render_timeout_s
+        )
+        for step, seconds in done.steps.items():
+            self._metrics.finish_seconds.labels(step).observe(seconds)
+        self.finish_memory_mb = max(self.finish_memory_mb, done.peak_rss_mb)
+        self._metrics.finish_memory_bytes.set(self.finish_memory_mb * 1024 * 1024)
+        return dataclasses.replace(result, data=done.pdf)
 
     async def _delete(self, files: list[jobs.JobFile]) -> None:
         """Files nobody will download; one that cannot be deleted is retention's to remove."""
@@ -552,6 +609,10 @@ class Workers:
             log.warning("could not release unfinished jobs (their leases will): %s", exc)
         else:
             log.info("released %s unfinished jobs back to the queue", released)
+
+    async def close(self) -> None:
+        """Stop the finishing processes (after `stop`)."""
+        await self._finisher.close()
 
 
 def _tasks(entries: Collection[InFlightJob]) -> set[asyncio.Task[Any]]:

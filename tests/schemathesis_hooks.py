@@ -7,8 +7,9 @@ a template that Jinja2 parses, a template_id replaced by a template (stored name
 server's), a cursor only the server hands out, a public webhook URL and page URL (with
 cookie domains that are its host, and header names the browser leaves to the page), fresh
 idempotency and batch item keys (a key reused with other content is refused by design), no
-asset map (asset ids are the server's), a PDF asset that is a whole PDF, and a multipart job
-whose index part is a page and whose job part is JSON."""
+asset map and no finishing option that names an asset (asset ids are the server's), no
+signature (the server has no signing key), a PDF asset that is a whole PDF, and a multipart
+job whose index part is a page and whose job part is JSON."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def _job(body: dict[str, Any]) -> None:
     options = body.get("options")
     if not isinstance(options, dict):
         return
+    _finishing(options)
     for cookie in options.get("cookies") or ():
         if isinstance(cookie, dict) and cookie.get("domain") is not None:
             cookie["domain"] = "pages.invalid"
@@ -90,6 +92,19 @@ def _job(body: dict[str, Any]) -> None:
             if name.lower() in seen:
                 del headers[name]
             seen.add(name.lower())
+
+
+def _finishing(options: Any) -> None:
+    """Finishing options that name assets (the server's ids) lose them: an image stamp becomes
+    a text one; attachments and an invoice go. `sign` goes too: this server has no key."""
+    if not isinstance(options, dict):
+        return
+    for name in ("attachments", "facturx", "sign"):
+        options.pop(name, None)
+    stamp = options.get("stamp")
+    if isinstance(stamp, dict) and stamp.get("asset") is not None:
+        stamp["asset"] = None
+        stamp["text"] = "fuzz"
 
 
 def _source(body: dict[str, Any], field: str) -> None:

@@ -195,14 +195,14 @@ WITH cancelled AS (
 SELECT job_public(c::jobs) AS job FROM cancelled c;
 
 -- retry_job --
--- A failed job goes back to the queue with fresh attempts; not one whose cookies and headers
--- were erased when it failed (0012): it would run without them.
+-- A failed job goes back to the queue with fresh attempts; not one whose secrets (cookie and
+-- header values, PDF passwords) were erased when it failed (0012): it would run without them.
 WITH requeued AS (
     UPDATE jobs
     SET status = 'queued', attempts = 0, run_after = now(), finished_at = NULL,
         progress = NULL, updated_at = now()
     WHERE id = $1 AND tenant = $2 AND status = 'failed'
-      AND NOT (options ? 'cookies' OR options ? 'headers')
+      AND NOT (options ? 'cookies' OR options ? 'headers' OR options ? 'encrypt')
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -613,10 +613,15 @@ ON CONFLICT (tenant, id) DO NOTHING
 RETURNING id, size, content_type, created_at;
 
 -- asset_users --
--- Queued and running jobs of the tenant ($1) whose page uses the asset $2 (a few, to name).
+-- Queued and running jobs of the tenant ($1) whose page or finishing uses the asset $2 (a
+-- few, to name): in its asset map, as an attachment, an image stamp or a Factur-X XML.
 SELECT j.id FROM jobs j
-WHERE j.tenant = $1 AND j.status IN ('queued', 'running') AND j.assets IS NOT NULL
-  AND EXISTS (SELECT 1 FROM jsonb_each(j.assets) AS a (path, ref) WHERE a.ref->>'id' = $2)
+WHERE j.tenant = $1 AND j.status IN ('queued', 'running')
+  AND (EXISTS (SELECT 1 FROM jsonb_each(coalesce(j.assets, '{}')) AS a (path, ref)
+               WHERE a.ref->>'id' = $2)
+       OR j.options->'stamp'->>'asset' = $2 OR j.options->'facturx'->>'xml' = $2
+       OR jsonb_path_exists(j.options, '$.attachments[*] ? (@.asset == $id)',
+                            jsonb_build_object('id', $2::text)))
 ORDER BY j.created_at
 LIMIT 5;
 

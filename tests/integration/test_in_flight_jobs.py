@@ -57,9 +57,16 @@ def stored_files(app: RunningApp) -> list[str]:
 
 
 def test_a_job_moves_only_forward_through_its_phases() -> None:
-    order = [Phase.PREPARING, Phase.RENDERING, Phase.PRINTING, Phase.STORING, Phase.RECORDING]
-    assert [p for p in Phase if p.holds_slot] == [*order[:3], Phase.ABORTED]
-    assert [p for p in Phase if p.abortable] == order[:3]
+    order = [
+        Phase.PREPARING,
+        Phase.RENDERING,
+        Phase.PRINTING,
+        Phase.FINISHING,
+        Phase.STORING,
+        Phase.RECORDING,
+    ]
+    assert [p for p in Phase if p.holds_slot] == [*order[:4], Phase.ABORTED]
+    assert [p for p in Phase if p.abortable] == order[:4]
     job = ClaimedJob(uuid.uuid4(), "t", "", {}, {}, attempt=1, max_attempts=1)
     entry = InFlightJob(job)
     for phase in order[1:]:

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from tests import testca
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
 Json = dict[str, Any]
 HTML = "<p>{{ name | default('you') }}</p>"
+INVOICE_XML = (Path(__file__).parents[1] / "files" / "factur-x-minimum.xml").read_bytes()
 PAGE_URL = "https://pages.invalid/walk"
 _keys = itertools.count()
 
@@ -73,6 +76,36 @@ EXAMPLES: dict[str, Any] = {
     "selector": "main",
     "quality": 75,
     "omit_background": True,
+    "tagged": True,
+    "outline": True,
+    "pdfa": "3b",
+    "attachments": lambda: [{"asset": EXAMPLES["xml"], "name": "walk.xml", "relationship": "Data"}],
+    "facturx": lambda: {"xml": EXAMPLES["xml"]},
+    "stamp": {"text": "PAID"},
+    "encrypt": {"owner_password": "walk-owner"},
+    "sign": {"reason": "walked"},
+    "asset": None,  # filled in with an image asset of this tenant
+    "relationship": "Supplement",
+    "description": "A file",
+    "xml": None,  # filled in with a Factur-X XML asset of this tenant
+    "profile": "minimum",
+    "text": "DRAFT",
+    "opacity": 0.4,
+    "rotate": 45,
+    "font_size": 30,
+    "color": "#112233",
+    "pages": "1-",
+    "layer": "under",
+    "user_password": "walk-user",
+    "owner_password": "walk-owner",
+    "allow": ["print", "copy"],
+    "reason": "walked",
+    "location": "Berlin",
+    "contact": "ops@example.com",
+    "field": "Approval",
+    "visible": {"page": 1, "box": [10, 10, 110, 60]},
+    "page": 1,
+    "box": [10, 10, 110, 60],
     "page_url": PAGE_URL,
     "markdown": "# {{ name | default('you') }}",
     "css": "p { color: teal }",
@@ -111,7 +144,12 @@ TOGETHER = {
     "height": {"width": "10cm"},
     "screenshot": {"output": "webp"},
 }
-EXCLUDES = {"template_id": "template", "page_url": "template", "markdown": "template"}
+EXCLUDES = {
+    "template_id": "template",
+    "page_url": "template",
+    "markdown": "template",
+    "asset": "text",
+}
 # Options that go with a page_url only: a job's body carries one instead of its template.
 WITH_PAGE_URL = {"cookies", "headers"}
 # The smallest valid body of each request model (by its name in components.schemas).
@@ -122,6 +160,11 @@ BASE: dict[str, Callable[[], Json]] = {
     # Versions of another template than the one previewed: its options stay the fixture's.
     "TemplateRequest": lambda: {"name": "walk-versions", "html": HTML},
     "InlinePreviewRequest": lambda: {"html": HTML},
+    "Attachment": lambda: {"asset": EXAMPLES["xml"], "name": "walk.xml", "relationship": "Data"},
+    "FacturX": lambda: {"xml": EXAMPLES["xml"]},
+    "Stamp": lambda: {"text": "PAID"},
+    "Encrypt": lambda: {"owner_password": "walk-owner"},
+    "SignVisible": lambda: {"page": 1, "box": [10, 10, 110, 60]},
     "Cookie": lambda: {"name": "walk", "value": "abc"},
 }
 QUERY_EXAMPLES: dict[str, str] = {
@@ -237,9 +280,14 @@ def _conforms(document: Json, operation: Json, status: int, body: Any) -> None:
 
 
 @pytest.fixture
-async def walked(start_app: Callable[..., Any]) -> tuple[RunningApp, Json]:
+async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[RunningApp, Json]:
+    ca = testca.make(tmp_path)
     app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, rate_limit_rps=1000, rate_limit_burst=1000
+        renderer=FakeRenderer(),
+        render_slots=1,
+        rate_limit_rps=1000,
+        rate_limit_burst=1000,
+        env={"PRESSROOM_SIGNING_KEY": ca.p12, "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password},
     )
     async with app.http.get(app.url("/v1/openapi.json")) as resp:
         document = await resp.json()
@@ -251,6 +299,11 @@ async def walked(start_app: Callable[..., Any]) -> tuple[RunningApp, Json]:
     ) as r:
         assert r.status == 201, await r.text()
         EXAMPLES["assets"] = {"img/logo.png": (await r.json())["id"]}
+        EXAMPLES["asset"] = (await r.json())["id"]
+    invoice = {"Content-Type": "application/xml"}
+    async with app.http.post(app.url("/v1/assets"), data=INVOICE_XML, headers=invoice) as r:
+        assert r.status == 201, await r.text()
+        EXAMPLES["xml"] = (await r.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
         EXAMPLES["job_id"] = (await resp.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
@@ -302,6 +355,7 @@ async def test_every_documented_body_property_is_accepted_and_no_other(
                 if not refused_by_schema:
                     assert what in [error["field"] for error in shown["errors"]], (path, shown)
     assert {"JobRequest", "RenderOptions", "Screenshot", "Thumbnail"} <= walked_bodies
+    assert {"Attachment", "FacturX", "Stamp", "Encrypt", "Sign", "SignVisible"} <= walked_bodies
     assert {"BatchItem", "TemplateRequest"} <= walked_bodies
 
 
