@@ -39,6 +39,8 @@ EXAMPLES: dict[str, Any] = {
     "assets": None,  # filled in with an asset of this tenant
     "key": _key,
     "items": lambda: [{"key": _key(), "template": HTML}],
+    "combine": {"outline": False},
+    "outline": True,
     "name": "walk",
     "html": HTML,
     "sample_data": {"name": "Bo"},
