@@ -298,12 +298,14 @@ UPDATE webhook_deliveries w
 SET attempts = w.attempts + 1, locked_by = $2,
     locked_until = now() + make_interval(secs => $3::float8)
 FROM due WHERE w.id = due.id
-RETURNING w.id, w.job_id, w.tenant, w.url, w.type, w.payload, w.attempts, w.created_at;
+RETURNING w.id, w.job_id, w.batch_id, w.tenant, w.url, w.type, w.payload, w.attempts,
+          w.created_at;
 
 -- record_webhook_attempt --
 -- One attempt's outcome ($7: pending = retry in $8 s, delivered, failed, disabled) and its log
 -- row. Only the sender still holding the lease moves the delivery on; the attempt is logged
--- either way. A 410 also stops the job's other pending deliveries to the same URL.
+-- either way. A 410 also stops the job's (or the batch's) other pending deliveries to the
+-- same URL.
 WITH mine AS (
     UPDATE webhook_deliveries
     SET status = $7::text,
@@ -314,7 +316,7 @@ WITH mine AS (
         last_status_code = $4::int, last_error = $6::text,
         locked_until = NULL, locked_by = NULL
     WHERE id = $1 AND attempts = $2 AND locked_by = $3
-    RETURNING id, job_id, url
+    RETURNING id, job_id, batch_id, url
 ), logged AS (
     INSERT INTO webhook_attempts (delivery_id, attempt, status_code, duration_ms, error)
     SELECT id, $2, $4::int, $5::int, $6::text FROM webhook_deliveries WHERE id = $1
@@ -324,7 +326,8 @@ WITH mine AS (
     SET status = 'disabled', locked_until = NULL, locked_by = NULL,
         last_error = 'not sent: an earlier delivery to this URL was answered 410 Gone'
     FROM mine m
-    WHERE $7::text = 'disabled' AND w.job_id = m.job_id AND w.url = m.url
+    WHERE $7::text = 'disabled' AND (w.job_id = m.job_id OR w.batch_id = m.batch_id)
+      AND w.url = m.url
       AND w.status = 'pending' AND w.id <> m.id
 )
 SELECT count(*) > 0 AS recorded FROM mine;

@@ -4,7 +4,9 @@ its retry, two processes joining once, bad input, retention."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import os
 import re
 from collections.abc import Callable
 from io import BytesIO
@@ -12,16 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pikepdf
+import pytest
 from pypdf import PdfReader
 
 from server import retention
 from server.errors import PermanentError
-from server.keys import COMBINER, POOL, STORAGE
+from server.keys import COMBINER, POOL, SETTINGS, STORAGE
 from server.options import RenderOptions
 from server.render import Assets, RenderResult
 from tests.conftest import RunningApp
 from tests.integration.test_batches import all_events, post_batch, read_until
 from tests.pdfs import FakeRenderer
+from tests.processes import PressroomProcess
 from tests.sse import Message
 
 KEYS = ["march-ana", "march-bo", "march-cy"]
@@ -156,8 +160,14 @@ async def test_the_outline_can_be_left_out_and_items_keep_their_own(
                 "combine": {"outline": False},
             },
         )
-        await read_until(stream, batch_done(nested["id"]))
-        await read_until(stream, batch_done(flat["id"]))
+        waiting = {nested["id"], flat["id"]}
+
+        def both_done(m: Message) -> bool:
+            if m.event == "batch.done":
+                waiting.discard(m.json["batch"]["id"])
+            return not waiting
+
+        await read_until(stream, both_done)
     nested = await get_json(api, f"/v1/batches/{nested['id']}")
     data = await download(api, nested["combined"]["url"])
     assert outline_of(data) == [
@@ -310,3 +320,77 @@ async def test_retention_deletes_the_combined_file_with_its_batch(
         raise AssertionError("the combined file is still stored")
     # Its jobs are the job sweep's: still there.
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 3
+
+
+@pytest.mark.slow
+async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    quick = {"lease_s": 2, "rescue_interval_s": 0.5}
+    # This one renders and joins nothing, so that the process below takes the join.
+    api: RunningApp = await start_app(renderer=labelled(), combine_slots=0, **quick)
+    pool, storage = api.app[POOL], api.app[STORAGE]
+    async with all_events(api) as stream:
+        _, batch = await post_batch(api, {"items": ITEMS, "combine": True})
+        await read_until(
+            stream,
+            lambda m: (
+                m.event == "batch.progress"
+                and m.json["batch"]["id"] == batch["id"]
+                and m.json["batch"]["progress"] == 100
+            ),
+        )
+        # The second item's file becomes a pipe: whoever reads it waits on the writer, as on
+        # a storage that hangs, so the join is held mid-way (claimed, fetching) for certain.
+        key = await pool.fetchval("SELECT object_key FROM jobs WHERE item_key = 'march-bo'")
+        path = storage.root / key  # type: ignore[attr-defined]
+        original = path.read_bytes()
+        path.unlink()
+        os.mkfifo(path)
+        env = {
+            "DATABASE_URL": dsn,
+            "PRESSROOM_DATA_DIR": str(api.app[SETTINGS].data_dir),
+            "PRESSROOM_RENDER_SLOTS": "0",
+            "PRESSROOM_COMBINE_SLOTS": "1",
+            "PRESSROOM_LEASE_S": "2",
+            "PRESSROOM_POLL_INTERVAL_S": "0.5",
+        }
+        joiner = PressroomProcess("worker", env, tmp_path / "joiner.log")
+        await joiner.start()
+        try:
+            opening = asyncio.ensure_future(asyncio.to_thread(os.open, path, os.O_WRONLY))
+            try:
+                async with asyncio.timeout(60):
+                    writer = await asyncio.shield(opening)  # the joiner is reading it now
+            except TimeoutError:
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # lets the thread go
+                raise AssertionError("the join never read the item:\n" + joiner.log()) from None
+            held = await pool.fetchrow("SELECT status, attempts, worker_id FROM batch_combines")
+            assert held["status"] == "running" and held["attempts"] == 1
+            joiner.kill()
+            await joiner.stop()
+        finally:
+            joiner.kill()
+        os.close(writer)
+        path.unlink()
+        path.write_bytes(original)
+
+        # Its lease runs out; a process that joins takes it again.
+        survivor: RunningApp = await start_app(renderer=labelled(), render_slots=0, **quick)
+        got = await read_until(stream, batch_done(batch["id"]))
+    combined = got[-1].json["batch"]["combined"]
+    assert combined["status"] == "done" and combined["attempts"] == 2
+    assert texts(await download(api, combined["url"])) == [
+        "Statement ana",
+        "Statement bo",
+        "Statement cy",
+    ]
+    assert survivor.app[COMBINER].joined == 1
+    events = await pool.fetch(
+        "SELECT type, payload->'combined'->>'status' AS combined FROM job_events "
+        "WHERE type LIKE 'batch.%' ORDER BY xid, id"
+    )
+    assert [e["combined"] for e in events].count("running") == 2
+    assert [e["type"] for e in events].count("batch.done") == 1
+    folder = storage.root / "default" / "batches" / batch["id"]  # type: ignore[attr-defined]
+    assert [f.name for f in folder.iterdir()] == ["2.pdf"]
