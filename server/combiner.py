@@ -217,47 +217,14 @@ class Combiner:
 
     async def _join_and_store(self, claimed: Claimed) -> Joined:
         items = await combine.items(self._pool, claimed.batch_id)
-        folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="pressroom-join-"))
-        try:
-            parts = await self._fetch(items, folder)
-            output = folder / "joined.pdf"
-            pages, max_rss_kb = await run_join(
-                parts, output, outline=claimed.outline, time_limit_s=self._config.time_limit_s
-            )
-            data = await asyncio.to_thread(output.read_bytes)
-            await self._storage.put(
-                claimed.object_key, data, filename=combine.filename(claimed.batch_id)
-            )
-            return Joined(pages, len(data), max_rss_kb)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, folder, True)
-
-    async def _fetch(self, items: list[combine.Item], folder: Path) -> list[pdfjoin.Part]:
-        """Each item's PDF in a file of its own, in item order."""
-        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
-
-        async def fetch(index: int, item: combine.Item) -> pdfjoin.Part:
-            if item.status != "done" or item.object_key is None:
-                raise JoinError(f"item {item.key!r} is {item.status}, not done", retryable=False)
-            path = folder / f"{index:05d}.pdf"
-            async with gate:
-                try:
-                    data = await self._storage.get(item.object_key)
-                except FileNotFoundError:
-                    raise JoinError(
-                        f"the PDF of item {item.key!r} is no longer stored", retryable=False
-                    ) from None
-                await asyncio.to_thread(path.write_bytes, data)
-            return pdfjoin.Part(path, item.key)
-
-        if not items:
-            raise JoinError("the batch has no items left to join", retryable=False)
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(fetch(i, item)) for i, item in enumerate(items)]
-        except ExceptionGroup as failed:
-            raise failed.exceptions[0] from None  # the others were cut off by the first
-        return [task.result() for task in tasks]
+        return await join_stored(
+            self._storage,
+            items,
+            claimed.object_key,
+            filename=combine.filename(claimed.batch_id),
+            outline=claimed.outline,
+            time_limit_s=self._config.time_limit_s,
+        )
 
     async def _fail(self, claimed: Claimed, error: str, *, retryable: bool) -> None:
         retry_in_s = backoff_s(
@@ -350,6 +317,60 @@ class Combiner:
         else:
             if released:
                 log.info("released %s unfinished joins", released)
+
+
+async def join_stored(
+    storage: Storage,
+    items: list[combine.Item],
+    key: str,
+    *,
+    filename: str,
+    outline: bool,
+    time_limit_s: float,
+) -> Joined:
+    """Join the stored PDFs of `items`, in order, and store the result at `key`: the items are
+    copied into a temporary folder a few at a time, joined there by a child process, and the
+    folder is removed whatever happens."""
+    folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="pressroom-join-"))
+    try:
+        parts = await _fetch(storage, items, folder)
+        output = folder / "joined.pdf"
+        pages, max_rss_kb = await run_join(
+            parts, output, outline=outline, time_limit_s=time_limit_s
+        )
+        data = await asyncio.to_thread(output.read_bytes)
+        await storage.put(key, data, filename=filename)
+        return Joined(pages, len(data), max_rss_kb)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+
+
+async def _fetch(storage: Storage, items: list[combine.Item], folder: Path) -> list[pdfjoin.Part]:
+    """Each item's PDF in a file of its own, in item order."""
+    gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def fetch(index: int, item: combine.Item) -> pdfjoin.Part:
+        if item.status != "done" or item.object_key is None:
+            raise JoinError(f"item {item.key!r} is {item.status}, not done", retryable=False)
+        path = folder / f"{index:05d}.pdf"
+        async with gate:
+            try:
+                data = await storage.get(item.object_key)
+            except FileNotFoundError:
+                raise JoinError(
+                    f"the PDF of item {item.key!r} is no longer stored", retryable=False
+                ) from None
+            await asyncio.to_thread(path.write_bytes, data)
+        return pdfjoin.Part(path, item.key)
+
+    if not items:
+        raise JoinError("the batch has no items left to join", retryable=False)
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(fetch(i, item)) for i, item in enumerate(items)]
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # the others were cut off by the first
+    return [task.result() for task in tasks]
 
 
 async def run_join(
