@@ -275,6 +275,9 @@ def describe_event(event: Json) -> str:
     if isinstance(event.get("batch"), dict):
         batch = event["batch"]
         counts = " ".join(f"{name}={count}" for name, count in batch["counts"].items() if count)
+        combined = batch.get("combined")
+        if isinstance(combined, dict):
+            counts += f" combined={combined['status']}"
         return f"{ident} {kind:<14} batch {batch['id']} {batch['progress']}% {counts}"
     if isinstance(event.get("job"), dict):
         job = event["job"]

@@ -95,7 +95,8 @@ def combined_states(got: list[Message], batch_id: str) -> list[str]:
 async def test_items_are_joined_in_order_with_an_outline_entry_per_key(
     start_app: Callable[..., Any],
 ) -> None:
-    api: RunningApp = await start_app(renderer=labelled(), render_slots=2)
+    renderer = labelled()
+    api: RunningApp = await start_app(renderer=renderer, render_slots=2)
     async with all_events(api) as stream:
         status, batch = await post_batch(api, {"items": ITEMS, "combine": True})
         assert status == 202, batch
@@ -129,6 +130,16 @@ async def test_items_are_joined_in_order_with_an_outline_entry_per_key(
     assert "pdf" not in plain["links"]
     async with api.http.get(api.url(f"/v1/batches/{plain['id']}/pdf")) as resp:
         assert resp.status == 404
+
+    # A new batch of items already done is joined at once, nothing rendered again.
+    rendered = len(renderer.rendered)
+    async with all_events(api) as stream:
+        status, reused = await post_batch(api, {"items": ITEMS[::-1], "combine": True})
+        assert status == 202 and reused["id"] != batch["id"]
+        got = await read_until(stream, batch_done(reused["id"]))
+    data = await download(api, got[-1].json["batch"]["combined"]["url"])
+    assert texts(data) == ["Statement cy", "Statement bo", "Statement ana"]
+    assert len(renderer.rendered) == rendered
 
 
 async def test_the_outline_can_be_left_out_and_items_keep_their_own(
