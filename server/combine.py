@@ -3,7 +3,7 @@
 The state machine and the rules that move it are in 0016_batch_combine.sql: the items move a
 combined file between waiting, items_failed and pending (in the transaction of each job
 change); a process claims a pending one, joins it (server/combiner.py) and records the result.
-Every change here logs the batch's event in the same transaction.
+Every change here logs the batch's event in its transaction (a trigger on batch_combines).
 """
 
 from __future__ import annotations
@@ -85,11 +85,8 @@ async def create(
 
 
 async def claim(pool: asyncpg.Pool, *, limit: int, worker_id: str, lease_s: float) -> list[Claimed]:
-    """Claim up to `limit` due joins (one statement), with their batches' events."""
-    async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(query("combine_claim"), limit, worker_id, lease_s)
-        if rows:
-            await conn.execute(query("batch_log"), [row["batch_id"] for row in rows])
+    """Claim up to `limit` due joins in one statement; the attempt is counted here."""
+    rows = await pool.fetch(query("combine_claim"), limit, worker_id, lease_s)
     return [
         Claimed(
             batch_id=row["batch_id"],
@@ -111,18 +108,15 @@ async def finish_done(
     pool: asyncpg.Pool, claimed: Claimed, *, worker_id: str, pages: int, size_bytes: int
 ) -> bool:
     """Record the stored file; False when the attempt is no longer this process's (rescued)."""
-    async with pool.acquire() as conn, conn.transaction():
-        done = await conn.fetchval(
-            query("combine_done"),
-            claimed.batch_id,
-            worker_id,
-            claimed.attempt,
-            claimed.object_key,
-            pages,
-            size_bytes,
-        )
-        if done is not None:
-            await conn.execute(query("batch_log"), [claimed.batch_id])
+    done = await pool.fetchval(
+        query("combine_done"),
+        claimed.batch_id,
+        worker_id,
+        claimed.attempt,
+        claimed.object_key,
+        pages,
+        size_bytes,
+    )
     return done is not None
 
 
@@ -136,18 +130,15 @@ async def finish_failed(
     retry_in_s: float,
 ) -> CombineState | None:
     """Record a failed attempt: due again (backoff) or failed. None when no longer ours."""
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            query("combine_failed"),
-            claimed.batch_id,
-            worker_id,
-            claimed.attempt,
-            error,
-            retry_in_s,
-            retryable,
-        )
-        if row is not None:
-            await conn.execute(query("batch_log"), [claimed.batch_id])
+    row = await pool.fetchrow(
+        query("combine_failed"),
+        claimed.batch_id,
+        worker_id,
+        claimed.attempt,
+        error,
+        retry_in_s,
+        retryable,
+    )
     return None if row is None else CombineState(row["status"])
 
 
@@ -161,19 +152,11 @@ async def heartbeat(
 
 async def rescue_expired(pool: asyncpg.Pool, *, limit: int = 100) -> int:
     """Joins whose process stopped renewing the lease: due again (or failed); how many."""
-    async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(query("combine_rescue"), limit)
-        if rows:
-            await conn.execute(query("batch_log"), [row["batch_id"] for row in rows])
-    return len(rows)
+    return len(await pool.fetch(query("combine_rescue"), limit))
 
 
 async def release(pool: asyncpg.Pool, ids: Sequence[uuid.UUID], *, worker_id: str) -> int:
     """Hand unfinished joins back at shutdown, without charging the attempt."""
     if not ids:
         return 0
-    async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(query("combine_release"), list(ids), worker_id)
-        if rows:
-            await conn.execute(query("batch_log"), [row["batch_id"] for row in rows])
-    return len(rows)
+    return len(await pool.fetch(query("combine_release"), list(ids), worker_id))

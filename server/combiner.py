@@ -99,9 +99,6 @@ class Combiner:
         self._abandoned: set[uuid.UUID] = set()
         self.joined = 0
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def on_event(self, event: JobEvent) -> None:
         """A batch whose items are all final and whose join is pending: claim now."""
         if event.type != "batch.progress":
@@ -110,10 +107,6 @@ class Combiner:
         if isinstance(combined, dict) and combined.get("status") == "pending":
             if event.job.get("progress") == 100:
                 self._wake.set()
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._joins)
 
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a join ends, or the jittered poll."""
@@ -133,8 +126,8 @@ class Combiner:
                     except DB_OR_QUERY_ERRORS as exc:
                         log.warning("claiming a join failed: %s", exc)
                         claimed = []
-                    for job in claimed:
-                        self._start(job)
+                    for one in claimed:
+                        self._start(one)
                     if claimed and len(claimed) == free:
                         continue
                 with contextlib.suppress(TimeoutError):

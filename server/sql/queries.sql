@@ -592,11 +592,6 @@ DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING id;
 -- Whose batch this is (a signed download link names the batch, not the tenant).
 SELECT tenant FROM batches WHERE id = $1;
 
--- batch_log --
--- An event for each of these batches ($1), as the trigger logs them after a job change; for
--- a change of a batch's combined file, in the transaction of the change.
-SELECT batch_log_events($1::uuid[]);
-
 -- combine_insert --
 -- A batch that asks for one combined PDF ($3: an outline entry per item); before its items,
 -- so that their first batch event already follows it.
@@ -604,7 +599,8 @@ INSERT INTO batch_combines (batch_id, tenant, outline, max_attempts) VALUES ($1,
 
 -- combine_claim --
 -- One statement: pick due joins without waiting on rows others hold, mark them running under
--- this process's lease ($2, $3 seconds), count the attempt. $1 = how many.
+-- this process's lease ($2, $3 seconds), count the attempt. $1 = how many. Here and below, the
+-- batch's event follows from the batch_combines trigger (0016).
 WITH picked AS (
     SELECT batch_id FROM batch_combines
     WHERE status = 'pending' AND run_after <= now()

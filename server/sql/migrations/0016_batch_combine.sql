@@ -14,7 +14,8 @@
 -- the event already shows where the join stands. A process claims a pending row (FOR UPDATE
 -- SKIP LOCKED), joins off its event loop, stores the file and marks it done; a failure that
 -- may pass puts it back to pending after a backoff, a lease that runs out (the process died)
--- is rescued. Each of those moves logs a batch event in its own transaction as well.
+-- is rescued. Each of those moves logs the batch's event through a trigger on this table, in
+-- the statement's transaction.
 --
 -- The batch is done only once its join is over (done, failed or items_failed): batch.done is
 -- logged after the file is stored and carries it. Retrying a failed item takes the row from
@@ -258,3 +259,23 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+
+-- What the join does to a row (every such change goes to or from running: the claim, its end,
+-- a rescue, a release) logs the batch's event, whichever statement made it. The items' moves
+-- are not logged here: batch_log_events makes them and logs the event itself.
+CREATE FUNCTION batch_combines_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    moved uuid[];
+BEGIN
+    moved := ARRAY(
+        SELECT n.batch_id FROM changed n JOIN unchanged o ON o.batch_id = n.batch_id
+        WHERE n.status IS DISTINCT FROM o.status AND 'running' IN (n.status, o.status));
+    IF cardinality(moved) > 0 THEN
+        PERFORM batch_log_events(moved);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER batch_combines_events AFTER UPDATE ON batch_combines
+    REFERENCING OLD TABLE AS unchanged NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION batch_combines_after_update();
