@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import os
 import re
+import uuid
 from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
@@ -336,42 +337,62 @@ async def test_retention_deletes_the_combined_file_with_its_batch(
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 3
 
 
+class HeldWhileMarked(FakeRenderer):
+    """Holds every page that holds `marker` at the gate; the others print at once."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(text_of=page_text)
+        self.marker = marker
+        self.held = asyncio.Event()
+
+    async def render(
+        self,
+        html: str,
+        options: RenderOptions,
+        *,
+        timeout_s: float,
+        on_print: Callable[[], None] | None = None,
+        assets: Assets | None = None,
+    ) -> RenderResult:
+        if self.marker in html:
+            await self.held.wait()
+        return await super().render(
+            html, options, timeout_s=timeout_s, on_print=on_print, assets=assets
+        )
+
+
 @pytest.mark.slow
 async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
     start_app: Callable[..., Any], dsn: str, tmp_path: Path
 ) -> None:
     quick = {"lease_s": 2, "rescue_interval_s": 0.5}
-    # This one renders and joins nothing, so that the process below takes the join.
-    api: RunningApp = await start_app(renderer=labelled(), combine_slots=0, **quick)
+    # This one renders and joins nothing: the process started below takes the join.
+    renderer = HeldWhileMarked("Statement cy")
+    api: RunningApp = await start_app(renderer=renderer, render_slots=2, combine_slots=0, **quick)
     pool, storage = api.app[POOL], api.app[STORAGE]
-    async with all_events(api) as stream:
-        _, batch = await post_batch(api, {"items": ITEMS, "combine": True})
-        await read_until(
-            stream,
-            lambda m: (
-                m.event == "batch.progress"
-                and m.json["batch"]["id"] == batch["id"]
-                and m.json["batch"]["progress"] == 100
-            ),
-        )
-        # The second item's file becomes a pipe: whoever reads it waits on the writer, as on
-        # a storage that hangs, so the join is held mid-way (claimed, fetching) for certain.
-        key = await pool.fetchval("SELECT object_key FROM jobs WHERE item_key = 'march-bo'")
-        path = storage.root / key  # type: ignore[attr-defined]
-        original = path.read_bytes()
-        path.unlink()
-        os.mkfifo(path)
-        env = {
-            "DATABASE_URL": dsn,
-            "PRESSROOM_DATA_DIR": str(api.app[SETTINGS].data_dir),
-            "PRESSROOM_RENDER_SLOTS": "0",
-            "PRESSROOM_COMBINE_SLOTS": "1",
-            "PRESSROOM_LEASE_S": "2",
-            "PRESSROOM_POLL_INTERVAL_S": "0.5",
-        }
-        joiner = PressroomProcess("worker", env, tmp_path / "joiner.log")
-        await joiner.start()
-        try:
+    env = {
+        "DATABASE_URL": dsn,
+        "PRESSROOM_DATA_DIR": str(api.app[SETTINGS].data_dir),
+        "PRESSROOM_RENDER_SLOTS": "0",
+        "PRESSROOM_COMBINE_SLOTS": "1",
+        "PRESSROOM_LEASE_S": "2",
+        "PRESSROOM_POLL_INTERVAL_S": "0.5",
+    }
+    joiner = PressroomProcess("worker", env, tmp_path / "joiner.log")
+    await joiner.start()  # it starts up while the items print
+    try:
+        async with all_events(api) as stream:
+            _, batch = await post_batch(api, {"items": ITEMS, "combine": True})
+            bo = next(i["job_id"] for i in batch["items"] if i["key"] == "march-bo")
+            await read_until(stream, lambda m: m.event == "job.done" and m.json["job"]["id"] == bo)
+            # The second item's file becomes a pipe: whoever reads it waits for a writer, as on
+            # a storage that hangs, so the join is held mid-way (claimed, fetching) for certain.
+            key = await pool.fetchval("SELECT object_key FROM jobs WHERE id = $1", uuid.UUID(bo))
+            path = storage.root / key  # type: ignore[attr-defined]
+            original = path.read_bytes()
+            path.unlink()
+            os.mkfifo(path)
+            renderer.held.set()  # the last item prints: the join is due
             opening = asyncio.ensure_future(asyncio.to_thread(os.open, path, os.O_WRONLY))
             try:
                 async with asyncio.timeout(60):
@@ -379,19 +400,19 @@ async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
             except TimeoutError:
                 os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # lets the thread go
                 raise AssertionError("the join never read the item:\n" + joiner.log()) from None
-            held = await pool.fetchrow("SELECT status, attempts, worker_id FROM batch_combines")
-            assert held["status"] == "running" and held["attempts"] == 1
+            held = await pool.fetchrow("SELECT status, attempts FROM batch_combines")
+            assert (held["status"], held["attempts"]) == ("running", 1)
             joiner.kill()
             await joiner.stop()
-        finally:
-            joiner.kill()
-        os.close(writer)
-        path.unlink()
-        path.write_bytes(original)
+            os.close(writer)
+            path.unlink()
+            path.write_bytes(original)
 
-        # Its lease runs out; a process that joins takes it again.
-        survivor: RunningApp = await start_app(renderer=labelled(), render_slots=0, **quick)
-        got = await read_until(stream, batch_done(batch["id"]))
+            # Its lease runs out; a process that joins takes it over.
+            survivor: RunningApp = await start_app(renderer=labelled(), render_slots=0, **quick)
+            got = await read_until(stream, batch_done(batch["id"]))
+    finally:
+        joiner.kill()
     combined = got[-1].json["batch"]["combined"]
     assert combined["status"] == "done" and combined["attempts"] == 2
     assert texts(await download(api, combined["url"])) == [
