@@ -89,10 +89,11 @@ CREATE FUNCTION batch_combine_public(c batch_combines) RETURNS jsonb LANGUAGE sq
     )
 $$;
 
--- A batch's public JSON (as the migrations before this one make it) with its combined file:
--- `combined` (null for a batch that did not ask), and `status` done only once the join is
--- over, finished then.
-CREATE FUNCTION batch_with_combined(shown jsonb, b batches) RETURNS jsonb LANGUAGE sql STABLE AS $$
+-- A batch's public JSON (as the migrations before this one make it) with its combined file
+-- `c` (a row of nulls for a batch that did not ask: `combined` is null), and `status` done only
+-- once the join is over, finished then.
+CREATE FUNCTION batch_with_combined(shown jsonb, c batch_combines) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
     SELECT CASE
         WHEN c.batch_id IS NULL THEN shown || '{"combined": null}'::jsonb
         WHEN shown->>'status' = 'done' AND c.status NOT IN ('done', 'failed', 'items_failed')
@@ -104,35 +105,34 @@ CREATE FUNCTION batch_with_combined(shown jsonb, b batches) RETURNS jsonb LANGUA
                 'combined', batch_combine_public(c))
         ELSE shown || jsonb_build_object('combined', batch_combine_public(c))
     END
-    FROM (SELECT) AS one LEFT JOIN batch_combines c ON c.batch_id = b.id
 $$;
 
 ALTER FUNCTION batch_public(batches) RENAME TO batch_public_without_combined;
 CREATE FUNCTION batch_public(b batches) RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT batch_with_combined(batch_public_without_combined(b), b)
+    SELECT batch_with_combined(batch_public_without_combined(b),
+                               (SELECT c FROM batch_combines c WHERE c.batch_id = b.id))
 $$;
 
--- The items of a batch moved on (counts as batch_public shows them): its combined file waits,
--- is due to be joined, or cannot be made. Rows a process works on (pending, running) and
--- final ones are not the items' to move.
-CREATE FUNCTION batch_combine_follow(batch uuid, counts jsonb, total integer)
-RETURNS void LANGUAGE plpgsql AS $$
+-- The items of a batch moved on (counts as batch_public shows them): its combined file `c`
+-- waits, is due to be joined, or cannot be made; returned as it is now. Rows a process works
+-- on (pending, running) and final ones are not the items' to move.
+CREATE FUNCTION batch_combine_follow(c batch_combines, counts jsonb, total integer)
+RETURNS batch_combines LANGUAGE plpgsql AS $$
 DECLARE
-    current text;
+    batch uuid := c.batch_id;
     next text;
     why text;
 BEGIN
-    SELECT status INTO current FROM batch_combines WHERE batch_id = batch;
-    IF current IS NULL OR current NOT IN ('waiting', 'items_failed') THEN
-        RETURN;
+    IF c.status NOT IN ('waiting', 'items_failed') THEN
+        RETURN c;
     END IF;
     next := CASE
         WHEN (counts->>'done')::integer = total THEN 'pending'
         WHEN (counts->>'done')::integer + (counts->>'failed')::integer
              + (counts->>'cancelled')::integer < total THEN 'waiting'
         ELSE 'items_failed' END;
-    IF next = current THEN
-        RETURN;
+    IF next = c.status THEN
+        RETURN c;
     END IF;
     IF next = 'items_failed' THEN
         -- The first item that did not end done, by position, with its error; then how many
@@ -152,7 +152,12 @@ BEGIN
     UPDATE batch_combines
     SET status = next, error = why, run_after = now(),
         finished_at = CASE WHEN next = 'items_failed' THEN now() END
-    WHERE batch_id = batch AND status = current;
+    WHERE batch_id = batch AND status = c.status
+    RETURNING * INTO c;
+    IF NOT FOUND THEN  -- moved meanwhile (nothing does, under the batch's lock): as it is
+        SELECT * INTO c FROM batch_combines WHERE batch_id = batch;
+    END IF;
+    RETURN c;
 END $$;
 
 -- As 0004's, with the combined file followed first, under the same lock (see there for why
@@ -160,13 +165,17 @@ END $$;
 CREATE OR REPLACE FUNCTION batch_log_events(ids uuid[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     b batches;
+    c batch_combines;
     shown jsonb;
     at_xid xid8;
 BEGIN
     FOR b IN SELECT * FROM batches WHERE id = ANY(ids) ORDER BY id FOR UPDATE LOOP
         shown := batch_public_without_combined(b);
-        PERFORM batch_combine_follow(b.id, shown->'counts', (shown->>'total')::integer);
-        shown := batch_with_combined(shown, b);
+        SELECT * INTO c FROM batch_combines WHERE batch_id = b.id;
+        IF FOUND THEN
+            c := batch_combine_follow(c, shown->'counts', (shown->>'total')::integer);
+        END IF;
+        shown := batch_with_combined(shown, c);
         at_xid := greatest(pg_current_xact_id(), b.event_xid);
         INSERT INTO job_events (xid, job_id, tenant, type, payload)
         VALUES (at_xid, NULL, b.tenant,
