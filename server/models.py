@@ -462,10 +462,20 @@ def _boolean_too(schema: dict[str, Any]) -> None:
     schema["anyOf"].insert(0, {"type": "boolean"})
 
 
+def _joined_items_print_pdfs(schema: dict[str, Any]) -> None:
+    """With combine, every item prints a PDF (see BatchItem._joinable)."""
+    pdf = {"anyOf": [{"type": "null"}, {"properties": {"output": {"enum": [None, "pdf"]}}}]}
+    no_combine = {"properties": {"combine": {"enum": [None, False]}}}
+    pdf_items = {"properties": {"items": {"items": {"properties": {"options": pdf}}}}}
+    schema["dependentSchemas"] = {"combine": {"anyOf": [no_combine, pdf_items]}}
+
+
 class BatchRequest(BaseModel):
     """Many documents in one call; an item without webhook_url takes the batch's."""
 
-    model_config = REQUEST
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra=_joined_items_print_pdfs
+    )
 
     webhook_url: WebhookUrl | None = Field(None, description="Where to POST the items' events.")
     combine: Annotated[CombineOptions | None, BeforeValidator(_combine)] = Field(
