@@ -21,6 +21,7 @@ from server import (
     jobs,
     library,
     options,
+    outputs,
     signing,
     streams,
     templates,
@@ -383,33 +384,8 @@ async def download_thumbnail(request: web.Request) -> web.StreamResponse:
 async def _serve(request: web.Request, route: str) -> web.StreamResponse:
     """One file of a job, by its route: with a link signed for that route (no credentials
     needed) or as the job's tenant."""
-    settings = request.app[SETTINGS]
-    storage = request.app[STORAGE]
     job_id = parse_job_id(request)
-    if "sig" in request.query or "expires" in request.query:
-        minted_by = signing.check_download(
-            settings.secret,
-            str(job_id),
-            request.query.get("expires", ""),
-            request.query.get("key", ""),
-            request.query.get("sig", ""),
-            route=route,
-        )
-        if minted_by is None:
-            raise Problem(
-                403,
-                "Forbidden",
-                "The download link is invalid or has expired.",
-                kind="bad-signature",
-            )
-        if minted_by != signing.NO_KEY and not await request.app[AUTH].key_active(minted_by):
-            raise auth.revoked("The download link was made with an API key that has been revoked.")
-        row = await request.app[POOL].fetchrow("SELECT tenant FROM jobs WHERE id = $1", job_id)
-        if row is None:
-            raise not_found()
-        tenant = row["tenant"]
-    else:
-        tenant = tenant_of(request)
+    tenant = await download_tenant(request, job_id, route, "SELECT tenant FROM jobs WHERE id = $1")
     stored = await jobs.get(request.app[POOL], job_id, tenant)
     if stored is None:
         raise not_found()
@@ -424,27 +400,80 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
         raise Problem(
             409, "Conflict", f"The job is {stored.status}; its files exist once it is done."
         )
+    # The row names the document it recorded done; a thumbnail lies beside it.
+    return await serve_file(
+        request,
+        stored.object_key if route == signing.DOCUMENT else file.key,
+        subject_id=str(job_id),
+        filename=file.filename,
+        route=route,
+        content_type=file.output.content_type,
+    )
+
+
+async def download_tenant(
+    request: web.Request, subject_id: uuid.UUID, route: str, owner_sql: str, what: str = "job"
+) -> str:
+    """Whose file a download opens: the tenant `owner_sql` names for the subject (a job, a
+    batch: `what`) when the request holds a link signed for this route of it (no credentials
+    needed), else the caller's."""
+    if "sig" not in request.query and "expires" not in request.query:
+        return tenant_of(request)
+    minted_by = signing.check_download(
+        request.app[SETTINGS].secret,
+        str(subject_id),
+        request.query.get("expires", ""),
+        request.query.get("key", ""),
+        request.query.get("sig", ""),
+        route=route,
+    )
+    if minted_by is None:
+        raise Problem(
+            403,
+            "Forbidden",
+            "The download link is invalid or has expired.",
+            kind="bad-signature",
+        )
+    if minted_by != signing.NO_KEY and not await request.app[AUTH].key_active(minted_by):
+        raise auth.revoked("The download link was made with an API key that has been revoked.")
+    tenant: str | None = await request.app[POOL].fetchval(owner_sql, subject_id)
+    if tenant is None:
+        raise not_found(what)
+    return tenant
+
+
+async def serve_file(
+    request: web.Request,
+    key: str,
+    *,
+    subject_id: str,
+    filename: str,
+    route: str,
+    content_type: str = outputs.PDF.content_type,
+) -> web.StreamResponse:
+    """A stored file: its bytes (local storage) or a redirect to a fresh signed URL (S3)."""
+    settings = request.app[SETTINGS]
+    storage = request.app[STORAGE]
     if storage.redirects:
         url = await storage.url(
-            stored.object_key if route == signing.DOCUMENT else file.key,
-            job_id=str(job_id),
-            filename=file.filename,
+            key,
+            job_id=subject_id,
+            filename=filename,
             ttl_s=settings.url_ttl_s,
             minted_by=auth.key_id_of(request),
-            content_type=file.output.content_type,
+            content_type=content_type,
             route=route,
         )
         raise web.HTTPFound(url)
     try:
-        # The row names the document it recorded done; a thumbnail lies beside it.
-        data = await storage.get(stored.object_key if route == signing.DOCUMENT else file.key)
+        data = await storage.get(key)
     except FileNotFoundError:
         raise Problem(410, "Gone", "The file has been deleted (retention).") from None
     return web.Response(
         body=data,
-        content_type=file.output.content_type,
+        content_type=content_type,
         headers={
-            "Content-Disposition": f'inline; filename="{file.filename}"',
+            "Content-Disposition": f'inline; filename="{filename}"',
             "Cache-Control": "private, max-age=60",
         },
     )
@@ -458,7 +487,13 @@ async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> d
     (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
     wire = event.wire()
     if event.type.startswith("batch."):
-        wire["batch"] = wire.pop("job")
+        wire["batch"] = await downloads.present_batch(
+            wire.pop("job"),
+            event.tenant,
+            storage=app[STORAGE],
+            settings=app[SETTINGS],
+            minted_by=minted_by,
+        )
     else:
         wire["job"] = await present_job(app, event.job, event.tenant, minted_by)
     return wire

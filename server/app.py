@@ -16,12 +16,14 @@ from server import maintenance as services
 from server.admission import InFlight
 from server.assets import AssetCache
 from server.auth import Authenticator
+from server.combiner import Combiner, CombinerConfig
 from server.hub import Hub
 from server.jobs import GroupCommit
 from server.keys import (
     ASSET_CACHE,
     AUTH,
     CHROMIUM,
+    COMBINER,
     DSN,
     GROUP_COMMIT,
     HUB,
@@ -47,7 +49,7 @@ from server.settings import Settings
 from server.storage import LocalStorage
 from server.tasks import background
 from server.webhooks import WebhookSender
-from server.worker import WorkerConfig, Workers
+from server.worker import WorkerConfig, Workers, new_worker_id
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +200,29 @@ def create_app(
             await workers.stop()
         await workers.close()
 
+    async def combiner(app: web.Application) -> AsyncIterator[None]:
+        if settings.combine_slots == 0:
+            yield
+            return
+        config = CombinerConfig(
+            slots=settings.combine_slots,
+            lease_s=settings.lease_s,
+            time_limit_s=settings.render_timeout_s,
+            poll_interval_s=settings.poll_interval_s,
+            retry_base_s=settings.retry_base_s,
+            retry_max_s=settings.retry_max_s,
+        )
+        worker_id = app[WORKERS].worker_id if WORKERS in app else new_worker_id()
+        joins = Combiner(app[POOL], app[STORAGE], config, worker_id=worker_id, metrics=metrics)
+        app[COMBINER] = joins
+        app[HUB].add_listener(joins.on_event)
+        async with (
+            background("combiner", joins.run()),
+            background("join-heartbeat", joins.heartbeat()),
+        ):
+            yield
+            await joins.stop()
+
     async def webhooks(app: web.Application) -> AsyncIterator[None]:
         if settings.webhook_concurrency == 0:
             yield
@@ -222,7 +247,7 @@ def create_app(
             yield
 
     app.cleanup_ctx.extend(
-        [database, authentication, storage, hub, renderer, workers, webhooks, maintenance]
+        [database, authentication, storage, hub, renderer, workers, combiner, webhooks, maintenance]
     )
     app.on_shutdown.append(_close_streams)
 

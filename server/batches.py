@@ -4,6 +4,8 @@ A key is accepted once per tenant: submitting it again with the same content reu
 (nothing is rendered twice), with other content it is refused, so a revision needs a new key.
 The same request again answers with the same batch. Batch progress reaches every stream as
 `batch.progress` / `batch.done` events, written by a trigger (0004_batches_templates.sql).
+With `combine`, the items' PDFs are joined into one once all are done (server/combine.py,
+0016_batch_combine.sql); the batch is done once that is over, and serves the file.
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ from urllib.parse import quote
 import asyncpg
 from aiohttp import web
 
-from server import admission, api, assets_api, library, templates, vault
+from server import (
+    admission,
+    api,
+    assets_api,
+    auth,
+    combine,
+    downloads,
+    library,
+    signing,
+    templates,
+    vault,
+)
 from server.http_common import (
     checks,
     json_response,
@@ -26,8 +39,8 @@ from server.http_common import (
     validated,
 )
 from server.jobs import NewJob, job_columns, source_columns
-from server.keys import POOL, SETTINGS
-from server.models import BatchItem, BatchRequest
+from server.keys import POOL, SETTINGS, STORAGE
+from server.models import BatchItem, BatchRequest, CombineOptions
 from server.problems import Problem, invalid, not_found
 from server.sql import query
 
@@ -48,6 +61,7 @@ class NewBatch:
     item_hashes: list[str]
     webhook_url: str | None
     channel: str | None
+    combine: CombineOptions | None
     request_hash: str
 
 
@@ -71,12 +85,15 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     asked: dict[str, Any] = {"items": shown, "webhook_url": batch.webhook_url}
     if batch.channel is not None:  # the hash of a batch without a channel stays as it was
         asked["channel"] = batch.channel
+    if batch.combine is not None:  # the hash of a batch without combine stays as it was
+        asked["combine"] = batch.combine.model_dump()
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
         item_hashes=[admission.request_hash(item) for item in shown],
         webhook_url=batch.webhook_url,
         channel=batch.channel,
+        combine=batch.combine,
         request_hash=admission.request_hash(asked),
     )
 
@@ -106,7 +123,12 @@ async def create_batch(request: web.Request) -> web.Response:
         if batch_id is None:
             batch_id = uuid.uuid4()
             created = await _insert(
-                conn, batch_id, tenant, batch, max_in_flight=settings.tenant_max_inflight
+                conn,
+                batch_id,
+                tenant,
+                batch,
+                max_in_flight=settings.tenant_max_inflight,
+                max_attempts=settings.max_attempts,
             )
             log.info(
                 "batch accepted",
@@ -125,6 +147,7 @@ async def _insert(
     batch: NewBatch,
     *,
     max_in_flight: int,
+    max_attempts: int,
 ) -> int:
     """Insert the batch and the jobs of keys not seen before; returns how many jobs are new."""
     keys, new, item_hashes = batch.keys, batch.jobs, batch.item_hashes
@@ -164,6 +187,10 @@ async def _insert(
         batch.webhook_url,
         batch.channel,
     )
+    if batch.combine is not None:
+        await combine.create(
+            conn, batch_id, tenant, outline=batch.combine.outline, max_attempts=max_attempts
+        )
     job_ids = [
         known[key]["id"] if key in known else job.id for key, job in zip(keys, new, strict=True)
     ]
@@ -187,12 +214,19 @@ async def _insert(
 
 
 async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) -> dict[str, Any]:
-    """The batch: status, counts by state, and its items with their jobs' ids and states."""
+    """The batch: status, counts by state, its combined PDF, and its items with their jobs'
+    ids and states."""
     pool = request.app[POOL]
     row = await pool.fetchrow(query("batch_get"), batch_id, tenant)
     if row is None:
         raise not_found("batch")
-    shown: dict[str, Any] = dict(row["batch"])
+    shown = await downloads.present_batch(
+        dict(row["batch"]),
+        tenant,
+        storage=request.app[STORAGE],
+        settings=request.app[SETTINGS],
+        minted_by=auth.key_id_of(request),
+    )
     items = []
     for item in await pool.fetch(query("batch_items"), batch_id):
         job = await api.present(request, item["job"], tenant)
@@ -204,13 +238,45 @@ async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) 
     # A query may hold ':', '@' and '/' as they are (RFC 3986).
     events = "/v1/events" + (f"?channel={quote(channel, safe=':@/')}" if channel else "")
     shown["links"] = {"self": f"/v1/batches/{batch_id}", "events": events}
+    if shown.get("combined") is not None:
+        shown["links"]["pdf"] = signing.download_path(str(batch_id), signing.COMBINED)
     return shown
+
+
+def _batch_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["batch_id"])
+    except ValueError:
+        raise not_found("batch") from None
 
 
 @routes.get("/v1/batches/{batch_id}")
 async def get_batch(request: web.Request) -> web.Response:
-    try:
-        batch_id = uuid.UUID(request.match_info["batch_id"])
-    except ValueError:
-        raise not_found("batch") from None
-    return json_response(await present_batch(request, batch_id, tenant_of(request)))
+    return json_response(await present_batch(request, _batch_id(request), tenant_of(request)))
+
+
+@routes.get("/v1/batches/{batch_id}/pdf")
+async def download_combined(request: web.Request) -> web.StreamResponse:
+    """The batch's combined PDF: with its signed link (combined.url) or as its tenant."""
+    batch_id = _batch_id(request)
+    tenant = await api.download_tenant(
+        request, batch_id, signing.COMBINED, query("batch_tenant"), "batch"
+    )
+    row = await request.app[POOL].fetchrow(query("combine_file"), batch_id, tenant)
+    if row is None:
+        raise not_found("batch")
+    if row["status"] is None:
+        raise Problem(404, "Not Found", "The batch asked for no combined PDF (combine).")
+    if row["status"] != combine.CombineState.DONE:
+        raise Problem(
+            409,
+            "Conflict",
+            f"The combined PDF is {row['shown']}; it exists once every item is done and joined.",
+        )
+    return await api.serve_file(
+        request,
+        row["object_key"],
+        subject_id=str(batch_id),
+        filename=combine.filename(batch_id),
+        route=signing.COMBINED,
+    )

@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="web app and render workers in one process")
-    web_cmd = commands.add_parser("web", help="web app only (no render workers)")
+    web_cmd = commands.add_parser("web", help="web app only (no render workers, no joins)")
     worker = commands.add_parser("worker", help="render workers only (no web app)")
     for command in (serve, web_cmd, worker):
         command.add_argument("--host", help="listen address (PRESSROOM_HOST)")
@@ -330,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides[field] = value
     if args.command == "web":
         overrides["render_slots"] = 0
+        overrides["combine_slots"] = 0
     if args.command == "worker":
         overrides["run_web"] = False
     try:

@@ -388,22 +388,50 @@ class AsyncClient:
     async def download(self, job: Json | str, path: str | os.PathLike[str]) -> Path:
         """Save a done job's PDF at `path`, atomically (temp file + rename), after checking
         it is a PDF. An expired link is replaced by a fresh one; nothing is rendered again."""
-        target = Path(path)
         current = await self.get(job) if isinstance(job, str) else job
-        for attempt in range(DOWNLOAD_ATTEMPTS):
-            if attempt or "url" not in current:
+
+        async def link(renew: bool) -> tuple[str, str]:
+            nonlocal current
+            if renew or "url" not in current:
                 current = await self.get(current["id"])
+            what = f"job {current.get('id')}"
             if current.get("status") != "done" or not current.get("url"):
-                raise PressroomError(
-                    409,
-                    {
-                        "title": "Not done",
-                        "status": 409,
-                        "detail": f"job {current.get('id')} is {current.get('status')}; "
-                        "only a done job has a PDF",
-                    },
+                detail = f"{what} is {current.get('status')}; only a done job has a PDF"
+                raise PressroomError(409, {"title": "Not done", "status": 409, "detail": detail})
+            return current["url"], what
+
+        return await self._save_pdf(link, Path(path))
+
+    async def download_combined(self, batch: Json | str, path: str | os.PathLike[str]) -> Path:
+        """Save the combined PDF of a batch made with `combine` at `path`, as `download` saves
+        a job's."""
+        current = await self.get_batch(batch) if isinstance(batch, str) else batch
+
+        async def link(renew: bool) -> tuple[str, str]:
+            nonlocal current
+            if renew or not (current.get("combined") or {}).get("url"):
+                current = await self.get_batch(current["id"])
+            combined = current.get("combined") or {}
+            what = f"the combined PDF of batch {current.get('id')}"
+            if combined.get("status") != "done" or not combined.get("url"):
+                state = combined.get("status") or "not asked for (combine)"
+                detail = f"{what} is {state}" + (
+                    f": {combined['error']}" if combined.get("error") else ""
                 )
-            url = self._absolute(current["url"])
+                raise PressroomError(409, {"title": "Not done", "status": 409, "detail": detail})
+            return combined["url"], what
+
+        return await self._save_pdf(link, Path(path))
+
+    async def _save_pdf(
+        self, link: Callable[[bool], Coroutine[Any, Any, tuple[str, str]]], target: Path
+    ) -> Path:
+        """Download the PDF `link` names (asked again for a fresh one when refused: an expired
+        link) and write it at `target` atomically."""
+        what = "the file"
+        for attempt in range(DOWNLOAD_ATTEMPTS):
+            url, what = await link(attempt > 0)
+            url = self._absolute(url)
             try:
                 async with self._http().get(url, headers=self._headers(url)) as resp:
                     if resp.status == 403:
@@ -419,7 +447,7 @@ class AsyncClient:
                     {
                         "title": "Not a PDF",
                         "status": 502,
-                        "detail": f"the download of job {current['id']} is not a PDF",
+                        "detail": f"the download of {what} is not a PDF",
                     },
                 )
             await asyncio.to_thread(write_atomically, target, data)
@@ -429,20 +457,27 @@ class AsyncClient:
             {
                 "title": "Download refused",
                 "status": 403,
-                "detail": f"the download links of job {current['id']} kept being refused",
+                "detail": f"the download links of {what} kept being refused",
             },
         )
 
     # --- batches ------------------------------------------------------------------------
 
     async def create_batch(
-        self, items: builtins.list[Json], *, webhook_url: str | None = None
+        self,
+        items: builtins.list[Json],
+        *,
+        webhook_url: str | None = None,
+        combine: bool | Json = False,
     ) -> Json:
         """One job per item ({key, template | template_id, data, options}); submitting the
-        same items again returns the same batch and creates nothing."""
+        same items again returns the same batch and creates nothing. With `combine` (True, or
+        {"outline": False}), the items' PDFs are also joined into one (download_combined)."""
         body: Json = {"items": items}
         if webhook_url is not None:
             body["webhook_url"] = webhook_url
+        if combine:
+            body["combine"] = combine
         batch: Json = await self._request("POST", "/v1/batches", body=body)
         return batch
 
@@ -590,8 +625,17 @@ class Client:
     def download(self, job: Json | str, path: str | os.PathLike[str]) -> Path:
         return self._run(self.aio.download(job, path))
 
-    def create_batch(self, items: builtins.list[Json], *, webhook_url: str | None = None) -> Json:
-        return self._run(self.aio.create_batch(items, webhook_url=webhook_url))
+    def create_batch(
+        self,
+        items: builtins.list[Json],
+        *,
+        webhook_url: str | None = None,
+        combine: bool | Json = False,
+    ) -> Json:
+        return self._run(self.aio.create_batch(items, webhook_url=webhook_url, combine=combine))
+
+    def download_combined(self, batch: Json | str, path: str | os.PathLike[str]) -> Path:
+        return self._run(self.aio.download_combined(batch, path))
 
     def get_batch(self, batch_id: str) -> Json:
         return self._run(self.aio.get_batch(batch_id))

@@ -27,6 +27,9 @@ CLIENT_COMMANDS = frozenset({"submit", "jobs", "watch", "batch"})
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 STATE_FILE = ".pressroom-batch.json"
 STATE_VERSION = 1
+# The combined PDF (--combine), where BatchRun tracks it beside the items' keys (an item id
+# cannot start with a parenthesis).
+COMBINED = "(combined)"
 DOWNLOADS_AT_ONCE = 4
 # Without news from the event stream for this long, the batch is read again (a safety net).
 RECONCILE_S = 15.0
@@ -78,6 +81,11 @@ def add_client_parsers(commands: Any) -> None:
     )
     batch.add_argument("manifest", help='JSON list of {"id", "html", "data", "options"}')
     batch.add_argument("outdir", help="where the PDFs (and the state file) go")
+    batch.add_argument(
+        "--combine",
+        metavar="PDF",
+        help="also join the documents, in manifest order, into this one PDF (a bookmark per id)",
+    )
 
     for command in (submit, jobs, watch, batch):
         command.add_argument("--url", help="the server (PRESSROOM_URL, else http://127.0.0.1:8080)")
@@ -267,6 +275,9 @@ def describe_event(event: Json) -> str:
     if isinstance(event.get("batch"), dict):
         batch = event["batch"]
         counts = " ".join(f"{name}={count}" for name, count in batch["counts"].items() if count)
+        combined = batch.get("combined")
+        if isinstance(combined, dict):
+            counts += f" combined={combined['status']}"
         return f"{ident} {kind:<14} batch {batch['id']} {batch['progress']}% {counts}"
     if isinstance(event.get("job"), dict):
         job = event["job"]
@@ -340,21 +351,31 @@ def _open_state(outdir: Path) -> BatchState:
     return BatchState.load(outdir)
 
 
-def _fingerprint(items: list[Json]) -> str:
+def _fingerprint(items: list[Json], *, combine: bool) -> str:
     canonical = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    # A combined batch is another batch: its state is not a plain one's.
+    return hashlib.sha256(canonical.encode()).hexdigest() + (":combine" if combine else "")
+
+
+def _is_pdf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as pdf:
+            return pdf.read(5) == b"%PDF-"
+    except OSError:
+        return False
 
 
 @dataclasses.dataclass
 class BatchState:
     """What a run has done so far, kept in OUTDIR/.pressroom-batch.json (written atomically):
-    the accepted batch and job ids, and which PDFs are saved."""
+    the accepted batch and job ids, which PDFs are saved, and where the combined one was."""
 
     path: Path
     server: str = ""
     manifest: str = ""
     batch_id: str | None = None
     items: dict[str, Json] = dataclasses.field(default_factory=dict)
+    combined: str | None = None  # where the combined PDF was saved (--combine)
 
     @classmethod
     def load(cls, outdir: Path) -> BatchState:
@@ -367,7 +388,9 @@ class BatchState:
             raise UsageError(f"cannot read the state file {path}: {exc}") from None
         if raw.get("version") != STATE_VERSION:
             raise UsageError(f"{path} was written by another version; move it away to start over")
-        return cls(path, raw["server"], raw["manifest"], raw["batch_id"], raw["items"])
+        return cls(
+            path, raw["server"], raw["manifest"], raw["batch_id"], raw["items"], raw.get("combined")
+        )
 
     def save(self) -> None:
         body = {
@@ -376,11 +399,14 @@ class BatchState:
             "manifest": self.manifest,
             "batch_id": self.batch_id,
             "items": self.items,
+            "combined": self.combined,
         }
         write_atomically(self.path, (json.dumps(body, indent=1) + "\n").encode())
 
     def accept(self, batch: Json, *, server: str, manifest: str) -> None:
         """Record the server's answer; a saved PDF stays saved only if its job is the same."""
+        if batch["id"] != self.batch_id:
+            self.combined = None
         self.server, self.manifest, self.batch_id = server, manifest, batch["id"]
         before = self.items
         self.items = {}
@@ -392,27 +418,33 @@ class BatchState:
 
     def unsaved(self, outdir: Path) -> set[str]:
         """Keys not marked saved, or whose file is no longer there or no longer a PDF."""
-        missing = set()
-        for key, item in self.items.items():
-            try:
-                with open(outdir / item["file"], "rb") as pdf:
-                    intact = bool(item.get("saved")) and pdf.read(5) == b"%PDF-"
-            except OSError:
-                intact = False
-            if not intact:
-                missing.add(key)
-        return missing
+        return {
+            key
+            for key, item in self.items.items()
+            if not (item.get("saved") and _is_pdf(outdir / item["file"]))
+        }
+
+    def combined_saved(self, path: Path) -> bool:
+        """Whether the combined PDF is saved at `path` (and is still there, a PDF)."""
+        return self.combined == str(path) and _is_pdf(path)
 
 
 class BatchRun:
     """Follows one batch: downloads each PDF once its job is done, notes failures."""
 
     def __init__(
-        self, client: AsyncClient, state: BatchState, outdir: Path, todo: set[str]
+        self,
+        client: AsyncClient,
+        state: BatchState,
+        outdir: Path,
+        todo: set[str],
+        combined: Path | None = None,
     ) -> None:
         self.client = client
         self.state = state
         self.outdir = outdir
+        #: Where the combined PDF goes, while it is still to be saved.
+        self.combined = combined
         self.display = Display(sys.stdout)
         self.by_job = {item["job_id"]: key for key, item in state.items.items()}
         self.todo = todo
@@ -426,7 +458,8 @@ class BatchRun:
 
     @property
     def finished(self) -> bool:
-        return not (self.todo - set(self.failed)) and not self.downloading
+        items_over = not (self.todo - set(self.failed)) and not self.downloading
+        return items_over and (self.combined is None or COMBINED in self.failed)
 
     async def run(self) -> None:
         opened = asyncio.Event()
@@ -464,13 +497,45 @@ class BatchRun:
         self.counts = batch["counts"]
         for item in batch["items"]:
             self._job_changed(item["key"], {"id": item["job_id"], **item})
+        self._combined_changed(batch)
         self._show()
+
+    def _combined_changed(self, batch: Json) -> None:
+        """Once the batch is done, its combined PDF is saved, or its failure noted."""
+        combined = batch.get("combined") or {}
+        if self.combined is None or batch["status"] != "done" or COMBINED in self.downloading:
+            return
+        if combined.get("status") == "done":
+            self.failed.pop(COMBINED, None)
+            self.downloading.add(COMBINED)
+            task = asyncio.create_task(self._save_combined(batch), name="download-combined")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif COMBINED not in self.failed:
+            self.failed[COMBINED] = combined.get("error") or f"the join is {combined.get('status')}"
+            self.display.say(f"failed combined PDF: {self.failed[COMBINED]}")
+
+    async def _save_combined(self, batch: Json) -> None:
+        assert self.combined is not None
+        try:
+            async with self._downloads:
+                await self.client.download_combined(batch, self.combined)
+            async with self._state_lock:
+                self.state.combined = str(self.combined)
+                await asyncio.to_thread(self.state.save)
+        except PressroomError as exc:
+            self.news.put_nowait({"type": "download-failed", "key": COMBINED, "error": str(exc)})
+            return
+        self.news.put_nowait({"type": "saved", "key": COMBINED, "path": str(self.combined)})
 
     async def _handle(self, news: Json) -> None:
         kind = news.get("type", "")
         if kind == "saved" or kind == "download-failed":
             self.downloading.discard(news["key"])
-            if kind == "saved":
+            if kind == "saved" and news["key"] == COMBINED:
+                self.combined = None
+                self.display.say(f"saved the combined PDF -> {news['path']}")
+            elif kind == "saved":
                 self.todo.discard(news["key"])
                 self.display.say(f"saved {news['key']} -> {news['path']}")
             else:
@@ -517,21 +582,23 @@ class BatchRun:
     def _show(self) -> None:
         total = len(self.state.items)
         saved = total - len(self.todo)
-        percent = 100 * (saved + len(self.failed)) // total
+        failed = len(self.failed) - (COMBINED in self.failed)
+        percent = 100 * (saved + failed) // total
         running = self.counts.get("running", 0)
         queued = self.counts.get("queued", 0)
-        line = (
-            f"{saved}/{total} saved, {len(self.failed)} failed, {running} running, {queued} queued"
-        )
+        line = f"{saved}/{total} saved, {failed} failed, {running} running, {queued} queued"
+        if self.combined is not None and not (self.todo - set(self.failed)):
+            line += ", joining"
         if self.display.tty:
             self.display.status(f"{_bar(percent)} {percent:3d}%  {line}")
 
 
 async def run_batch(client: AsyncClient, args: argparse.Namespace) -> int:
     outdir = Path(args.outdir)
+    combined = Path(args.combine) if args.combine else None
     items = await asyncio.to_thread(load_manifest, Path(args.manifest))
     state = await asyncio.to_thread(_open_state, outdir)
-    fingerprint = _fingerprint(items)
+    fingerprint = _fingerprint(items, combine=combined is not None)
     batch = None
     if state.batch_id and state.manifest == fingerprint and state.server == client.url:
         with contextlib.suppress(PressroomError):  # gone (retention): submit again below
@@ -539,19 +606,25 @@ async def run_batch(client: AsyncClient, args: argparse.Namespace) -> int:
     if batch is None:
         # Idempotent by item key: after a crash before the state was written, this returns
         # the jobs already accepted instead of making new ones.
-        batch = await client.create_batch(items)
+        batch = await client.create_batch(items, combine=combined is not None)
         state.accept(batch, server=client.url, manifest=fingerprint)
         await asyncio.to_thread(state.save)
-    run = BatchRun(client, state, outdir, await asyncio.to_thread(state.unsaved, outdir))
+    if combined is not None and await asyncio.to_thread(state.combined_saved, combined):
+        combined = None
+    todo = await asyncio.to_thread(state.unsaved, outdir)
+    run = BatchRun(client, state, outdir, todo, combined)
     already = len(state.items) - len(run.todo)
     print(
         f"batch {batch['id']}: {len(state.items)} documents, {already} already saved",
         flush=True,
     )
-    if run.todo:
+    if run.todo or run.combined is not None:
         await run.run()
     saved = len(state.items) - len(run.todo)
-    print(f"{saved} saved, {len(run.failed)} failed, in {outdir}", flush=True)
-    for key, error in sorted(run.failed.items()):
+    failed = {key: error for key, error in run.failed.items() if key != COMBINED}
+    print(f"{saved} saved, {len(failed)} failed, in {outdir}", flush=True)
+    for key, error in sorted(failed.items()):
         print(f"pressroom: {key} failed: {error}", file=sys.stderr)
+    if COMBINED in run.failed:
+        print(f"pressroom: the combined PDF failed: {run.failed[COMBINED]}", file=sys.stderr)
     return EXIT_FAILED if run.failed else EXIT_OK

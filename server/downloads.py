@@ -1,12 +1,12 @@
 """A job's links and signed download URLs, as every route, stream and webhook shows them: the
 document (`url`, links.pdf) and, when the job asked for one, its thumbnail (`thumbnail_url`,
-links.thumbnail)."""
+links.thumbnail); and a batch's combined PDF (`combined.url`) the same way."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from server import jobs, outputs, signing
+from server import combine, jobs, outputs, signing
 from server.jobs import JobState
 from server.settings import Settings
 from server.storage import Storage
@@ -49,6 +49,27 @@ async def present(
             content_type=file.output.content_type,
             route=file.route,
         )
-        absolute = settings.public_base_url + url if url.startswith("/") else url
-        shown[URL_FIELDS[file.route]] = absolute
+        shown[URL_FIELDS[file.route]] = _absolute(url, settings)
     return shown
+
+
+async def present_batch(
+    batch: dict[str, Any], tenant: str, *, storage: Storage, settings: Settings, minted_by: int
+) -> dict[str, Any]:
+    """The batch with a signed URL for its combined PDF once that is done, made as a job's."""
+    combined = batch.get("combined")
+    if not isinstance(combined, dict) or combined.get("status") != "done":
+        return batch
+    url = await storage.url(
+        combine.object_key(tenant, batch["id"], combined["attempts"]),
+        job_id=batch["id"],
+        filename=combine.filename(batch["id"]),
+        ttl_s=settings.url_ttl_s,
+        minted_by=minted_by,
+        route=signing.COMBINED,
+    )
+    return {**batch, "combined": {**combined, "url": _absolute(url, settings)}}
+
+
+def _absolute(url: str, settings: Settings) -> str:
+    return settings.public_base_url + url if url.startswith("/") else url

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from server.admission import InFlight
     from server.assets import AssetCache
     from server.auth import Authenticator
+    from server.combiner import Combiner
     from server.hub import Hub
     from server.jobs import GroupCommit
     from server.listener import Listener
@@ -44,5 +45,6 @@ CHROMIUM: web.AppKey[ChromiumRenderer] = web.AppKey("chromium")
 STORAGE: web.AppKey[Storage] = web.AppKey("storage")
 ASSET_CACHE: web.AppKey[AssetCache] = web.AppKey("asset_cache")
 WORKERS: web.AppKey[Workers] = web.AppKey("workers")
+COMBINER: web.AppKey[Combiner] = web.AppKey("combiner")
 WEBHOOKS: web.AppKey[WebhookSender] = web.AppKey("webhooks")
 SSE_STREAMS: web.AppKey[SseStreams] = web.AppKey("sse_streams")

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
-from server import admission, events, jobs, retention
+from server import admission, combine, events, jobs, retention
 from server.settings import Settings
 from server.storage import Storage
 from server.tasks import periodic
@@ -51,6 +51,9 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
         count = await jobs.rescue_expired(pool)
         if count:
             log.warning("rescued %s jobs whose worker stopped renewing its lease", count)
+        count = await combine.rescue_expired(pool)
+        if count:
+            log.warning("rescued %s batch joins whose process stopped renewing its lease", count)
 
     async def prune_keys() -> None:
         await admission.prune_keys(pool, key_ttl_s=settings.idempotency_ttl_s)
@@ -66,6 +69,9 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
         deleted = await retention.sweep(pool, storage, older_than_days=days)
         if deleted:
             log.info("retention deleted %s jobs finished more than %s days ago", deleted, days)
+        deleted = await retention.sweep_batches(pool, storage, older_than_days=days)
+        if deleted:
+            log.info("retention deleted %s combined batches older than %s days", deleted, days)
 
     found = [
         Service("rescuer", settings.rescue_interval_s, rescue),

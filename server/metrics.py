@@ -93,6 +93,18 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.combine_seconds = Histogram(
+            "pressroom_combine_duration_seconds",
+            "Time of one join of a batch's PDFs (combine): fetching the items, joining, storing.",
+            buckets=DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.combines_finished = Counter(
+            "pressroom_combine_attempts",
+            "Finished joins of batches' PDFs by outcome (done, retrying, failed).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.webhook_attempts = Counter(
             "pressroom_webhook_attempts",
             "Webhook delivery attempts by outcome (delivered, retry, failed, disabled).",

@@ -25,7 +25,7 @@ REF = "#/components/schemas/{model}"
 
 PATH_PARAMETERS = {
     "job_id": ("uuid", "The job's id. Another tenant's job answers 404, as an unknown id."),
-    "batch_id": ("uuid", "The batch's id."),
+    "batch_id": ("uuid", "The batch's id. Another tenant's batch answers 404, as an unknown id."),
     "template_id": (None, "A template name (latest version) or name@version."),
     "asset_id": (
         None,
@@ -237,8 +237,19 @@ OPERATIONS = (
        {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},
        {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},
        body=m.BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
-    Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts and its items' jobs",
-       "batches", {"200": ("The batch.", m.Batch)}, {"404": "No such batch."}),
+    Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts, its items' jobs and "
+       "its combined PDF", "batches", {"200": ("The batch.", m.Batch)}, {"404": "No such batch."}),
+    Op("get", "/v1/batches/{batch_id}/pdf",
+       "Download the batch's combined PDF (with an API key, or with the signed combined.url "
+       "of the batch)", "batches",
+       {"200": ("The items' PDFs joined in item order.", PDF),
+        "302": ("Redirect to a presigned S3 URL.", None)},
+       {"404": "No such batch (or another tenant's), or the batch asked for no combine.",
+        "401": "The signed link was minted for an API key since revoked.",
+        "403": "The signed link is invalid or has expired.",
+        "409": "The combined PDF is not done (pending, running or failed).",
+        "410": "The file was deleted (retention)."},
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
     Op("post", "/v1/assets", "Upload an asset: the body is the file, of its Content-Type",
        "assets",
        {"201": ("Stored.", m.Asset), "200": ("The same bytes were stored before.", m.Asset)},
@@ -290,7 +301,7 @@ OPERATIONS = (
 LINKS = {
     ("/v1/jobs", "post"): ("job_id", ("getJobsJobId", "postJobsJobIdCancel",
                                      "postJobsJobIdRetry", "getJobsJobIdPdf")),
-    ("/v1/batches", "post"): ("batch_id", ("getBatchesBatchId",)),
+    ("/v1/batches", "post"): ("batch_id", ("getBatchesBatchId", "getBatchesBatchIdPdf")),
     ("/v1/assets", "post"): ("asset_id", ("getAssetsAssetId", "getAssetsAssetIdContent",
                                          "deleteAssetsAssetId")),
 }  # fmt: skip

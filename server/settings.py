@@ -263,6 +263,9 @@ class Settings(BaseSettings):
     db_pool_min: NonNegativeInt = setting(2, "connections one process keeps open at least")
     db_pool_max: PositiveInt = setting(10, "connections one process opens at most")
     render_slots: NonNegativeInt = setting(2, "concurrent renders in this process (0 = no worker)")
+    combine_slots: NonNegativeInt = setting(
+        1, "batch joins (`combine`) at once in this process (0 = this process joins none)"
+    )
     claim_while_printing_s: NonNegativeFloat = setting(
         0.5,
         "when a page that loaded within this many seconds begins to print, claim its slot's "

@@ -38,7 +38,8 @@ NO_KEY = 0
 MAX_TOKEN_CHARS = 2048
 TOKEN_ALGORITHM = "HS256"
 # The routes under /v1/jobs/{id}/ a download link may open: the job's document (a PDF, or an
-# image) and its thumbnail. A link names one: it opens no other file of the job.
+# image) and its thumbnail. A link names one: it opens no other file of the job. COMBINED is a
+# batch's combined PDF, at /v1/batches/{id}/pdf.
 DOCUMENT = "pdf"
 THUMBNAIL = "thumbnail"
 TOKEN_CLAIM = "pressroom"
@@ -115,6 +116,9 @@ def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
     if name == "channel":
         return (Scope(channel=claim["channel"]), key_id) if is_channel(claim["channel"]) else None
     return TENANT_SCOPE, key_id
+
+
+COMBINED = "combined"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,6 +217,13 @@ def _link_message(job_id: str, expires: int, key_id: int, route: str) -> bytes:
     # The document's links sign what they signed before there were other files.
     file = "" if route == DOCUMENT else f"/{route}"
     return f"{job_id}{file}.{expires}.{key_id}".encode()
+
+
+def download_path(subject_id: str, route: str) -> str:
+    """The route a download link for one file opens (without its query)."""
+    if route == COMBINED:
+        return f"/v1/batches/{subject_id}/pdf"
+    return f"/v1/jobs/{subject_id}/{route}"
 
 
 def sign_download(

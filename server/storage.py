@@ -47,9 +47,9 @@ class Storage(Protocol):
         route: str = signing.DOCUMENT,
     ) -> str:
         """A download URL valid for ttl_s seconds (relative to the API for local storage: the
-        job's `route`, /v1/jobs/{id}/pdf or /thumbnail); one Pressroom serves names the API key
-        it is minted for (`minted_by`, signing.NO_KEY for none) and stops working when that key
-        is revoked."""
+        job's `route`, /v1/jobs/{id}/pdf or /thumbnail, or with signing.COMBINED the combined
+        PDF of the batch `job_id`); one Pressroom serves names the API key it is minted for
+        (`minted_by`, signing.NO_KEY for none) and stops working when that key is revoked."""
         ...
 
     async def check(self) -> None:
@@ -129,7 +129,7 @@ class LocalStorage:
         expires = int(time.time()) + ttl_s
         signature = signing.sign_download(self._secret, job_id, expires, minted_by, route=route)
         query = {"expires": expires, "key": minted_by, "sig": signature}
-        return f"/v1/jobs/{job_id}/{route}?" + urlencode(query)
+        return signing.download_path(job_id, route) + "?" + urlencode(query)
 
     async def check(self) -> None:
         try:

@@ -73,13 +73,19 @@ class Delivery:
     """One claimed attempt at one outbox row."""
 
     id: uuid.UUID
-    job_id: uuid.UUID
+    job_id: uuid.UUID | None  # None for a batch's delivery (batch.done of a combined batch)
     tenant: str
     url: str
     type: str
     payload: dict[str, Any]
     attempt: int
     created_at: dt.datetime
+    batch_id: uuid.UUID | None = None
+
+    @property
+    def log_extra(self) -> dict[str, str]:
+        subject = {"job_id": str(self.job_id)} if self.job_id else {"batch_id": str(self.batch_id)}
+        return {**subject, "tenant": self.tenant, "webhook_id": str(self.id)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,7 +93,7 @@ class Attempt:
     """What one POST came to, as recorded in `webhook_attempts`."""
 
     delivery_id: uuid.UUID
-    job_id: uuid.UUID
+    job_id: uuid.UUID | None
     attempt: int
     #: pending (retry in retry_in_s), delivered, failed or disabled.
     outcome: str
@@ -268,6 +274,7 @@ class WebhookSender:
                 payload=row["payload"],
                 attempt=row["attempts"],
                 created_at=row["created_at"],
+                batch_id=row["batch_id"],
             )
             for row in rows
         ]
@@ -290,11 +297,7 @@ class WebhookSender:
                 )
 
     async def _send(self, delivery: Delivery) -> None:
-        extra = {
-            "job_id": str(delivery.job_id),
-            "tenant": delivery.tenant,
-            "webhook_id": str(delivery.id),
-        }
+        extra = delivery.log_extra
         try:
             attempt = await self.attempt(delivery)
         except Exception as exc:
@@ -459,11 +462,13 @@ class WebhookSender:
         return [self._settings.webhook_secret] if found is None else found.signing
 
     async def body(self, delivery: Delivery) -> bytes:
-        """`{type, timestamp, data: {job}}`; the job as the API shows it, with a fresh URL."""
+        """`{type, timestamp, data: {job}}`; the job as the API shows it, with a fresh URL (a
+        batch's delivery: `data: {batch}`, its combined file's URL fresh likewise)."""
         # Minted by the server for the tenant's own endpoint, not with a key: revoking the key
         # that submitted the job does not void its URLs (they expire as any link does). Local
         # storage signs a path on this server; the receiver gets the whole URL.
-        job = await downloads.present(
+        present = downloads.present if delivery.job_id is not None else downloads.present_batch
+        subject = await present(
             dict(delivery.payload),
             delivery.tenant,
             storage=self._storage,
@@ -473,7 +478,7 @@ class WebhookSender:
         message = {
             "type": delivery.type,
             "timestamp": delivery.created_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
-            "data": {"job": job},
+            "data": {"job" if delivery.job_id is not None else "batch": subject},
         }
         return json.dumps(message, separators=(",", ":")).encode()
 

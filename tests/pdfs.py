@@ -58,9 +58,17 @@ class FakeRenderer:
     `prints`, it says it began printing (on_print) before it waits at the gate, as Chromium
     does once the page has loaded."""
 
-    def __init__(self, *, prints: bool = False, load_s: float = 0.0, pages: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        prints: bool = False,
+        load_s: float = 0.0,
+        pages: int = 1,
+        text_of: Callable[[str], str] | None = None,
+    ) -> None:
         self.prints = prints
         self.pages = pages  # how many pages the PDFs claim to have
+        self.text_of = text_of  # the text of each PDF, from the page's HTML (else "Pressroom")
         self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
@@ -94,7 +102,8 @@ class FakeRenderer:
         self.rendered.append(html)
         if options.image:
             return RenderResult(data=small_image(options.output), pages=None, warnings=[])
-        return RenderResult(data=minimal_pdf(), pages=self.pages, warnings=[])
+        text = self.text_of(html) if self.text_of is not None else "Pressroom"
+        return RenderResult(data=minimal_pdf(text), pages=self.pages, warnings=[])
 
     async def check(self) -> None:
         return None

@@ -313,12 +313,14 @@ UPDATE webhook_deliveries w
 SET attempts = w.attempts + 1, locked_by = $2,
     locked_until = now() + make_interval(secs => $3::float8)
 FROM due WHERE w.id = due.id
-RETURNING w.id, w.job_id, w.tenant, w.url, w.type, w.payload, w.attempts, w.created_at;
+RETURNING w.id, w.job_id, w.batch_id, w.tenant, w.url, w.type, w.payload, w.attempts,
+          w.created_at;
 
 -- record_webhook_attempt --
 -- One attempt's outcome ($7: pending = retry in $8 s, delivered, failed, disabled) and its log
 -- row. Only the sender still holding the lease moves the delivery on; the attempt is logged
--- either way. A 410 also stops the job's other pending deliveries to the same URL.
+-- either way. A 410 also stops the job's (or the batch's) other pending deliveries to the
+-- same URL.
 WITH mine AS (
     UPDATE webhook_deliveries
     SET status = $7::text,
@@ -329,7 +331,7 @@ WITH mine AS (
         last_status_code = $4::int, last_error = $6::text,
         locked_until = NULL, locked_by = NULL
     WHERE id = $1 AND attempts = $2 AND locked_by = $3
-    RETURNING id, job_id, url
+    RETURNING id, job_id, batch_id, url
 ), logged AS (
     INSERT INTO webhook_attempts (delivery_id, attempt, status_code, duration_ms, error)
     SELECT id, $2, $4::int, $5::int, $6::text FROM webhook_deliveries WHERE id = $1
@@ -339,7 +341,8 @@ WITH mine AS (
     SET status = 'disabled', locked_until = NULL, locked_by = NULL,
         last_error = 'not sent: an earlier delivery to this URL was answered 410 Gone'
     FROM mine m
-    WHERE $7::text = 'disabled' AND w.job_id = m.job_id AND w.url = m.url
+    WHERE $7::text = 'disabled' AND (w.job_id = m.job_id OR w.batch_id = m.batch_id)
+      AND w.url = m.url
       AND w.status = 'pending' AND w.id <> m.id
 )
 SELECT count(*) > 0 AS recorded FROM mine;
@@ -627,3 +630,110 @@ LIMIT 5;
 
 -- asset_delete --
 DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING id;
+
+-- batch_tenant --
+-- Whose batch this is (a signed download link names the batch, not the tenant).
+SELECT tenant FROM batches WHERE id = $1;
+
+-- combine_insert --
+-- A batch that asks for one combined PDF ($3: an outline entry per item); before its items,
+-- so that their first batch event already follows it.
+INSERT INTO batch_combines (batch_id, tenant, outline, max_attempts) VALUES ($1, $2, $3, $4);
+
+-- combine_claim --
+-- One statement: pick due joins without waiting on rows others hold, mark them running under
+-- this process's lease ($2, $3 seconds), count the attempt. $1 = how many. Here and below, the
+-- batch's event follows from the batch_combines trigger (0016).
+WITH picked AS (
+    SELECT batch_id FROM batch_combines
+    WHERE status = 'pending' AND run_after <= now()
+    ORDER BY run_after, batch_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE batch_combines c
+SET status = 'running', attempts = c.attempts + 1, worker_id = $2,
+    lease_expires_at = now() + make_interval(secs => $3), started_at = now()
+FROM picked WHERE c.batch_id = picked.batch_id
+RETURNING c.batch_id, c.tenant, c.attempts, c.max_attempts, c.outline;
+
+-- combine_items --
+-- A batch's items in order, with what each job recorded of its file.
+SELECT i.key, j.status, j.object_key
+FROM batch_items i JOIN jobs j ON j.id = i.job_id
+WHERE i.batch_id = $1
+ORDER BY i.position;
+
+-- combine_done --
+-- The file of attempt $3 is stored: only the process ($2) still holding that attempt records it.
+UPDATE batch_combines
+SET status = 'done', object_key = $4, pages = $5, bytes = $6, error = NULL,
+    worker_id = NULL, lease_expires_at = NULL, finished_at = now()
+WHERE batch_id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
+RETURNING batch_id;
+
+-- combine_failed --
+-- A failed attempt: due again after $5 seconds while attempts remain and the error ($4) may
+-- pass ($6), else failed for good.
+UPDATE batch_combines
+SET status = CASE WHEN $6::boolean AND attempts < max_attempts THEN 'pending' ELSE 'failed' END,
+    run_after = CASE WHEN $6::boolean AND attempts < max_attempts
+                     THEN now() + make_interval(secs => $5::float8) ELSE run_after END,
+    finished_at = CASE WHEN $6::boolean AND attempts < max_attempts THEN NULL ELSE now() END,
+    error = $4::text, worker_id = NULL, lease_expires_at = NULL
+WHERE batch_id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
+RETURNING batch_id, status;
+
+-- combine_heartbeat --
+-- Extend the lease of every join this process ($2) still holds; those missing from the result
+-- are no longer its own (rescued) and are abandoned.
+UPDATE batch_combines SET lease_expires_at = now() + make_interval(secs => $3)
+WHERE batch_id = ANY($1::uuid[]) AND status = 'running' AND worker_id = $2
+RETURNING batch_id;
+
+-- combine_rescue --
+-- Joins whose process stopped renewing the lease: due again, or failed when out of attempts.
+WITH lost AS (
+    SELECT batch_id FROM batch_combines
+    WHERE status = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE batch_combines c
+SET status = CASE WHEN c.attempts < c.max_attempts THEN 'pending' ELSE 'failed' END,
+    finished_at = CASE WHEN c.attempts < c.max_attempts THEN NULL ELSE now() END,
+    run_after = now(),
+    error = 'worker lost: lease expired during attempt ' || c.attempts,
+    worker_id = NULL, lease_expires_at = NULL
+FROM lost WHERE c.batch_id = lost.batch_id
+RETURNING c.batch_id;
+
+-- combine_release --
+-- Shutdown: joins not finished go back at once, without charging the attempt.
+UPDATE batch_combines
+SET status = 'pending', attempts = attempts - 1, run_after = now(),
+    worker_id = NULL, lease_expires_at = NULL
+WHERE batch_id = ANY($1::uuid[]) AND status = 'running' AND worker_id = $2
+RETURNING batch_id;
+
+-- combine_file --
+-- A tenant's ($2) batch and its combined file, for the download route (no row: no batch).
+SELECT c.status, c.object_key,
+       CASE WHEN c.batch_id IS NOT NULL THEN batch_combine_public(c)->>'status' END AS shown
+FROM batches b LEFT JOIN batch_combines c ON c.batch_id = b.id
+WHERE b.id = $1 AND b.tenant = $2;
+
+-- expired_combines --
+-- Batches whose combined file is final since more than $1 days, locked (the batch row, as a
+-- job change locks it first) until this round ($2 rows) is deleted.
+SELECT c.batch_id, c.tenant, c.attempts, c.max_attempts, c.object_key
+FROM batch_combines c JOIN batches b ON b.id = c.batch_id
+WHERE c.finished_at < now() - make_interval(days => $1)
+ORDER BY c.finished_at
+LIMIT $2
+FOR UPDATE OF b SKIP LOCKED;
+
+-- delete_batches --
+-- Their items and combined rows go with them (ON DELETE CASCADE); their jobs stay.
+DELETE FROM batches WHERE id = ANY($1::uuid[]);

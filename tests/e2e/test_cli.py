@@ -323,6 +323,34 @@ async def test_batch_killed_halfway_resumes_without_submitting_twice(
     assert third.code == 0 and "8 documents, 8 already saved" in third.out
 
 
+async def test_batch_combine_writes_one_pdf_in_manifest_order(
+    server: Server, tmp_path: Path
+) -> None:
+    manifest = write_manifest(tmp_path, 3)
+    outdir, combined = tmp_path / "out", tmp_path / "all-invoices.pdf"
+    done = await pressroom(server, "batch", str(manifest), str(outdir), "--combine", str(combined))
+    assert done.code == 0, done.err
+    assert f"saved the combined PDF -> {combined}" in done.out
+
+    joined = PdfReader(combined)
+    items = [PdfReader(outdir / f"invoice-{n:02d}.pdf") for n in range(3)]
+    assert len(joined.pages) == sum(len(item.pages) for item in items)
+    # Chromium's pages, as the items have them, one item after the other.
+    texts = [page.extract_text() for page in joined.pages]
+    assert texts == [page.extract_text() for item in items for page in item.pages]
+    assert [n for n, text in enumerate(texts) if "Invoice" in text] == [
+        sum(len(item.pages) for item in items[:n]) for n in range(3)
+    ]
+    outline = [entry for entry in joined.outline if not isinstance(entry, list)]
+    assert [entry.title for entry in outline] == ["invoice-00", "invoice-01", "invoice-02"]
+    firsts = [joined.get_destination_page_number(entry) for entry in outline]
+    assert firsts == [sum(len(item.pages) for item in items[:n]) for n in range(3)]
+
+    again = await pressroom(server, "batch", str(manifest), str(outdir), "--combine", str(combined))
+    assert again.code == 0, again.err
+    assert "3 documents, 3 already saved" in again.out and "combined" not in again.out
+
+
 async def test_batch_lists_failed_items_and_exits_non_zero(server: Server, tmp_path: Path) -> None:
     write(tmp_path, "good.html", "<p>{{word}}</p>")
     write(tmp_path, "bad.html", "<p>{{ word.missing.deeper }}</p>")

@@ -250,6 +250,25 @@ async def test_batches_and_templates(api: RunningApp, tmp_path: Path) -> None:
         assert current["status"] == "done" and current["counts"]["done"] == 3
 
 
+async def test_a_combined_batch_is_downloaded_as_one_pdf(api: RunningApp, tmp_path: Path) -> None:
+    async with AsyncClient(base(api)) as client:
+        items = [{"key": f"c-{n}", "template": "<p>{{n}}</p>", "data": {"n": n}} for n in range(3)]
+        opened = asyncio.Event()
+        events = client.events(types=["batch.done"], on_open=opened.set)
+        first = asyncio.ensure_future(anext(events))
+        await opened.wait()
+        batch = await client.create_batch(items, combine=True)
+        done = await first
+        await events.aclose()
+        assert done["batch"]["id"] == batch["id"]
+        saved = await client.download_combined(done["batch"], tmp_path / "all.pdf")
+        assert len(PdfReader(saved).pages) == 3
+        plain = await client.create_batch(items[:1])
+        with pytest.raises(PressroomError) as refused:
+            await client.download_combined(plain["id"], tmp_path / "none.pdf")
+        assert refused.value.status == 409 and "not asked for" in str(refused.value)
+
+
 async def test_the_sync_client_is_the_async_one_on_its_own_loop(
     api: RunningApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

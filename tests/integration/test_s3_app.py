@@ -21,7 +21,7 @@ from tests.integration.test_s3_storage import (
     presigned_signature,
 )
 from tests.pdfs import FakeRenderer, minimal_pdf
-from tests.sse import collect
+from tests.sse import collect, messages
 
 # moto's S3 server and a fresh bucket per test, shared with test_s3_storage.
 admin = s3.admin
@@ -102,6 +102,34 @@ async def test_pdf_route_redirects_to_a_fresh_presigned_url(
     assert "X-Amz-Signature=" in location
     status, _headers, data = await download(location)
     assert status == 200 and data == minimal_pdf()
+
+
+async def test_a_combined_batch_is_kept_in_the_bucket_and_linked_presigned(
+    start_app: Callable[..., Any], moto_endpoint: str, bucket: str
+) -> None:
+    api: RunningApp = await start_app(
+        renderer=FakeRenderer(), render_slots=1, env=s3_env(moto_endpoint, bucket)
+    )
+    items = [{"key": f"s3-{n}", **SEED} for n in range(2)]
+    async with api.http.get(api.url("/v1/events?type=batch.done")) as events:
+        async with api.http.post(
+            api.url("/v1/batches"), json={"items": items, "combine": True}
+        ) as resp:
+            assert resp.status == 202
+            batch = await resp.json()
+        async for message in messages(events):
+            if message.json["batch"]["id"] == batch["id"]:
+                break
+    combined = message.json["batch"]["combined"]
+    key = f"pdfs/default/batches/{batch['id']}/1.pdf"
+    assert combined["url"].startswith(f"{moto_endpoint}/{bucket}/{key}?")
+    status, headers, data = await download(combined["url"])
+    assert status == 200 and data.startswith(b"%PDF-") and len(data) == combined["bytes"]
+    assert headers["Content-Type"] == "application/pdf"
+    assert f'filename="{batch["id"]}.pdf"' in headers["Content-Disposition"]
+    async with api.http.get(api.url(batch["links"]["pdf"]), allow_redirects=False) as resp:
+        assert resp.status == 302
+        assert resp.headers["Location"].startswith(f"{moto_endpoint}/{bucket}/{key}?")
 
 
 async def test_missing_bucket_fails_readyz_and_says_so_at_start(

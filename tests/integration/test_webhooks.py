@@ -178,6 +178,39 @@ def start_hooked(start_app: Callable[..., Any]) -> StartHooked:
     return start
 
 
+async def test_a_combined_batch_posts_batch_done_with_its_file(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    items = [{"key": f"w-{n}", "template": "<p>{{n}}</p>", "data": {"n": n}} for n in range(2)]
+    body = {"items": items, "webhook_url": receiver.url, "combine": True}
+    async with hooked.app.http.post(hooked.app.url("/v1/batches"), json=body) as resp:
+        assert resp.status == 202
+        batch = await resp.json()
+    # The items' job.done, then the batch's batch.done, once its file is stored.
+    payloads = [
+        verify(SECRET, r.headers, r.body) for r in [await receiver.next() for _ in range(3)]
+    ]
+    assert sorted(p["type"] for p in payloads) == ["batch.done", "job.done", "job.done"]
+    done = next(p for p in payloads if p["type"] == "batch.done")
+    assert set(done["data"]) == {"batch"}
+    sent = done["data"]["batch"]
+    assert sent["id"] == batch["id"] and sent["combined"]["status"] == "done"
+    async with hooked.app.http.get(sent["combined"]["url"]) as resp:
+        assert resp.status == 200 and (await resp.read()).startswith(b"%PDF-")
+    # A batch without combine posts its items' events only, as before.
+    plain = {"items": [{**items[0], "key": "w-plain"}], "webhook_url": receiver.url}
+    async with hooked.app.http.post(hooked.app.url("/v1/batches"), json=plain) as resp:
+        assert resp.status == 202
+    assert verify(SECRET, *(lambda r: (r.headers, r.body))(await receiver.next()))["type"] == (
+        "job.done"
+    )
+    rows = await hooked.app.app[POOL].fetch(
+        "SELECT type FROM webhook_deliveries ORDER BY created_at"
+    )
+    assert [row["type"] for row in rows].count("batch.done") == 1
+
+
 async def test_job_done_is_delivered_signed_and_verifiable(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:
