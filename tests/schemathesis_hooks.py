@@ -8,8 +8,9 @@ server's), a cursor only the server hands out, a public webhook URL and page URL
 cookie domains that are its host, and header names the browser leaves to the page), fresh
 idempotency and batch item keys (a key reused with other content is refused by design), no
 asset map and no finishing option that names an asset (asset ids are the server's), no
-signature (the server has no signing key), a PDF asset that is a whole PDF, and a multipart
-job whose index part is a page and whose job part is JSON."""
+signature (the server has no signing key), a PDF asset that is a whole PDF, a multipart
+job whose index part is a page and whose job part is JSON, and a stored template's preview
+that names the output its options are for (the template's own output is the server's)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ def _keep_server_rules(case: Any) -> None:
     body = case.body if isinstance(case.body, dict) else None
     if body is None:
         return
+    if case.operation.path == "/v1/templates/{template_id}/preview":
+        options = body.get("options")
+        if isinstance(options, dict) and options.get("output") is None:
+            # The stored template's output is the server's to know (a PNG one refuses PDF
+            # options): the body names the output its own options are for.
+            options["output"] = "webp" if options.get("screenshot") is not None else "pdf"
     body.pop("assets", None)
     _source(body, "html")
     _job(body)
