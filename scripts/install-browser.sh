@@ -22,6 +22,10 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# The suite's multi-host tests build network namespaces with iproute2 (they need root).
+if [ "$(id -u)" = 0 ] && ! command -v ip >/dev/null 2>&1; then
+  apt_install iproute2 || echo "install-browser: could not install iproute2; the multi-host tests will fail"
+fi
 fonts="fonts-dejavu-core fonts-liberation fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji fontconfig"
 
 if timeout 300 "$py" -m playwright install chromium >/dev/null 2>&1; then
