@@ -4,6 +4,7 @@ per test cloned from a migrated template, and the app on a real socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -103,21 +104,30 @@ def template_db(server_dsn: str) -> Iterator[str]:
     asyncio.run(drop())
 
 
-@pytest.fixture
-async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
-    """A fresh database for this test only."""
+@contextlib.asynccontextmanager
+async def fresh_database(server_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A database cloned from the migrated template, dropped afterwards."""
     name = f"pressroom_test_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(server_dsn)
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     finally:
         await admin.close()
-    yield _with_database(server_dsn, name)
-    admin = await asyncpg.connect(server_dsn)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield _with_database(server_dsn, name)
     finally:
-        await admin.close()
+        admin = await asyncpg.connect(server_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh database for this test only."""
+    async with fresh_database(server_dsn, template_db) as made:
+        yield made
 
 
 @pytest.fixture

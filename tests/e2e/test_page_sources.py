@@ -10,14 +10,12 @@ import asyncio
 import json
 import logging
 import socket
-import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 import pytest_asyncio
 from aiohttp import ClientSession, web
@@ -27,7 +25,7 @@ from pypdf import PdfReader
 
 from server.app import create_app
 from server.settings import Settings
-from tests.conftest import RunningApp, TestServer, _with_database
+from tests.conftest import RunningApp, TestServer, fresh_database
 from tests.e2e.test_render import pdf_text
 from tests.e2e.test_ssrf import png
 from tests.sse import collect
@@ -155,18 +153,8 @@ async def site() -> AsyncIterator[Site]:
 @pytest_asyncio.fixture(**MODULE)
 async def module_dsn(server_dsn: str, template_db: str) -> AsyncIterator[str]:
     """A database of this module's own, cloned from the migrated template."""
-    name = f"pressroom_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    finally:
-        await admin.close()
-    yield _with_database(server_dsn, name)
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with fresh_database(server_dsn, template_db) as made:
+        yield made
 
 
 @pytest_asyncio.fixture(**MODULE)
