@@ -1,4 +1,4 @@
-"""The asset routes (POST /v1/assets, GET and DELETE /v1/assets/{id}, GET …/content), the
+"""The asset routes (POST and GET /v1/assets, GET and DELETE /v1/assets/{id}, GET …/content), the
 lookup of the assets a body names before it is validated, and multipart/form-data jobs (an
 index.html or index.md part, files by their names, an optional `job` part of JSON), read into
 the JSON body they stand for."""
@@ -17,10 +17,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 from server import assets, finish_options
 from server.assets import Asset, QuotaExceeded, Upload
 from server.errors import StorageError
-from server.http_common import json_response, parse_json, tenant_of
+from server.http_common import json_response, parse_json, query_of, tenant_of
 from server.keys import POOL, SETTINGS, STORAGE
-from server.models import MAX_JOB_ASSETS, asset_path_problem
+from server.models import MAX_JOB_ASSETS, AssetListQuery, asset_path_problem
 from server.problems import Problem, invalid, not_found
+from server.sql import query
 
 READ_CHUNK_BYTES = 64 * 1024
 JOB_PART = "job"
@@ -189,6 +190,27 @@ async def upload(request: web.Request) -> web.Response:
     shown = asset.public()
     return json_response(
         shown, status=201 if created else 200, headers={"Location": shown["links"]["self"]}
+    )
+
+
+@routes.get("/v1/assets")
+async def list_assets(request: web.Request) -> web.Response:
+    """A page of the tenant's assets by id, with what all of them take of its quota."""
+    page = query_of(request, AssetListQuery)
+    tenant = tenant_of(request)
+    pool = request.app[POOL]
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        rows = await conn.fetch(query("asset_list"), tenant, page.cursor, page.limit + 1)
+        total = await conn.fetchval(query("asset_total"), tenant)
+    items = [Asset.from_row(row).public() for row in rows[: page.limit]]
+    next_cursor = items[-1]["id"] if len(rows) > page.limit else None
+    return json_response(
+        {
+            "items": items,
+            "next_cursor": next_cursor,
+            "total_bytes": total,
+            "quota_bytes": request.app[SETTINGS].tenant_max_asset_bytes,
+        }
     )
 
 

@@ -151,10 +151,13 @@ class AsyncClient:
         path: str,
         *,
         body: Any = None,
+        data: bytes | None = None,
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> Any:
+        """The answer's JSON (or PDF bytes; None for 204 and 304): `body` is sent as JSON,
+        `data` as it is."""
         url = self._absolute(path)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
@@ -162,13 +165,14 @@ class AsyncClient:
                 method,
                 url,
                 json=body,
+                data=data,
                 params=params,
                 headers=self._headers(url, headers),
                 timeout=timeout,
             ) as resp:
                 if resp.status >= 400:
                     raise await _problem(resp)
-                if resp.status == 304:
+                if resp.status in (204, 304):
                     return None
                 if resp.content_type == "application/pdf":
                     return await resp.read()
@@ -485,6 +489,30 @@ class AsyncClient:
         batch: Json = await self._request("GET", f"/v1/batches/{batch_id}")
         return batch
 
+    # --- assets -------------------------------------------------------------------------
+
+    async def upload_asset(self, data: bytes, content_type: str) -> Json:
+        """Store a file (an image, a font, a stylesheet, …) that jobs map in by relative path
+        (`assets={"img/logo.png": asset["id"]}`); the same bytes give the same asset."""
+        asset: Json = await self._request(
+            "POST", "/v1/assets", data=data, headers={"Content-Type": content_type}
+        )
+        return asset
+
+    async def list_assets(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        """One page of the tenant's assets by id, with `total_bytes` and `quota_bytes`."""
+        params = {
+            name: str(value)
+            for name, value in (("limit", limit), ("cursor", cursor))
+            if value is not None
+        }
+        page: Json = await self._request("GET", "/v1/assets", params=params)
+        return page
+
+    async def delete_asset(self, asset_id: str) -> None:
+        """Delete an asset; PressroomError 409 while a queued or running job uses it."""
+        await self._request("DELETE", f"/v1/assets/{asset_id}")
+
     # --- templates ----------------------------------------------------------------------
 
     async def create_template(
@@ -639,6 +667,15 @@ class Client:
 
     def get_batch(self, batch_id: str) -> Json:
         return self._run(self.aio.get_batch(batch_id))
+
+    def upload_asset(self, data: bytes, content_type: str) -> Json:
+        return self._run(self.aio.upload_asset(data, content_type))
+
+    def list_assets(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        return self._run(self.aio.list_assets(limit=limit, cursor=cursor))
+
+    def delete_asset(self, asset_id: str) -> None:
+        self._run(self.aio.delete_asset(asset_id))
 
     def create_template(
         self,

@@ -843,6 +843,17 @@ class TemplateListQuery(BaseModel):
     cursor: str | None = Field(None, description="next_cursor of the previous page.")
 
 
+class AssetListQuery(BaseModel):
+    """GET /v1/assets: the page."""
+
+    model_config = QUERY
+
+    limit: Limit = Field(50, description="Assets per page.")
+    cursor: Annotated[str, Field(pattern=f"^{assets.ID_PATTERN}$")] | None = Field(
+        None, description="next_cursor of the previous page."
+    )
+
+
 # --- responses ---------------------------------------------------------------------------
 
 
@@ -1032,6 +1043,17 @@ class Asset(BaseModel):
     content_type: str = Field(description="Its content type, as jobs' pages get it.")
     created_at: dt.datetime = Field(description="First stored at.")
     links: AssetLinks = Field(description="What can be done with it.")
+
+
+class AssetList(BaseModel):
+    items: list[Asset] = Field(description="By id.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
+    total_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="What all of the tenant's assets take, every page together."
+    )
+    quota_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="What they may take (PRESSROOM_TENANT_MAX_ASSET_BYTES)."
+    )
 
 
 class Token(BaseModel):

@@ -260,6 +260,8 @@ OPERATIONS = (
        media={kind: ANY_JSON if kind == "application/json" else BINARY
               for kind in assets.CONTENT_TYPES},
        headers={"201": ("Location",), "200": ("Location",)}),
+    Op("get", "/v1/assets", "The tenant's assets, by id, with what they take of its quota",
+       "assets", {"200": ("A page.", m.AssetList)}, BAD_QUERY, query=m.AssetListQuery),
     Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
        {"200": ("The asset.", m.Asset)}, NO_ASSET),
     Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",

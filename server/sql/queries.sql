@@ -608,6 +608,13 @@ SELECT id, size, content_type, created_at FROM assets WHERE tenant = $1 AND id =
 -- asset_total --
 SELECT coalesce(sum(size), 0)::bigint FROM assets WHERE tenant = $1;
 
+-- asset_list --
+-- A tenant's ($1) assets by id, after the cursor id $2, at most $3 (its primary key's order).
+SELECT id, size, content_type, created_at FROM assets
+WHERE tenant = $1 AND ($2::text IS NULL OR id > $2)
+ORDER BY id
+LIMIT $3;
+
 -- asset_insert --
 -- $2..$4 are parallel arrays, one element per new asset.
 INSERT INTO assets (tenant, id, size, content_type)

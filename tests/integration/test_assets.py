@@ -78,6 +78,45 @@ async def test_an_upload_is_stored_once_by_its_hash_and_shown(api: RunningApp) -
         assert resp.status == 404
 
 
+async def test_a_tenant_lists_its_own_assets_page_by_page_with_its_total(
+    api: RunningApp, pool: asyncpg.Pool
+) -> None:
+    _, acme_key = await apikeys.create_key(pool, "acme")
+    _, other_key = await apikeys.create_key(pool, "globex")
+    acme = {"Authorization": f"Bearer {acme_key}"}
+    other = {"Authorization": f"Bearer {other_key}"}
+    files = [png((n * 40, 10, 10), 8 + n, 8) for n in range(5)]
+    for data in files:
+        assert (await upload(api, data, headers=acme))[0] == 201
+    assert (await upload(api, LOGO, headers=other))[0] == 201
+
+    seen: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        async with api.http.get(api.url("/v1/assets"), params=params, headers=acme) as resp:
+            assert resp.status == 200
+            page = await resp.json()
+        assert len(page["items"]) <= 2
+        assert page["total_bytes"] == sum(map(len, files))
+        assert page["quota_bytes"] == api.app[SETTINGS].tenant_max_asset_bytes
+        seen += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [item["id"] for item in seen] == sorted(asset_id(data) for data in files)
+    assert seen[0]["links"]["content"] == f"/v1/assets/{seen[0]['id']}/content"
+
+    async with api.http.get(api.url("/v1/assets"), headers=other) as resp:
+        page = await resp.json()
+    assert [item["id"] for item in page["items"]] == [asset_id(LOGO)]
+    assert page["next_cursor"] is None and page["total_bytes"] == len(LOGO)
+    for bad in ({"cursor": "logo.png"}, {"limit": "0"}, {"limit": "x"}):
+        async with api.http.get(api.url("/v1/assets"), params=bad, headers=acme) as resp:
+            assert resp.status == 422, bad
+            assert resp.content_type == "application/problem+json"
+
+
 async def test_uploads_past_their_limits_or_of_other_types_are_refused(
     start_app: Callable[..., Any], pool: asyncpg.Pool
 ) -> None:

@@ -250,6 +250,24 @@ async def test_batches_and_templates(api: RunningApp, tmp_path: Path) -> None:
         assert current["status"] == "done" and current["counts"]["done"] == 3
 
 
+async def test_assets_upload_list_and_delete(api: RunningApp) -> None:
+    logo = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    async with AsyncClient(base(api)) as client:
+        asset = await client.upload_asset(logo, "image/png")
+        assert asset["size"] == len(logo) and asset["content_type"] == "image/png"
+        assert (await client.upload_asset(logo, "image/png"))["id"] == asset["id"]
+        job = await client.submit(template='<img src="logo.png">', assets={"logo.png": asset["id"]})
+        assert (await client.wait(job["id"], timeout_s=20))["status"] == "done"
+        page = await client.list_assets(limit=10)
+        assert [item["id"] for item in page["items"]] == [asset["id"]]
+        assert page["total_bytes"] == len(logo)
+        await client.delete_asset(asset["id"])
+        assert (await client.list_assets())["items"] == []
+        with pytest.raises(PressroomError) as gone:
+            await client.delete_asset(asset["id"])
+        assert gone.value.status == 404
+
+
 async def test_a_combined_batch_is_downloaded_as_one_pdf(api: RunningApp, tmp_path: Path) -> None:
     async with AsyncClient(base(api)) as client:
         items = [{"key": f"c-{n}", "template": "<p>{{n}}</p>", "data": {"n": n}} for n in range(3)]
