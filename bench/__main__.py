@@ -6,6 +6,8 @@ BENCH_QUICK=1 the sizes are reduced and everything goes to --out (a new temporar
 default), so a quick run never overwrites the committed report. --tiny shrinks the quick sizes
 further (the suite's test).
 bench/push.py, when present, runs as `python -m bench.push` (--quick in quick mode).
+bench/dbcost.py starts a PostgreSQL cluster of its own from Debian's postgresql-15 (the wheel's
+server has no pg_stat_statements).
 
     python -m bench [--out DIR] [--only accept,queue,...,profile] [--tiny]
 """
@@ -29,6 +31,8 @@ from typing import Any
 from bench import (
     accept,
     budget,
+    dbcost,
+    drain,
     egress,
     in_flight,
     latency,
@@ -55,6 +59,8 @@ ALL = [
     "soak",
     "push",
     "writepath",
+    "dbcost",
+    "drain",
     "profile",
 ]
 
@@ -70,6 +76,8 @@ TINY = {
     "budget": ["--docs", "6", "--slots", "1", "--rounds", "1"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
+    "dbcost": ["--jobs", "50", "--ceiling-s", "0.3"],
+    "drain": ["--jobs", "300", "--processes", "2"],
     "profile": ["--duration", "1"],
 }
 PUSH_TIMEOUT_S = 900
@@ -165,6 +173,8 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if (ROOT / "bench" / "push.py").exists():
             await step("push", lambda: asyncio.to_thread(push, args.tiny))
         await step("writepath", lambda: writepath.run(arguments("writepath", writepath)))
+        await step("dbcost", lambda: dbcost.run(arguments("dbcost", dbcost)))
+        await step("drain", lambda: drain.run(arguments("drain", drain)))
         profile_args = arguments("profile", profile)
         profile_args.out = str(out)
         await step("profile", lambda: profile.run(profile_args))

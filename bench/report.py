@@ -203,6 +203,10 @@ def summary_rows(results: Result) -> list[list[str]]:
         rows += push_rows(results["push"])
     if results.get("writepath"):
         rows.append(writepath_summary(results["writepath"]))
+    if results.get("dbcost"):
+        rows.append(dbcost_summary(results["dbcost"]))
+    if results.get("drain"):
+        rows.append(drain_summary(results["drain"]))
     return rows
 
 
@@ -425,6 +429,126 @@ def writepath_summary(result: Result) -> list[str]:
         "-",
         "-",
     ]
+
+
+DBCOST_SYSTEMS = ("pressroom", "pgqueuer", "procrastinate")
+#: What each limit of bench/dbcost.py's estimate is called in the report.
+LIMIT_NAMES = {"cpu": "PostgreSQL's CPU", "notify": "the NOTIFY lock", "vacuum": "autovacuum"}
+
+
+def dbcost_summary(result: Result) -> list[str]:
+    ours, theirs = result["pressroom"], result["pgqueuer"]
+    return [
+        "What a job costs PostgreSQL: CPU ms / commits / WAL bytes per job (to its webhook)",
+        f"{ours['cpu_ms']:.2f} ms / {ours['commits']:.2f} / {_f(ours['wal_bytes'])} B",
+        f"{theirs['cpu_ms']:.2f} ms / {theirs['commits']:.2f} / {_f(theirs['wal_bytes'])} B "
+        "(PgQueuer, an empty job)",
+        f"{ours['cpu_ms'] / theirs['cpu_ms']:.2f} (CPU)",
+        "-",
+        "information",
+    ]
+
+
+def dbcost_rows(result: Result) -> list[list[str]]:
+    return [
+        [label, *(_f(result[s][key], digits) for s in DBCOST_SYSTEMS)]
+        for key, label, digits in result["figures"]
+    ]
+
+
+def dbcost_statement_rows(result: Result, system: str, key: str) -> list[list[str]]:
+    """A system's statements by execution time ("top") or by WAL ("top_wal"), per job."""
+    return [
+        [
+            f"{s['exec_ms']:.3f}",
+            _f(s["wal_bytes"]),
+            f"{s['calls']:.2f}",
+            "top" if s["toplevel"] else "nested",
+            f"`{s['block']}`" if s.get("block") else "-",
+            "`" + _cut(s["query"], 80).replace("|", "\\|") + "`",
+        ]
+        for s in result[system][key]
+    ]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def dbcost_estimate_rows(result: Result) -> list[list[str]]:
+    e = {s: result["estimate"][s] for s in DBCOST_SYSTEMS}
+    cores, fast = result["cores"], result["fast_flush_ms"]
+    notify_per_s = result["ceiling"]["notify_per_s"]
+
+    def row(label: str, key: str) -> list[str]:
+        return [label, *(_f(e[s][key]) for s in DBCOST_SYSTEMS)]
+
+    def first(label: str, suffix: str) -> list[str]:
+        return [
+            label,
+            *(
+                f"**{LIMIT_NAMES[e[s]['first' + suffix]]}, {_f(e[s]['rate' + suffix])}**"
+                for s in DBCOST_SYSTEMS
+            ),
+        ]
+
+    def at(label: str, suffix: str) -> list[str]:
+        return [
+            label,
+            *(
+                f"{_f(e[s]['commits_per_s' + suffix])} "
+                f"({_f(e[s]['write_transactions_per_s' + suffix])} writing), "
+                f"{e[s]['wal_mb_per_s' + suffix]:.1f} MB/s"
+                for s in DBCOST_SYSTEMS
+            ),
+        ]
+
+    return [
+        row(f"CPU: {_f(cores * 1000)} CPU ms/s ({cores} cores) / PostgreSQL CPU ms per job", "cpu"),
+        row(f"(execution alone: {_f(cores * 1000)} / execution ms per job)", "exec"),
+        row(
+            f"NOTIFY lock, this disk: {_f(notify_per_s)} / notifying transactions per job", "notify"
+        ),
+        row(
+            f"NOTIFY lock, a {fast:g} ms flush: {_f(1000 / fast)} / notifying transactions per job",
+            "notify_fast",
+        ),
+        row("autovacuum: 1,000 / VACUUM s per 1,000 jobs", "vacuum"),
+        first("breaks first, this disk", ""),
+        at("there: commits/s (writing), WAL", ""),
+        first(f"breaks first, a {fast:g} ms flush", "_fast"),
+        at("there: commits/s (writing), WAL", "_fast"),
+    ]
+
+
+def drain_rows(result: Result) -> list[list[str]]:
+    return [
+        [
+            str(r["processes"]),
+            _f(r["pressroom"]),
+            _f(r["pgqueuer"]),
+            f"{r['pressroom'] / r['pgqueuer']:.2f}",
+        ]
+        for r in result["rows"]
+    ]
+
+
+def drain_summary(result: Result) -> list[str]:
+    best = max(result["rows"], key=lambda r: r["pressroom"])
+    processes = _plural(best["processes"], "worker process", "worker processes")
+    return [
+        f"Drain {result['args']['jobs']:,} jobs, files in memory, best of "
+        f"{result['args']['processes']} processes",
+        f"{_f(best['pressroom'])} jobs/s ({processes})",
+        f"{_f(best['pgqueuer'])} jobs/s (PgQueuer, {best['processes']} processes)",
+        f"{best['pressroom'] / best['pgqueuer']:.2f}",
+        "-",
+        "information",
+    ]
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def push_rows(push: Result) -> list[list[str]]:
@@ -666,6 +790,8 @@ def markdown(results: Result) -> str:
         "mechanisms": mechanisms_rows,
         "writepath": writepath_rows,
         "budget": budget_rows,
+        "dbcost": dbcost_rows,
+        "drain": drain_rows,
     }
     context: dict[str, Any] = {
         "meta": results["meta"],
@@ -688,6 +814,12 @@ def markdown(results: Result) -> str:
         context["budget_stage_rows"] = budget_stage_rows(results["budget"])
     if "render" in results:
         context["finishing_rows"] = finishing_rows(results["render"])
+    if "dbcost" in results:
+        dbcost = results["dbcost"]
+        context["dbcost_top_rows"] = dbcost_statement_rows(dbcost, "pressroom", "top")
+        context["dbcost_wal_rows"] = dbcost_statement_rows(dbcost, "pressroom", "top_wal")
+        context["dbcost_estimate_rows"] = dbcost_estimate_rows(dbcost)
+        context["limit_names"] = LIMIT_NAMES
     text = _ENV.get_template("report.md.j2").render(context)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"
 

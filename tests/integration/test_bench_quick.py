@@ -24,6 +24,9 @@ SECTIONS = [
     "## Soak (P6)",
     "## Push (Socket.IO, SSE)",
     "## Write path (a state change's side effects)",
+    "## What a job costs PostgreSQL",
+    "### On paper: a 16-core PostgreSQL",
+    "### A drain with several worker processes, files in memory",
     "## Profile",
 ]
 PLOTS = [
@@ -67,6 +70,8 @@ def test_quick_bench_writes_the_whole_report(server_dsn: str, tmp_path: Path) ->
         "Submit→PDF",
         "P6 soak",
         "Write path:",
+        "What a job costs PostgreSQL:",
+        "jobs, files in memory, best of",
     )
     for figure in summary:
         assert figure in report, f"no {figure} row in the summary"
