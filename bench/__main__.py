@@ -6,8 +6,8 @@ BENCH_QUICK=1 the sizes are reduced and everything goes to --out (a new temporar
 default), so a quick run never overwrites the committed report. --tiny shrinks the quick sizes
 further (the suite's test).
 bench/push.py, when present, runs as `python -m bench.push` (--quick in quick mode).
-bench/dbcost.py starts a PostgreSQL cluster of its own from Debian's postgresql-15 (the wheel's
-server has no pg_stat_statements).
+bench/dbcost.py starts a PostgreSQL cluster of its own from Debian's server package (the
+wheel's server has no pg_stat_statements).
 
     python -m bench [--out DIR] [--only accept,queue,...,profile] [--tiny]
 """

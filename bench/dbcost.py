@@ -3,7 +3,7 @@ statements, commits, WAL bytes, execution time and CPU of the server, next to Pg
 Procrastinate doing an empty job on the same server in the same run; then how fast notifying
 commits go, which every system here makes.
 
-A throwaway cluster of Debian's PostgreSQL 15 (the wheel's server has no pg_stat_statements),
+A throwaway cluster of Debian's PostgreSQL (the wheel's server has no pg_stat_statements),
 started with pg_stat_statements loaded and tracking nested statements too (a trigger's
 statements count), fsync and synchronous commit on, autovacuum off and checkpoints far apart,
 so that a window holds only what its jobs did: no vacuum that happened to fire (vacuum is
@@ -58,7 +58,7 @@ from server.sql import queries
 from server.webhooks import Attempt
 
 NAME = "bench.dbcost"
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DEBIAN_POSTGRESQL = Path("/usr/lib/postgresql")
 RUN_AS = "pgserver"  # PostgreSQL refuses to run as root
 #: The cluster's settings beyond initdb's (see the module docstring for why each).
 SERVER_SETTINGS = {
@@ -85,7 +85,18 @@ TOP = 8
 
 
 class MissingServer(RuntimeError):
-    """Debian's PostgreSQL 15 with pg_stat_statements is not installed."""
+    """Debian's PostgreSQL with pg_stat_statements is not installed."""
+
+
+def debian_server() -> Path:
+    """The bin folder of the newest Debian PostgreSQL that has pg_stat_statements (`make
+    install` installs one when there is none); the 15 of Debian 12 when none is there."""
+    found = sorted(
+        (folder for folder in DEBIAN_POSTGRESQL.glob("*") if folder.name.isdigit()),
+        key=lambda folder: int(folder.name),
+    )
+    usable = [folder for folder in found if (folder / "lib" / "pg_stat_statements.so").exists()]
+    return (usable[-1] if usable else DEBIAN_POSTGRESQL / "15") / "bin"
 
 
 # --- The cluster ----------------------------------------------------------------------------
@@ -98,9 +109,9 @@ class Cluster:
         for needed in (bin_dir / "postgres", bin_dir.parent / "lib" / "pg_stat_statements.so"):
             if not needed.exists():
                 raise MissingServer(
-                    f"{needed} is missing: bench.dbcost needs Debian's PostgreSQL 15 server "
-                    "with pg_stat_statements (apt-get install postgresql-15; on releases "
-                    "that split it off, postgresql-contrib too)"
+                    f"{needed} is missing: bench.dbcost needs a Debian PostgreSQL server "
+                    "with pg_stat_statements (apt-get install postgresql, as `make install` "
+                    "does as root)"
                 )
         self.bin_dir = bin_dir
         self.folder = Path(tempfile.mkdtemp(prefix="prb-dbcost-"))
@@ -903,7 +914,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ceiling-s", type=float, default=0.5 if QUICK else 2.0, help="each commit ceiling"
     )
-    parser.add_argument("--pg-bin", default=str(PG_BIN), help="PostgreSQL's bin folder")
+    parser.add_argument("--pg-bin", default=str(debian_server()), help="PostgreSQL's bin folder")
     return parser
 
 

@@ -28,15 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from aiohttp import web
 
 from bench.common import QUICK, ROOT, command, database, machine, postgres, serving
 from bench.noop import NoopRenderer
 from server import db, jobs, outputs
 from server.app import create_app
-from server.assets import AssetCache
 from server.jobs import NewJob
-from server.keys import ASSET_CACHE, SETTINGS, STORAGE
 from server.settings import Settings
 from server.storage import LocalStorage, check_complete
 
@@ -77,21 +74,8 @@ class MemoryStorage(LocalStorage):
         return None
 
 
-def keep_files_in_memory(app: web.Application) -> None:
-    """Give `app` a MemoryStorage: a startup step right after the app's own storage step puts
-    it in that step's place, before the workers, the webhook sender or maintenance take it.
-    (create_app takes a renderer factory but no storage one.)"""
-
-    async def memory(app: web.Application) -> AsyncIterator[None]:
-        settings = app[SETTINGS]
-        storage = MemoryStorage(settings.files_dir, settings.secret)
-        app[STORAGE] = storage
-        app[ASSET_CACHE] = AssetCache(storage, max_bytes=settings.asset_cache_mb * 1024 * 1024)
-        yield
-        storage.close()
-
-    names = [step.__name__ for step in app.cleanup_ctx]
-    app.cleanup_ctx.insert(names.index("storage") + 1, memory)
+def memory_storage(settings: Settings) -> MemoryStorage:
+    return MemoryStorage(settings.files_dir, settings.secret)
 
 
 # --- Worker processes -----------------------------------------------------------------------
@@ -104,8 +88,7 @@ async def pressroom_worker(dsn: str, slots: int) -> None:
     with tempfile.TemporaryDirectory(prefix="prb-drain-") as data_dir:
         env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": data_dir}
         settings = Settings.from_env(env, render_slots=slots, run_web=False)
-        app = create_app(settings, renderer_factory=NoopRenderer)
-        keep_files_in_memory(app)
+        app = create_app(settings, renderer_factory=NoopRenderer, storage_factory=memory_storage)
         async with serving(app):
             print(READY, flush=True)
             await asyncio.to_thread(sys.stdin.read)

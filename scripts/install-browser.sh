@@ -26,6 +26,11 @@ apt_install() {
 if [ "$(id -u)" = 0 ] && ! command -v ip >/dev/null 2>&1; then
   apt_install iproute2 || echo "install-browser: could not install iproute2; the multi-host tests will fail"
 fi
+# bench.dbcost (part of the suite's benchmark run) starts a PostgreSQL of its own with
+# pg_stat_statements, which the wheel's server lacks: Debian's server package has it.
+if [ "$(id -u)" = 0 ] && ! ls /usr/lib/postgresql/*/lib/pg_stat_statements.so >/dev/null 2>&1; then
+  apt_install postgresql || echo "install-browser: could not install postgresql; bench.dbcost will fail"
+fi
 fonts="fonts-dejavu-core fonts-liberation fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji fontconfig"
 
 if timeout 300 "$py" -m playwright install chromium >/dev/null 2>&1; then

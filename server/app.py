@@ -58,12 +58,19 @@ LISTEN_START_TIMEOUT_S = 30.0
 LISTEN_LOST_REASON = "this process lost its database connection; reconnect and resume by event id"
 
 RendererFactory = Callable[[Settings], Renderer]
+StorageFactory = Callable[[Settings], LocalStorage]
 
 
 def create_app(
-    settings: Settings, *, renderer_factory: RendererFactory | None = None
+    settings: Settings,
+    *,
+    renderer_factory: RendererFactory | None = None,
+    storage_factory: StorageFactory | None = None,
 ) -> web.Application:
-    """Build the app; tests call this too. Nothing starts until the app runner sets it up."""
+    """Build the app; tests call this too. Nothing starts until the app runner sets it up.
+
+    The factories stand in for the renderer and the storage the settings choose (tests and
+    benchmarks: a fake renderer, files kept in memory)."""
     # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json.
     authenticator = Authenticator(settings)
     app = web.Application(
@@ -91,14 +98,17 @@ def create_app(
 
     async def storage(app: web.Application) -> AsyncIterator[None]:
         cache_bytes = settings.asset_cache_mb * 1024 * 1024
-        if settings.storage == "s3":
+        if settings.storage == "s3" and storage_factory is None:
             async with open_s3_storage(settings) as s3:
                 app[STORAGE] = s3
                 app[ASSET_CACHE] = AssetCache(s3, max_bytes=cache_bytes)
                 await _report_storage(s3)
                 yield
         else:
-            local = LocalStorage(settings.files_dir, settings.secret)
+            if storage_factory is not None:
+                local = storage_factory(settings)
+            else:
+                local = LocalStorage(settings.files_dir, settings.secret)
             app[STORAGE] = local
             app[ASSET_CACHE] = AssetCache(local, max_bytes=cache_bytes)
             await _report_storage(local)
