@@ -69,7 +69,7 @@ TINY = {
     "accept": ["--duration", "1"],
     "queue": ["--jobs", "300", "--slots", "4,16", "--latency-jobs", "20"],
     "in_flight": ["--jobs", "20", "--backlog", "500"],
-    "render": ["--docs", "4", "--slots", "1", "--pages", "1,20", "--rounds", "1"],
+    "render": "--docs 4 --slots 1 --pages 1,20 --rounds 1 --finish-docs 1".split(),
     "latency": ["--docs", "5", "--rounds", "1"],
     "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults".split(),
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
