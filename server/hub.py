@@ -120,8 +120,11 @@ class Subscription:
         """Events waiting to be taken (never more than `limit`)."""
         return 0 if self._items is None else len(self._items)
 
-    async def get(self, timeout_s: float, *, deliver: Deliver | None = None) -> JobEvent | None:
-        """The next event, None after timeout_s of quiet; SubscriberDropped when cut off.
+    async def get(
+        self, timeout_s: float | None, *, deliver: Deliver | None = None
+    ) -> JobEvent | None:
+        """The next event, None after timeout_s of quiet (None: no timer, wait for an event
+        or the drop); SubscriberDropped when cut off.
 
         While it waits with nothing buffered, `deliver` is offered each event first, in the
         hub's pass: True when it has dealt with it (written it, or skipped it), False to have
@@ -129,12 +132,13 @@ class Subscription:
         if not self._items and self.dropped is None:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout_s, _wake_up, waiter)
+            timer = None if timeout_s is None else loop.call_later(timeout_s, _wake_up, waiter)
             self._deliver = deliver
             try:
                 await waiter
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
                 self._waiter = None
                 self._deliver = None
         if self.dropped is not None:

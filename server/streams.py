@@ -141,10 +141,10 @@ class Stream:
         )
         self._ended = self._final and begin.position is None
 
-    async def next(self, timeout_s: float) -> Item | None:
-        """The next item; None after timeout_s without one. After End or Closed, the same
-        again: nothing more comes. With a sink, live events it writes while this waits are
-        not returned: they are sent."""
+    async def next(self, timeout_s: float | None) -> Item | None:
+        """The next item; None after timeout_s without one (None: wait for one, with no timer).
+        After End or Closed, the same again: nothing more comes. With a sink, live events it
+        writes while this waits are not returned: they are sent."""
         if self._pending:
             return self._take()
         if self._ended:
@@ -158,9 +158,12 @@ class Stream:
         if self._ended:
             return End()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = None if timeout_s is None else loop.time() + timeout_s
         deliver = self._deliver if self._sink is not None else None
-        while (remaining_s := deadline - loop.time()) > 0:
+        while True:
+            remaining_s = None if deadline is None else deadline - loop.time()
+            if remaining_s is not None and remaining_s <= 0:
+                return None
             try:
                 live = await self._sub.get(remaining_s, deliver=deliver)
             except SubscriberDropped as exc:
@@ -175,7 +178,6 @@ class Stream:
                 return live
             if self._ended:
                 return End()
-        return None
 
     async def _replay_page(self) -> None:
         assert self._position is not None
