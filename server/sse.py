@@ -16,7 +16,8 @@ import socket
 import sys
 from typing import Any
 
-from aiohttp import HttpVersion11, web
+from aiohttp import HttpVersion11, hdrs, web
+from multidict import istr
 
 from server import api, auth, events, jobs, jsontext, streams
 from server.channels import check_channel
@@ -35,11 +36,13 @@ routes = web.RouteTableDef()
 # Bytes waiting in a connection's buffer past which an event is not written in the hub's pass:
 # the stream's task sends it, waiting for the connection to drain (as aiohttp's writer does).
 SEND_HIGH_WATER = 64 * 1024
+# Named by istr, as aiohttp names its own: multidict keeps a lowercased copy of every str name
+# in each response that has one (for as long as the stream lasts), an istr carries its own.
 SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "Connection": "keep-alive",
-    "X-Accel-Buffering": "no",  # nginx: pass every event on at once
+    hdrs.CONTENT_TYPE: "text/event-stream",
+    hdrs.CACHE_CONTROL: "no-cache",
+    hdrs.CONNECTION: "keep-alive",
+    istr("X-Accel-Buffering"): "no",  # nginx: pass every event on at once
 }
 KEEP_ALIVE = b": ping\r\n\r\n"
 KEEP_ALIVE_CHUNKED = b"%x\r\n%s\r\n" % (len(KEEP_ALIVE), KEEP_ALIVE)
