@@ -303,6 +303,7 @@ async def fan_out(
     transport: str = "sse",
     per_process: int = CLIENTS_PER_PROCESS,
     profile: Path | None = None,
+    deflate: bool = False,
 ) -> FanOut:
     """N idle subscribers of one transport on one process: memory each, and the time one
     event takes to reach them all (FAN_OUT_ROUNDS events, one at a time). The subscribers
@@ -324,6 +325,7 @@ async def fan_out(
             str(share),
             "--local",
             f"127.0.0.{2 + n}",
+            *(["--deflate"] if deflate else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 import socketio
-from aiohttp import WSCloseCode, web
+from aiohttp import WSCloseCode, hdrs, web
 from engineio import packet as eio_packet
 from pydantic import ValidationError
 from socketio.async_pubsub_manager import AsyncPubSubManager
@@ -33,6 +33,7 @@ from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
 from server.models import SubscribeRequest
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
+from server.problems import Handler as RouteHandler
 
 log = logging.getLogger(__name__)
 
@@ -767,11 +768,28 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 PUSH = web.AppKey("push", PushServer)
 
 
+@web.middleware
+async def uncompressed_websockets(
+    request: web.Request, handler: RouteHandler
+) -> web.StreamResponse:
+    """Socket.IO websockets decline permessage-deflate, which every browser offers: accepted,
+    it gives each connection zlib state of its own (most of what a browser's session would
+    cost: docs/performance-notes.md) to squeeze engine.io's pings and acks of a few bytes,
+    while events go out as frames written once, uncompressed, for all. The handshake sees
+    the request without the offer."""
+    if hdrs.SEC_WEBSOCKET_EXTENSIONS in request.headers and request.path.startswith("/socket.io/"):
+        headers = request.headers.copy()
+        del headers[hdrs.SEC_WEBSOCKET_EXTENSIONS]
+        request = request.clone(headers=headers)
+    return await handler(request)
+
+
 def attach(app: web.Application) -> None:
     """Serve Socket.IO at /socket.io/ on this app; call after the hub's cleanup step."""
     push = PushServer(app)
     app[PUSH] = push
     push.sio.attach(app, socketio_path="socket.io")
+    app.middlewares.append(uncompressed_websockets)
     app.on_response_prepare.append(push.on_response_prepare)
     app.cleanup_ctx.append(push.context)
 
