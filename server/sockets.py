@@ -33,7 +33,6 @@ from server.hub import SubscriberDropped, Subscription
 from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
 from server.models import SubscribeRequest
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
-from server.problems import Handler as RouteHandler
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,6 @@ SEND_HIGH_WATER = 64
 # (and the stream's own send waits for the connection to drain).
 WEBSOCKET_HIGH_WATER = 64 * 1024
 BACKPRESSURE_CHECK_S = 1.0
-IDLE_WAIT_S = 30.0
 # A client gets this long to take what is queued for it (its `closed` event last) before its
 # connection is cut; at shutdown aiohttp no longer reads from clients, so waiting longer is moot.
 CLOSE_TIMEOUT_S = 2.0
@@ -449,6 +447,19 @@ class PushServer:
         for task in closing:
             task.cancel()
 
+    async def handle_request(self, request: web.Request) -> web.StreamResponse:
+        """Every request to /socket.io/. Websockets decline permessage-deflate, which every
+        browser offers: accepted, it gives each connection zlib state of its own (most of what
+        a browser's session would cost: docs/performance-notes.md) to squeeze engine.io's
+        pings and acks of a few bytes, while events go out as frames written once,
+        uncompressed, for all. The handshake sees the request without the offer."""
+        if hdrs.SEC_WEBSOCKET_EXTENSIONS in request.headers:
+            headers = request.headers.copy()
+            del headers[hdrs.SEC_WEBSOCKET_EXTENSIONS]
+            request = request.clone(headers=headers)
+        response: web.StreamResponse = await self.sio.handle_request(request)
+        return response
+
     # --- handlers ---------------------------------------------------------------------------
 
     async def _connect(self, sid: str, environ: dict[str, Any], credentials: Any = None) -> None:
@@ -597,7 +608,8 @@ class PushServer:
         sub = stream.sub
         try:
             while True:
-                item = await items.next(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
+                # No timer: engine.io pings keep an idle client alive, and _end cancels this.
+                item = await items.next(None)
                 if isinstance(item, JobEvent):
                     await self._send(client, sub, item)
                 elif isinstance(item, streams.Reset):
@@ -768,28 +780,13 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 PUSH = web.AppKey("push", PushServer)
 
 
-@web.middleware
-async def uncompressed_websockets(
-    request: web.Request, handler: RouteHandler
-) -> web.StreamResponse:
-    """Socket.IO websockets decline permessage-deflate, which every browser offers: accepted,
-    it gives each connection zlib state of its own (most of what a browser's session would
-    cost: docs/performance-notes.md) to squeeze engine.io's pings and acks of a few bytes,
-    while events go out as frames written once, uncompressed, for all. The handshake sees
-    the request without the offer."""
-    if hdrs.SEC_WEBSOCKET_EXTENSIONS in request.headers and request.path.startswith("/socket.io/"):
-        headers = request.headers.copy()
-        del headers[hdrs.SEC_WEBSOCKET_EXTENSIONS]
-        request = request.clone(headers=headers)
-    return await handler(request)
-
-
 def attach(app: web.Application) -> None:
     """Serve Socket.IO at /socket.io/ on this app; call after the hub's cleanup step."""
     push = PushServer(app)
     app[PUSH] = push
-    push.sio.attach(app, socketio_path="socket.io")
-    app.middlewares.append(uncompressed_websockets)
+    # The methods engine.io's own routes take (sio.attach), through handle_request.
+    for method in ("GET", "POST", "OPTIONS"):
+        app.router.add_route(method, "/socket.io/", push.handle_request)
     app.on_response_prepare.append(push.on_response_prepare)
     app.cleanup_ctx.append(push.context)
 

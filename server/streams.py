@@ -112,6 +112,18 @@ class Stream:
     `job` is the job as the adapter read it: a Reset carries it, and a job already final when
     a stream without history opens (read after subscribing) has nothing more to come: End."""
 
+    __slots__ = (
+        "_ended",
+        "_final",
+        "_pending",
+        "_pool",
+        "_position",
+        "_replaying",
+        "_sink",
+        "_sub",
+        "_types",
+    )
+
     def __init__(
         self,
         pool: asyncpg.Pool,
