@@ -52,6 +52,7 @@ class Subscription:
         "_deliver",
         "_hub",
         "_items",
+        "_on_wake",
         "_waiter",
         "channel",
         "dropped",
@@ -83,6 +84,7 @@ class Subscription:
         self._items: collections.deque[JobEvent] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._deliver: Deliver | None = None
+        self._on_wake: Callable[[], None] | None = None  # while parked (see park)
         self.dropped: str | None = None
 
     def push(self, event: JobEvent) -> None:
@@ -114,6 +116,19 @@ class Subscription:
     def _wake(self) -> None:
         if self._waiter is not None:
             _wake_up(self._waiter)
+        elif self._on_wake is not None:
+            wake, self._on_wake, self._deliver = self._on_wake, None, None
+            wake()
+
+    def park(self, deliver: Deliver, wake: Callable[[], None]) -> bool:
+        """Wait as `get` does, with no task waiting: `deliver` is offered each event in the
+        hub's pass, and the first it refuses is buffered and `wake` called, once (as on a
+        drop); the reader then takes it with `get`. False, with nothing parked, when there is
+        something to get already."""
+        if self._items or self.dropped is not None or self._waiter is not None:
+            return False
+        self._deliver, self._on_wake = deliver, wake
+        return True
 
     @property
     def buffered(self) -> int:
@@ -129,6 +144,7 @@ class Subscription:
         While it waits with nothing buffered, `deliver` is offered each event first, in the
         hub's pass: True when it has dealt with it (written it, or skipped it), False to have
         it buffered and returned here as usual (and every event after it, in order)."""
+        self._on_wake = None
         if not self._items and self.dropped is None:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import struct
@@ -214,6 +215,8 @@ class _Stream:
     key: str
     room: str
     sub: Subscription
+    items: streams.Stream
+    # Its pump while it has items to emit; None while parked (see _pump).
     task: asyncio.Task[None] | None = None
 
 
@@ -579,14 +582,19 @@ class PushServer:
             job=current.job if current else None,
             sink=_Sink(self, client),
         )
-        stream = _Stream(key, room, sub)
+        stream = _Stream(key, room, sub, items)
         client.streams[key] = stream
         await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
-        stream.task = asyncio.create_task(
-            self._pump(client, stream, items),
-            name=f"sio-pump-{client.sid}-{key}",
-        )
+        self._resume(client, stream)
         return {"ok": True}
+
+    def _resume(self, client: _Client, stream: _Stream) -> None:
+        """Pump the stream (again, when it was parked), unless it has ended or its client is
+        going: nothing more is sent to a client that is cut off."""
+        if client.streams.get(stream.key) is stream and not client.closing:
+            stream.task = asyncio.create_task(
+                self._pump(client, stream), name=f"sio-pump-{client.sid}-{stream.key}"
+            )
 
     def _end(self, client: _Client, stream: _Stream) -> None:
         if client.streams.get(stream.key) is stream:
@@ -597,17 +605,15 @@ class PushServer:
         if not any(s.room == stream.room for s in client.streams.values()):
             self.manager.basic_leave_room(client.sid, NAMESPACE, stream.room)
 
-    async def _pump(
-        self,
-        client: _Client,
-        stream: _Stream,
-        items: streams.Stream,
-    ) -> None:
-        """Emit the stream's items (server/streams.py) until the job's stream ends (silently:
-        the subscription is gone) or the client is cut off."""
-        sub = stream.sub
+    async def _pump(self, client: _Client, stream: _Stream) -> None:
+        """Emit the stream's items (server/streams.py) until none is due, then park it: an
+        idle stream has no task, its live events are written in the hub's pass, and it is
+        pumped again when one is not (or it is dropped). Until the job's stream ends
+        (silently: the subscription is gone) or the client is cut off."""
+        sub, items = stream.sub, stream.items
+        parked = False
         try:
-            while True:
+            while not (parked := items.park(functools.partial(self._resume, client, stream))):
                 # No timer: engine.io pings keep an idle client alive, and _end cancels this.
                 item = await items.next(None)
                 if isinstance(item, JobEvent):
@@ -623,6 +629,7 @@ class PushServer:
                     raise SubscriberDropped(item.reason)
                 elif isinstance(item, streams.End):
                     return
+            stream.task = None
         except SubscriberDropped as exc:
             self._cut_off(client, str(exc))
         except DB_ERRORS as exc:
@@ -633,7 +640,8 @@ class PushServer:
             log.exception("Socket.IO stream failed", extra={"sid": client.sid})
             self._cut_off(client, "internal error; reconnect and resume by event id")
         finally:
-            self._end(client, stream)
+            if not parked:
+                self._end(client, stream)
 
     async def encode(self, event: JobEvent) -> None:
         """Hub encoder: the event's Socket.IO packet and websocket frame, once per download-link

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import asyncpg
@@ -190,6 +191,15 @@ class Stream:
                 return live
             if self._ended:
                 return End()
+
+    def park(self, wake: Callable[[], None]) -> bool:
+        """Wait as `next` does, with no task waiting in it: the sink writes live events in the
+        hub's pass, and `wake` is called once `next` has something to return (an event the
+        sink does not take, the job's final one, a drop). False when something is due now
+        (a reset, replay, the end), or without a sink: call `next`."""
+        if self._pending or self._replaying or self._ended or self._sink is None:
+            return False
+        return self._sub.park(self._deliver, wake)
 
     async def _replay_page(self) -> None:
         assert self._position is not None
