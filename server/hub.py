@@ -44,9 +44,10 @@ class SubscriberDropped(Exception):
 class Subscription:
     """One stream's view of the hub: a bounded buffer of matching events, read by one task.
 
-    A waiting reader holds a bare future and a timer, not an asyncio.Event and a timeout
-    scope: the hub wakes every subscriber of an event in one pass, so for 10,000 SSE streams
-    this is most of what an event costs before the first byte is written."""
+    A waiting reader holds a bare future (and a timer, if it asked for a timeout), not an
+    asyncio.Event and a timeout scope: the hub wakes every subscriber of an event in one pass,
+    so for 10,000 SSE streams this is most of what an event costs before the first byte is
+    written. A parked one (`park`) holds no task at all while its events are delivered."""
 
     __slots__ = (
         "_deliver",
