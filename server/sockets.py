@@ -460,7 +460,8 @@ class PushServer:
             headers = request.headers.copy()
             del headers[hdrs.SEC_WEBSOCKET_EXTENSIONS]
             request = request.clone(headers=headers)
-        response: web.StreamResponse = await self.sio.handle_request(request)
+        # engine.io's own handler, as sio.attach routes it: python-socketio's adds a frame.
+        response: web.StreamResponse = await self.sio.eio.handle_request(request)
         return response
 
     # --- handlers ---------------------------------------------------------------------------
