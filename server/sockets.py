@@ -612,9 +612,10 @@ class PushServer:
         pumped again when one is not (or it is dropped). Until the job's stream ends
         (silently: the subscription is gone) or the client is cut off."""
         sub, items = stream.sub, stream.items
+        wake = functools.partial(self._resume, client, stream)
         parked = False
         try:
-            while not (parked := items.park(functools.partial(self._resume, client, stream))):
+            while not (parked := items.park(wake)):
                 # No timer: engine.io pings keep an idle client alive, and _end cancels this.
                 item = await items.next(None)
                 if isinstance(item, JobEvent):
