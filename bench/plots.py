@@ -128,3 +128,37 @@ def soak(path: Path, result: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
+
+
+def fan_out(path: Path, rows: list[dict[str, Any]], targets: dict[str, Any]) -> None:
+    """One event to every idle subscriber (median, and the rounds' range) and the server's
+    memory per idle connection, against subscribers, per transport."""
+    fig, (reach, memory) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for transport, label, marker in (("sse", "SSE", "o"), ("socketio", "Socket.IO websocket", "s")):
+        mine = sorted(
+            (r for r in rows if r["transport"] == transport), key=lambda r: r["subscribers"]
+        )
+        if not mine:
+            continue
+        counts = [r["subscribers"] for r in mine]
+        medians = [r["reach_all_ms"] for r in mine]
+        low = [m - min(r["reach_all_rounds_ms"]) for m, r in zip(medians, mine, strict=True)]
+        high = [max(r["reach_all_rounds_ms"]) - m for m, r in zip(medians, mine, strict=True)]
+        reach.errorbar(counts, medians, yerr=[low, high], marker=marker, capsize=3, label=label)
+        memory.plot(counts, [r["kb_per_connection"] for r in mine], marker=marker, label=label)
+    reach.axhline(targets["reach_all_ms"], color="grey", linestyle=":", label="target")
+    memory.axhline(
+        targets["kb_per_idle_connection"], color="grey", linestyle=":", label="SSE target"
+    )
+    reach.set_ylabel("one event to all, ms (median; range of rounds)")
+    memory.set_ylabel("server RSS per idle connection, KB")
+    for ax in (reach, memory):
+        ax.set_xlabel("idle subscribers in one process")
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _pos: f"{value:,.0f}"))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Fan-out to idle subscribers of one process")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)

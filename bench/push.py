@@ -5,14 +5,16 @@ costs: 50,000 SSE and 20,000 Socket.IO websocket subscribers by default.
     python -m bench.push                  # 1,000 events, then the fan-outs (minutes)
     python -m bench.push --quick          # 100 events, 200 subscribers each (a smoke run)
     python -m bench.push --events 0 --subscribers 19000 --sio-subscribers 0 --profile out/spy
+    python -m bench.push --events 0 --counts 1000 5000 10000 19000   # the sweep: docs/fanout.png
 
 The server runs as a real `pressroom web` subprocess (no workers: each event is a job.queued
 committed by this script); the latency clients run here, the fan-out's subscribers in client
 processes of their own (bench/fanout.py, bare sockets). One process holds at most its
 open-file limit of connections: the server raises its own to the hard limit (`ulimit -Hn`),
-which must be above the subscribers asked for. DATABASE_URL names a PostgreSQL server (a
-scratch database is created and dropped on it); unset, an embedded one is started. Figures go
-to stdout and, as JSON, to bench/out/push.json.
+and a fan-out asked for more than fits below it (FD_RESERVE kept for the server's own files)
+runs with the most that fits, and says so. DATABASE_URL names a PostgreSQL server (a scratch
+database is created and dropped on it); unset, an embedded one is started. Figures go to
+stdout and, as JSON, to bench/out/push.json.
 
 Latency is measured from the moment the committing statement is sent to the moment the client
 has read the event. The baseline is measured the same way on the same events: a raw asyncpg
@@ -49,7 +51,9 @@ import aiohttp
 import asyncpg
 import socketio
 
+from bench import plots
 from server import db, jobs
+from server.cli import OPEN_FILES_WITHOUT_LIMIT
 from server.jobs import NewJob
 
 OUT = Path(__file__).resolve().parent / "out" / "push.json"
@@ -60,9 +64,15 @@ OUT = Path(__file__).resolve().parent / "out" / "push.json"
 FAN_OUT_ROUNDS = 5
 FAN_OUT_PAUSE_S = 1.0
 READY_TIMEOUT_S = 60.0
-# Subscribers per client process: below the open-file limit of most machines, and within the
-# ports one source address has towards one server address (about 28,000 on Linux).
+# Subscribers per client process: within the ports one source address has towards one server
+# address (about 28,000 on Linux), and below the client's open-file limit (less its own few).
 CLIENTS_PER_PROCESS = 15_000
+CLIENT_FD_RESERVE = 100
+# Descriptors the server keeps for itself beyond its subscribers: its database pool and LISTEN
+# connections, the embedded database's pipes, log and data files, with room to spare; what
+# fits is rounded down to a thousand.
+FD_RESERVE = 1_000
+PLOT = Path(__file__).resolve().parent.parent / "docs" / "fanout.png"
 
 
 @dataclass
@@ -77,6 +87,8 @@ class Latency:
 class FanOut:
     transport: str
     subscribers: int
+    asked: int  # more than `subscribers` when the open-file limit did not let them all in
+    deflate: bool  # the Socket.IO clients offered permessage-deflate, as browsers do
     client_processes: int
     connect_s: float
     rss_before_mb: float
@@ -109,6 +121,18 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
+
+
+def open_files_limit() -> int:
+    """The hard open-file limit, which the server (and each client process) raises its own
+    soft limit to; RLIM_INFINITY as the server counts it."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return OPEN_FILES_WITHOUT_LIMIT if hard == resource.RLIM_INFINITY else hard
+
+
+def fitting(asked: int, limit: int) -> int:
+    """The most subscribers up to `asked` that one server process holds under `limit`."""
+    return min(asked, max(0, limit - FD_RESERVE) // 1000 * 1000)
 
 
 def raise_fd_limit(wanted: int) -> None:
@@ -303,11 +327,14 @@ async def fan_out(
     transport: str = "sse",
     per_process: int = CLIENTS_PER_PROCESS,
     profile: Path | None = None,
+    deflate: bool = False,
 ) -> FanOut:
     """N idle subscribers of one transport on one process: memory each, and the time one
     event takes to reach them all (FAN_OUT_ROUNDS events, one at a time). The subscribers
     are bare sockets in processes of their own (bench/fanout.py), each connecting from an
-    address of its own so that none runs out of ports."""
+    address of its own so that none runs out of ports, and each holding no more than its
+    open-file limit allows."""
+    per_process = max(1, min(per_process, open_files_limit() - CLIENT_FD_RESERVE))
     shares = [min(per_process, subscribers - first) for first in range(0, subscribers, per_process)]
     rss_before = rss_mb(server_pid)
     started = time.monotonic()
@@ -324,6 +351,7 @@ async def fan_out(
             str(share),
             "--local",
             f"127.0.0.{2 + n}",
+            *(["--deflate"] if deflate else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -364,6 +392,8 @@ async def fan_out(
     return FanOut(
         transport=transport,
         subscribers=subscribers,
+        asked=subscribers,
+        deflate=deflate,
         client_processes=len(procs),
         connect_s=round(connect_s, 2),
         rss_before_mb=round(rss_before, 1),
@@ -396,11 +426,41 @@ async def run(
     *,
     per_process: int = CLIENTS_PER_PROCESS,
     profile: Path | None = None,
+    deflate: bool = False,
+    counts: list[int] | None = None,
 ) -> dict[str, Any]:
+    """Latency over `events`, then the fan-outs, each transport in a server of its own; with
+    `counts`, the fan-out of both transports at each count (the sweep the plot shows)."""
     raise_fd_limit(1024)  # the server raises its own; each client process its own too
-    result: dict[str, Any] = {}
+    limit = open_files_limit()
+    result: dict[str, Any] = {"open_files_limit": limit, "notes": []}
     async with scratch_database() as dsn:
         pool = await db.create_pool(dsn, min_size=2, max_size=4)
+
+        async def one(transport: str, asked: int, spy: Path | None = None) -> FanOut | None:
+            count = fitting(asked, limit)
+            if count < asked:
+                name = "SSE" if transport == "sse" else "Socket.IO"
+                note = (
+                    f"{asked:,} {name} subscribers do not fit in one server process under the "
+                    f"open-file limit of {limit:,} (`ulimit -Hn`, less {FD_RESERVE:,} for the "
+                    f"server's own files): running {count:,}. Raise the hard limit to run "
+                    "them all (README, Many streams)."
+                )
+                result["notes"].append(note)
+                print(note, flush=True)
+            if not count:
+                return None
+            # A server of its own for each: memory another run's streams freed would
+            # otherwise be counted as this one's.
+            async with pressroom_web(dsn) as (base, pid):
+                fan = await fan_out(
+                    pool, base, pid, count, transport=transport, per_process=per_process,
+                    profile=spy, deflate=deflate and transport == "socketio",
+                )  # fmt: skip
+            fan.asked = asked
+            return fan
+
         try:
             if events:
                 async with pressroom_web(dsn) as (base, _pid):
@@ -412,30 +472,43 @@ async def run(
                     "sse": asdict(sse),
                     "socketio": asdict(sio),
                 }
-            for key, transport, count in (
+            for key, transport, asked in (
                 ("fan_out", "sse", subscribers),
                 ("fan_out_socketio", "socketio", sio_subscribers),
             ):
-                if not count:
-                    continue
                 spy = profile and profile.with_name(f"{profile.stem}-{transport}.txt")
-                # A server of its own for each: memory another transport's streams freed
-                # would otherwise be counted as this one's.
-                async with pressroom_web(dsn) as (base, pid):
-                    fan = await fan_out(
-                        pool, base, pid, count, transport=transport,
-                        per_process=per_process, profile=spy,
-                    )  # fmt: skip
-                result[key] = asdict(fan)
+                if asked and (fan := await one(transport, asked, spy)) is not None:
+                    result[key] = asdict(fan)
+            if counts:
+                sweep = []
+                for asked in counts:
+                    for transport in ("sse", "socketio"):
+                        if (fan := await one(transport, asked)) is not None:
+                            sweep.append(asdict(fan))
+                result["sweep"] = sweep
         finally:
             await pool.close()
-    result["open_files_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     result["targets"] = {
         "p99_within_ms_of_notify": 5,
         "kb_per_idle_connection": 12,
         "reach_all_ms": 1500,
     }
     return result
+
+
+def _fan_out_line(fan: dict[str, Any]) -> str:
+    name = "SSE" if fan["transport"] == "sse" else "Socket.IO (websocket)"
+    if fan.get("deflate"):
+        name += " offering permessage-deflate"
+    return (
+        f"fan-out: {fan['subscribers']} {name} subscribers ({fan['client_processes']} client "
+        f"processes) connected in {fan['connect_s']} s; "
+        f"server RSS {fan['rss_before_mb']} → {fan['rss_after_mb']} MB "
+        f"({fan['kb_per_connection']} KB per idle connection); "
+        f"one event reached all in {fan['reach_all_ms']} ms (median of "
+        f"{len(fan['reach_all_rounds_ms'])} events: "
+        f"{', '.join(f'{ms:g}' for ms in fan['reach_all_rounds_ms'])} ms)"
+    )
 
 
 def report(result: dict[str, Any]) -> str:
@@ -456,20 +529,22 @@ def report(result: dict[str, Any]) -> str:
                 f"| {name} | {r['count']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} |"
             )
         rows.append("")
-    for key in ("fan_out", "fan_out_socketio"):
-        if key not in result:
-            continue
-        fan = result[key]
-        name = "SSE" if fan["transport"] == "sse" else "Socket.IO (websocket)"
-        rows.append(
-            f"fan-out: {fan['subscribers']} {name} subscribers ({fan['client_processes']} client "
-            f"processes) connected in {fan['connect_s']} s; "
-            f"server RSS {fan['rss_before_mb']} → {fan['rss_after_mb']} MB "
-            f"({fan['kb_per_connection']} KB per idle connection); "
-            f"one event reached all in {fan['reach_all_ms']} ms (median of "
-            f"{len(fan['reach_all_rounds_ms'])} events: "
-            f"{', '.join(f'{ms:g}' for ms in fan['reach_all_rounds_ms'])} ms)"
-        )
+    rows += [_fan_out_line(result[key]) for key in ("fan_out", "fan_out_socketio") if key in result]
+    if result.get("sweep"):
+        rows += [
+            "",
+            "| transport | subscribers | KB per idle connection | one event to all, ms (median) "
+            "| rounds, ms |",
+            "|---|---|---|---|---|",
+        ]
+        for fan in result["sweep"]:
+            name = "SSE" if fan["transport"] == "sse" else "Socket.IO"
+            rounds = ", ".join(f"{ms:g}" for ms in fan["reach_all_rounds_ms"])
+            rows.append(
+                f"| {name} | {fan['subscribers']:,} | {fan['kb_per_connection']} "
+                f"| {fan['reach_all_ms']:g} | {rounds} |"
+            )
+    rows += [f"note: {note}" for note in result.get("notes", [])]
     return "\n".join(rows)
 
 
@@ -494,6 +569,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, help="py-spy the server during the fan-out rounds, to this path"
     )
+    parser.add_argument(
+        "--sio-deflate",
+        action="store_true",
+        help="the Socket.IO subscribers offer permessage-deflate, as browsers do",
+    )
+    parser.add_argument(
+        "--counts",
+        type=int,
+        nargs="+",
+        help="also the fan-out of both transports at each of these counts, plotted",
+    )
+    parser.add_argument("--plot", type=Path, default=PLOT, help=f"the sweep's plot ({PLOT})")
     parser.add_argument("--quick", action="store_true", help="100 events, 200 subscribers each")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON results ({OUT})")
     args = parser.parse_args(argv)
@@ -506,10 +593,15 @@ def main(argv: list[str] | None = None) -> int:
             args.sio_subscribers,
             per_process=args.per_process,
             profile=args.profile,
+            deflate=args.sio_deflate,
+            counts=args.counts,
         )
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if result.get("sweep"):
+        plots.fan_out(args.plot, result["sweep"], result["targets"])
+        print(f"(plot in {args.plot})")
     print(report(result))
     print(f"\n(results in {args.out})")
     return 0

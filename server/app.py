@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -142,7 +141,11 @@ def create_app(
             on_lost=lambda: hub.close_all(LISTEN_LOST_REASON),
         )
         app[LISTENER] = listener
-        async with background("hub", hub.run()), background("listener", listener.run()):
+        async with (
+            background("hub", hub.run()),
+            background("listener", listener.run()),
+            background("sse-keep-alive", app[SSE_STREAMS].keep_alive(settings.sse_ping_s)),
+        ):
             # Serve only once notifications flow, so the first job's push is not late.
             async with asyncio.timeout(LISTEN_START_TIMEOUT_S):
                 await listener.connected.wait()
@@ -284,12 +287,10 @@ async def _report_storage(storage: Any) -> None:
 
 
 async def _close_streams(app: web.Application) -> None:
-    """Long-lived streams end at shutdown, or shutdown would wait out its timeout."""
+    """Long-lived streams end at shutdown, or shutdown would wait out its timeout: every SSE
+    stream waits on its subscription, which this drops."""
     if HUB in app:
         app[HUB].close_all("server shutting down; reconnect and resume by event id")
-    for resp in list(app[SSE_STREAMS].open):
-        with contextlib.suppress(RuntimeError):
-            resp.stop_streaming()
     await sockets.close_all(app)
 
 

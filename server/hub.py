@@ -44,14 +44,16 @@ class SubscriberDropped(Exception):
 class Subscription:
     """One stream's view of the hub: a bounded buffer of matching events, read by one task.
 
-    A waiting reader holds a bare future and a timer, not an asyncio.Event and a timeout
-    scope: the hub wakes every subscriber of an event in one pass, so for 10,000 SSE streams
-    this is most of what an event costs before the first byte is written."""
+    A waiting reader holds a bare future (and a timer, if it asked for a timeout), not an
+    asyncio.Event and a timeout scope: the hub wakes every subscriber of an event in one pass,
+    so for 10,000 SSE streams this is most of what an event costs before the first byte is
+    written. A parked one (`park`) holds no task at all while its events are delivered."""
 
     __slots__ = (
         "_deliver",
         "_hub",
         "_items",
+        "_on_wake",
         "_waiter",
         "channel",
         "dropped",
@@ -83,6 +85,7 @@ class Subscription:
         self._items: collections.deque[JobEvent] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._deliver: Deliver | None = None
+        self._on_wake: Callable[[], None] | None = None  # while parked (see park)
         self.dropped: str | None = None
 
     def push(self, event: JobEvent) -> None:
@@ -114,27 +117,45 @@ class Subscription:
     def _wake(self) -> None:
         if self._waiter is not None:
             _wake_up(self._waiter)
+        elif self._on_wake is not None:
+            wake, self._on_wake, self._deliver = self._on_wake, None, None
+            wake()
+
+    def park(self, deliver: Deliver, wake: Callable[[], None]) -> bool:
+        """Wait as `get` does, with no task waiting: `deliver` is offered each event in the
+        hub's pass, and the first it refuses is buffered and `wake` called, once (as on a
+        drop); the reader then takes it with `get`. False, with nothing parked, when there is
+        something to get already."""
+        if self._items or self.dropped is not None or self._waiter is not None:
+            return False
+        self._deliver, self._on_wake = deliver, wake
+        return True
 
     @property
     def buffered(self) -> int:
         """Events waiting to be taken (never more than `limit`)."""
         return 0 if self._items is None else len(self._items)
 
-    async def get(self, timeout_s: float, *, deliver: Deliver | None = None) -> JobEvent | None:
-        """The next event, None after timeout_s of quiet; SubscriberDropped when cut off.
+    async def get(
+        self, timeout_s: float | None, *, deliver: Deliver | None = None
+    ) -> JobEvent | None:
+        """The next event, None after timeout_s of quiet (None: no timer, wait for an event
+        or the drop); SubscriberDropped when cut off.
 
         While it waits with nothing buffered, `deliver` is offered each event first, in the
         hub's pass: True when it has dealt with it (written it, or skipped it), False to have
         it buffered and returned here as usual (and every event after it, in order)."""
+        self._on_wake = None
         if not self._items and self.dropped is None:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout_s, _wake_up, waiter)
+            timer = None if timeout_s is None else loop.call_later(timeout_s, _wake_up, waiter)
             self._deliver = deliver
             try:
                 await waiter
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
                 self._waiter = None
                 self._deliver = None
         if self.dropped is not None:

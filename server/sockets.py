@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import struct
@@ -21,7 +22,7 @@ from typing import Any
 
 import asyncpg
 import socketio
-from aiohttp import WSCloseCode, web
+from aiohttp import WSCloseCode, hdrs, web
 from engineio import packet as eio_packet
 from pydantic import ValidationError
 from socketio.async_pubsub_manager import AsyncPubSubManager
@@ -48,7 +49,6 @@ SEND_HIGH_WATER = 64
 # (and the stream's own send waits for the connection to drain).
 WEBSOCKET_HIGH_WATER = 64 * 1024
 BACKPRESSURE_CHECK_S = 1.0
-IDLE_WAIT_S = 30.0
 # A client gets this long to take what is queued for it (its `closed` event last) before its
 # connection is cut; at shutdown aiohttp no longer reads from clients, so waiting longer is moot.
 CLOSE_TIMEOUT_S = 2.0
@@ -215,6 +215,8 @@ class _Stream:
     key: str
     room: str
     sub: Subscription
+    items: streams.Stream
+    # Its pump while it has items to emit; None while parked (see _pump).
     task: asyncio.Task[None] | None = None
 
 
@@ -448,6 +450,20 @@ class PushServer:
         for task in closing:
             task.cancel()
 
+    async def handle_request(self, request: web.Request) -> web.StreamResponse:
+        """Every request to /socket.io/. Websockets decline permessage-deflate, which every
+        browser offers: accepted, it gives each connection zlib state of its own (most of what
+        a browser's session would cost: docs/performance-notes.md) to squeeze engine.io's
+        pings and acks of a few bytes, while events go out as frames written once,
+        uncompressed, for all. The handshake sees the request without the offer."""
+        if hdrs.SEC_WEBSOCKET_EXTENSIONS in request.headers:
+            headers = request.headers.copy()
+            del headers[hdrs.SEC_WEBSOCKET_EXTENSIONS]
+            request = request.clone(headers=headers)
+        # engine.io's own handler, as sio.attach routes it: python-socketio's adds a frame.
+        response: web.StreamResponse = await self.sio.eio.handle_request(request)
+        return response
+
     # --- handlers ---------------------------------------------------------------------------
 
     async def _connect(self, sid: str, environ: dict[str, Any], credentials: Any = None) -> None:
@@ -567,14 +583,19 @@ class PushServer:
             job=current.job if current else None,
             sink=_Sink(self, client),
         )
-        stream = _Stream(key, room, sub)
+        stream = _Stream(key, room, sub, items)
         client.streams[key] = stream
         await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
-        stream.task = asyncio.create_task(
-            self._pump(client, stream, items),
-            name=f"sio-pump-{client.sid}-{key}",
-        )
+        self._resume(client, stream)
         return {"ok": True}
+
+    def _resume(self, client: _Client, stream: _Stream) -> None:
+        """Pump the stream (again, when it was parked), unless it has ended or its client is
+        going: nothing more is sent to a client that is cut off."""
+        if client.streams.get(stream.key) is stream and not client.closing:
+            stream.task = asyncio.create_task(
+                self._pump(client, stream), name=f"sio-pump-{client.sid}-{stream.key}"
+            )
 
     def _end(self, client: _Client, stream: _Stream) -> None:
         if client.streams.get(stream.key) is stream:
@@ -585,18 +606,18 @@ class PushServer:
         if not any(s.room == stream.room for s in client.streams.values()):
             self.manager.basic_leave_room(client.sid, NAMESPACE, stream.room)
 
-    async def _pump(
-        self,
-        client: _Client,
-        stream: _Stream,
-        items: streams.Stream,
-    ) -> None:
-        """Emit the stream's items (server/streams.py) until the job's stream ends (silently:
-        the subscription is gone) or the client is cut off."""
-        sub = stream.sub
+    async def _pump(self, client: _Client, stream: _Stream) -> None:
+        """Emit the stream's items (server/streams.py) until none is due, then park it: an
+        idle stream has no task, its live events are written in the hub's pass, and it is
+        pumped again when one is not (or it is dropped). Until the job's stream ends
+        (silently: the subscription is gone) or the client is cut off."""
+        sub, items = stream.sub, stream.items
+        wake = functools.partial(self._resume, client, stream)
+        parked = False
         try:
-            while True:
-                item = await items.next(IDLE_WAIT_S)  # engine.io pings keep idle clients alive
+            while not (parked := items.park(wake)):
+                # No timer: engine.io pings keep an idle client alive, and _end cancels this.
+                item = await items.next(None)
                 if isinstance(item, JobEvent):
                     await self._send(client, sub, item)
                 elif isinstance(item, streams.Reset):
@@ -610,6 +631,7 @@ class PushServer:
                     raise SubscriberDropped(item.reason)
                 elif isinstance(item, streams.End):
                     return
+            stream.task = None
         except SubscriberDropped as exc:
             self._cut_off(client, str(exc))
         except DB_ERRORS as exc:
@@ -620,7 +642,8 @@ class PushServer:
             log.exception("Socket.IO stream failed", extra={"sid": client.sid})
             self._cut_off(client, "internal error; reconnect and resume by event id")
         finally:
-            self._end(client, stream)
+            if not parked:
+                self._end(client, stream)
 
     async def encode(self, event: JobEvent) -> None:
         """Hub encoder: the event's Socket.IO packet and websocket frame, once per download-link
@@ -771,7 +794,9 @@ def attach(app: web.Application) -> None:
     """Serve Socket.IO at /socket.io/ on this app; call after the hub's cleanup step."""
     push = PushServer(app)
     app[PUSH] = push
-    push.sio.attach(app, socketio_path="socket.io")
+    # The methods engine.io's own routes take (sio.attach), through handle_request.
+    for method in ("GET", "POST", "OPTIONS"):
+        app.router.add_route(method, "/socket.io/", push.handle_request)
     app.on_response_prepare.append(push.on_response_prepare)
     app.cleanup_ctx.append(push.context)
 

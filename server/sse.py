@@ -1,21 +1,31 @@
-"""Server-Sent Events: GET /v1/jobs/{id}/events and GET /v1/events, over server/streams.py."""
+"""Server-Sent Events: GET /v1/jobs/{id}/events and GET /v1/events, over server/streams.py.
+
+An idle stream holds its socket, its request and its handler's waiting frames, and nothing that
+ticks: one pass for the process (`Streams.keep_alive`) writes the keep-alive comment to every
+stream each PRESSROOM_SSE_PING_S and ends those whose client has gone, and live events are
+written to each connection in the hub's pass (`_Connection.send_now`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import logging
+import socket
+import sys
 from typing import Any
 
-from aiohttp import HttpVersion11, web
-from aiohttp_sse import EventSourceResponse
+from aiohttp import HttpVersion11, hdrs, web
+from multidict import istr
 
 from server import api, auth, events, jobs, jsontext, streams
 from server.channels import check_channel
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.http_common import tenant_of
-from server.keys import AUTH, HUB, POOL, SETTINGS, SSE_STREAMS
+from server.hub import Subscription
+from server.keys import AUTH, HUB, POOL, SSE_STREAMS
 from server.models import event_id
 from server.problems import invalid, not_found
 
@@ -26,6 +36,22 @@ routes = web.RouteTableDef()
 # Bytes waiting in a connection's buffer past which an event is not written in the hub's pass:
 # the stream's task sends it, waiting for the connection to drain (as aiohttp's writer does).
 SEND_HIGH_WATER = 64 * 1024
+# Named by istr, as aiohttp names its own: multidict keeps a lowercased copy of every str name
+# in each response that has one (for as long as the stream lasts), an istr carries its own.
+SSE_HEADERS = {
+    hdrs.CONTENT_TYPE: "text/event-stream",
+    hdrs.CACHE_CONTROL: "no-cache",
+    hdrs.CONNECTION: "keep-alive",
+    istr("X-Accel-Buffering"): "no",  # nginx: pass every event on at once
+}
+KEEP_ALIVE = b": ping\r\n\r\n"
+KEEP_ALIVE_CHUNKED = b"%x\r\n%s\r\n" % (len(KEEP_ALIVE), KEEP_ALIVE)
+# Streams kept alive between two turns of the loop: a pass over tens of thousands of streams
+# must not hold events up for its whole length.
+KEEP_ALIVE_SLICE = 1000
+# As aiohttp-sse did for its own writes: a client that takes nothing for this long is dropped.
+SEND_TIMEOUT_S = 120
+CLIENT_GONE = "the client went away"
 
 
 def _requested_cursor(request: web.Request) -> int | None:
@@ -78,45 +104,20 @@ async def frame(app: web.Application, event: JobEvent, key_id: int) -> bytes:
     return encoded
 
 
-class Streams:
-    """This process's SSE streams: ended at shutdown; and the download-link keys they show,
-    by tenant, so that the hub's pass encodes each event once per key in use (`encode`)."""
+class _Connection:
+    """One open stream as the hub's pass and the keep-alive pass see it (see streams.Sink):
+    its socket, its framing (HTTP/1.1 streams are chunked, as aiohttp decides for a stream),
+    and its subscription, which the keep-alive pass drops once the client has gone."""
 
-    def __init__(self, app: web.Application) -> None:
-        self._app = app
-        self.open: set[EventSourceResponse] = set()
-        self._keys: dict[str, collections.Counter[int]] = {}
+    __slots__ = ("_cached", "_ping", "_transport", "sub")
 
-    def hold(self, resp: EventSourceResponse, tenant: str, key_id: int) -> None:
-        self.open.add(resp)
-        self._keys.setdefault(tenant, collections.Counter())[key_id] += 1
-
-    def release(self, resp: EventSourceResponse, tenant: str, key_id: int) -> None:
-        self.open.discard(resp)
-        keys = self._keys.get(tenant)
-        if keys is not None:
-            keys[key_id] -= 1
-            if keys[key_id] <= 0:
-                del keys[key_id]
-                if not keys:
-                    del self._keys[tenant]
-
-    async def encode(self, event: JobEvent) -> None:
-        """Hub encoder: the event's frame for every key its tenant's streams show."""
-        for key_id in list(self._keys.get(event.tenant, ())):
-            await frame(self._app, event, key_id)
-
-
-class _Sink:
-    """Writes a live event's frame straight to the connection, in the hub's pass (see
-    streams.Sink): HTTP/1.1 streams are chunked, so their frames are too."""
-
-    __slots__ = ("_cached", "_transport")
-
-    def __init__(self, request: web.Request, key_id: int) -> None:
+    def __init__(self, request: web.Request, sub: Subscription, key_id: int) -> None:
         self._transport = request.transport
-        chunked = request.version >= HttpVersion11  # as aiohttp decides for a stream
-        self._cached = f"sse {key_id}" + (" chunked" if chunked else "")
+        chunked = request.version >= HttpVersion11
+        # Interned: every stream of a key names the same string, not a copy of its own.
+        self._cached = sys.intern(f"sse {key_id}" + (" chunked" if chunked else ""))
+        self._ping = KEEP_ALIVE_CHUNKED if chunked else KEEP_ALIVE
+        self.sub = sub
 
     def send_now(self, event: JobEvent) -> bool:
         encoded = event.encoded.get(self._cached)
@@ -131,18 +132,83 @@ class _Sink:
         transport.write(encoded)
         return True
 
+    def keep_alive(self) -> None:
+        """The keep-alive comment, unless bytes are waiting to go out already; a stream whose
+        client has gone is ended (its handler waits without a timer of its own)."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            self.sub.drop(CLIENT_GONE)
+        elif transport.get_write_buffer_size() < SEND_HIGH_WATER:
+            transport.write(self._ping)
 
-async def _send(resp: EventSourceResponse, request: web.Request, event: JobEvent) -> None:
+
+class Streams:
+    """This process's SSE streams: kept alive and ended at shutdown; and the download-link keys
+    they show, by tenant, so that the hub's pass encodes each event once per key in use."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self.open: set[_Connection] = set()
+        self._keys: dict[str, collections.Counter[int]] = {}
+
+    def hold(self, conn: _Connection, tenant: str, key_id: int) -> None:
+        self.open.add(conn)
+        self._keys.setdefault(tenant, collections.Counter())[key_id] += 1
+
+    def release(self, conn: _Connection, tenant: str, key_id: int) -> None:
+        self.open.discard(conn)
+        keys = self._keys.get(tenant)
+        if keys is not None:
+            keys[key_id] -= 1
+            if keys[key_id] <= 0:
+                del keys[key_id]
+                if not keys:
+                    del self._keys[tenant]
+
+    async def encode(self, event: JobEvent) -> None:
+        """Hub encoder: the event's frame for every key its tenant's streams show."""
+        for key_id in list(self._keys.get(event.tenant, ())):
+            await frame(self._app, event, key_id)
+
+    async def keep_alive(self, interval_s: float) -> None:
+        """Every interval_s, the same keep-alive bytes to every open stream, in one pass for
+        the process where each stream had a task and a timer of its own; a turn of the loop
+        every KEEP_ALIVE_SLICE streams lets events through meanwhile."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for n, conn in enumerate(list(self.open), 1):
+                if conn in self.open:  # not ended during the pass: its response is still open
+                    conn.keep_alive()
+                if n % KEEP_ALIVE_SLICE == 0:
+                    await asyncio.sleep(0)
+
+
+def _message(event: str, data: str) -> bytes:
+    """An SSE message other than a job event (a reset, closed): `data` is one line of JSON."""
+    return f"event: {event}\r\ndata: {data}\r\n\r\n".encode()
+
+
+def _set_send_timeout(request: web.Request) -> None:
+    """Have the kernel drop the connection when bytes sent stay unacknowledged SEND_TIMEOUT_S
+    (a client gone, or one that stopped reading with its window shut): found without a task
+    waiting on a write, as the hub writes while a stream is idle."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, SEND_TIMEOUT_S * 1000)
+
+
+async def _send(resp: web.StreamResponse, request: web.Request, event: JobEvent) -> None:
     await resp.write(await frame(request.app, event, auth.key_id_of(request)))
 
 
 async def _send_reset(
-    resp: EventSourceResponse, request: web.Request, job: dict[str, Any] | None, tenant: str
+    resp: web.StreamResponse, request: web.Request, job: dict[str, Any] | None, tenant: str
 ) -> None:
     body: dict[str, Any] = {"type": "reset", "reason": streams.RESET_REASON}
     if job is not None:
         body["job"] = await api.present(request, job, tenant)
-    await resp.send(json.dumps(body), event="reset")
+    await resp.write(_message("reset", json.dumps(body)))
 
 
 @routes.get("/v1/jobs/{job_id}/events")
@@ -154,7 +220,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     job_id = api.parse_job_id(request) if "job_id" in request.match_info else None
     channel = _requested_channel(request) if job_id is None else None
     app = request.app
-    pool, hub, settings = app[POOL], app[HUB], app[SETTINGS]
+    pool, hub = app[POOL], app[HUB]
     tenant = tenant_of(request)
     current = None
     if job_id is not None:
@@ -174,25 +240,28 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     sub = hub.subscribe(tenant=tenant, job_id=job_id, channel=channel)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     watch = app[AUTH].watch(auth.credential_of(request), sub.drop)
-    resp = EventSourceResponse(ping_interval=settings.sse_ping_s)
+    resp = web.StreamResponse(headers=SSE_HEADERS)
     try:
+        _set_send_timeout(request)
         await resp.prepare(request)
-        # Encoded for from now: events up to here come through the stream's own sends.
-        app[SSE_STREAMS].hold(resp, tenant, key_id)
+        # Encoded for and kept alive from now: events up to here come through its own sends.
+        conn = _Connection(request, sub, key_id)
+        app[SSE_STREAMS].hold(conn, tenant, key_id)
         try:
-            current_job = current.job if current else None
             stream = streams.Stream(
-                pool, sub, begin, types=types, job=current_job, sink=_Sink(request, key_id)
+                pool, sub, begin, types=types, job=current.job if current else None, sink=conn
             )
-            while resp.is_connected():
-                item = await stream.next(settings.sse_ping_s)
+            while True:
+                # No timeout: the keep-alive pass ends the stream when its client has gone.
+                item = await stream.next(None)
                 if isinstance(item, JobEvent):
                     await _send(resp, request, item)
                 elif isinstance(item, streams.Reset):
                     await _send_reset(resp, request, item.job, tenant)
                 elif isinstance(item, streams.Closed):
-                    body = json.dumps({"type": "closed", "reason": item.reason})
-                    await resp.send(body, event="closed")
+                    if item.reason != CLIENT_GONE:
+                        body = json.dumps({"type": "closed", "reason": item.reason})
+                        await resp.write(_message("closed", body))
                     break
                 elif isinstance(item, streams.End):
                     break
@@ -202,9 +271,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             # The headers are sent; end the stream and let the client resume by event id.
             log.warning("event stream ended, database unavailable: %s", exc)
         finally:
-            app[SSE_STREAMS].release(resp, tenant, key_id)
-            resp.stop_streaming()
-            await resp.wait()
+            app[SSE_STREAMS].release(conn, tenant, key_id)
     finally:
         watch.close()
         hub.unsubscribe(sub)

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import asyncpg
@@ -112,6 +113,18 @@ class Stream:
     `job` is the job as the adapter read it: a Reset carries it, and a job already final when
     a stream without history opens (read after subscribing) has nothing more to come: End."""
 
+    __slots__ = (
+        "_ended",
+        "_final",
+        "_pending",
+        "_pool",
+        "_position",
+        "_replaying",
+        "_sink",
+        "_sub",
+        "_types",
+    )
+
     def __init__(
         self,
         pool: asyncpg.Pool,
@@ -141,10 +154,10 @@ class Stream:
         )
         self._ended = self._final and begin.position is None
 
-    async def next(self, timeout_s: float) -> Item | None:
-        """The next item; None after timeout_s without one. After End or Closed, the same
-        again: nothing more comes. With a sink, live events it writes while this waits are
-        not returned: they are sent."""
+    async def next(self, timeout_s: float | None) -> Item | None:
+        """The next item; None after timeout_s without one (None: wait for one, with no timer).
+        After End or Closed, the same again: nothing more comes. With a sink, live events it
+        writes while this waits are not returned: they are sent."""
         if self._pending:
             return self._take()
         if self._ended:
@@ -158,9 +171,12 @@ class Stream:
         if self._ended:
             return End()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = None if timeout_s is None else loop.time() + timeout_s
         deliver = self._deliver if self._sink is not None else None
-        while (remaining_s := deadline - loop.time()) > 0:
+        while True:
+            remaining_s = None if deadline is None else deadline - loop.time()
+            if remaining_s is not None and remaining_s <= 0:
+                return None
             try:
                 live = await self._sub.get(remaining_s, deliver=deliver)
             except SubscriberDropped as exc:
@@ -175,7 +191,15 @@ class Stream:
                 return live
             if self._ended:
                 return End()
-        return None
+
+    def park(self, wake: Callable[[], None]) -> bool:
+        """Wait as `next` does, with no task waiting in it: the sink writes live events in the
+        hub's pass, and `wake` is called once `next` has something to return (an event the
+        sink does not take, the job's final one, a drop). False when something is due now
+        (a reset, replay, the end), or without a sink: call `next`."""
+        if self._pending or self._replaying or self._ended or self._sink is None:
+            return False
+        return self._sub.park(self._deliver, wake)
 
     async def _replay_page(self) -> None:
         assert self._position is not None
