@@ -1,4 +1,5 @@
-"""Reads of the event log: positions, replay after a cursor, the live head, pruning."""
+"""Reads of the event log: positions, replay after a cursor, the live head (pruning drops its
+partitions: server/retention.py)."""
 
 from __future__ import annotations
 
@@ -139,8 +140,3 @@ async def locate(pool: asyncpg.Pool, event_id: int) -> Cursor | None:
         return None
     return Cursor(Position(row["xid"], row["id"]), row["job_id"], row["tenant"])
 
-
-async def prune(pool: asyncpg.Pool, *, older_than_s: int) -> int:
-    """Delete events past retention (in chunks); returns how many went."""
-    status: str = await pool.execute(query("prune_events"), older_than_s)
-    return int(status.split()[-1])

@@ -294,10 +294,14 @@ SELECT xid::text::bigint AS xid, id, job_id, tenant FROM job_events WHERE id = $
 -- events_oldest_id --
 SELECT min(id) FROM job_events;
 
--- prune_events --
-DELETE FROM job_events
-WHERE id IN (SELECT id FROM job_events WHERE created_at < now() - make_interval(secs => $1)
-             LIMIT 10000);
+-- extend_event_log --
+-- The log's partitions ahead of its writers, each filling for about $1 seconds, at least $2
+-- ids (0017_event_log_partitions.sql); how many were made.
+SELECT job_events_extend(make_interval(secs => $1), $2);
+
+-- prune_event_log --
+-- The log's partitions whose newest event is older than $1 seconds, dropped: their names.
+SELECT job_events_drop_expired(make_interval(secs => $1));
 
 -- claim_webhooks --
 -- Due deliveries for this sender ($2), the attempt counted and the row leased for $3 seconds.
@@ -366,7 +370,8 @@ FROM webhook_deliveries
 WHERE job_id = $1 AND tenant = $2;
 
 -- retention_lock --
--- One sweeper at a time across processes; released when the batch's transaction ends.
+-- One sweeper (or one pass over the event log) at a time across processes; released when the
+-- transaction ends.
 SELECT pg_try_advisory_xact_lock($1);
 
 -- expired_jobs --
@@ -380,7 +385,8 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED;
 
 -- delete_jobs --
--- Their events and webhook deliveries go with them (ON DELETE CASCADE).
+-- Their webhook deliveries go with them (ON DELETE CASCADE); their events stay the log's, which
+-- drops them with their partition (prune_event_log).
 DELETE FROM jobs WHERE id = ANY($1::uuid[]);
 
 -- api_key_create --

@@ -1,0 +1,207 @@
+-- The event log is partitioned, so that pruning it drops whole partitions instead of deleting
+-- rows one by one (a DELETE leaves every row behind for vacuum: several million a day at a
+-- million jobs a day).
+--
+-- The key is the event id, in ranges, each filled for about a stretch of time:
+-- - the primary key stays (id): a unique key of a partitioned table must hold its partition
+--   key, so by time or by xid it would become (id, created_at) or (xid, id), and moving the
+--   existing log would build it again over every row under this migration's lock; by id the
+--   existing table becomes the first partition as it is, its indexes included;
+-- - a client's cursor is an event id: event_position (Last-Event-ID → position) reads one
+--   partition, not all of them;
+-- - ids come from one sequence that only event inserts use, so the maintenance pass
+--   (server/retention.py, job_events_extend below) knows how far the next stretch will reach
+--   and creates partitions ahead of it, and closes a stretch that has run long by moving the
+--   sequence on to the next partition (ids may then skip; a cursor only ever compares them).
+-- Reads by position, (xid, id) > cursor, are not pruned by id: an event may have a smaller
+-- id than one before it in log order (two transactions committing in the opposite order of
+-- their ids), so every partition's index is asked, a handful of them (docs/architecture.md).
+-- By xid, pruning would be exact, but xids are the whole cluster's and cannot be moved on:
+-- partitions could neither be sized ahead of them nor closed when a quiet stretch runs long.
+--
+-- Rows past every range (the maintenance pass fell behind a burst) land in the default
+-- partition, job_events_overflow, so no insert ever fails at a boundary; the next pass starts
+-- the next range after them. A partition is dropped once its newest event is older than the
+-- log keeps events; that is the prune.
+--
+-- Retention no longer deletes a job's events with the job: the foreign key to jobs goes, and
+-- with it the DELETE per event that its ON DELETE CASCADE cost (and the check per insert).
+-- The log keeps events no longer than retention keeps jobs (server/maintenance.py), so a
+-- deleted job's events go with their partition, at most a stretch later.
+--
+-- The migration runs in one transaction (server/db.py) holding the log's lock: no event is
+-- written while the table changes shape, and each existing event keeps its id and xid, so a
+-- cursor taken before it resumes after it with nothing missed or repeated.
+
+LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE;
+
+-- The existing log becomes the first partition, its name and its indexes' names freed.
+ALTER TABLE job_events RENAME TO job_events_from_start;
+ALTER INDEX job_events_pkey RENAME TO job_events_from_start_pkey;
+ALTER INDEX job_events_position RENAME TO job_events_from_start_position;
+ALTER INDEX job_events_job RENAME TO job_events_from_start_job;
+ALTER INDEX job_events_created RENAME TO job_events_from_start_created;
+ALTER INDEX job_events_channel RENAME TO job_events_from_start_channel;
+DROP TRIGGER job_events_side_effects ON job_events_from_start;
+ALTER TABLE job_events_from_start DROP CONSTRAINT job_events_job_id_fkey;
+ALTER TABLE job_events_from_start ALTER COLUMN id DROP DEFAULT;
+
+-- Event ids come from a sequence, so two transactions can commit in the opposite order of
+-- their ids. Readers therefore order by (xid, id) and only read below the oldest running
+-- transaction (pg_snapshot_xmin): that prefix of the log never changes again (0001).
+CREATE TABLE job_events (
+    id         bigint      NOT NULL DEFAULT nextval('job_events_id_seq'),
+    xid        xid8        NOT NULL DEFAULT pg_current_xact_id(),
+    job_id     uuid,
+    tenant     text        NOT NULL,
+    type       text        NOT NULL,
+    payload    jsonb       NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_events_pkey PRIMARY KEY (id),
+    CONSTRAINT job_events_type_known CHECK (type IN (
+        'job.queued', 'job.running', 'job.progress', 'job.retrying',
+        'job.done', 'job.failed', 'job.cancelled', 'batch.progress', 'batch.done')),
+    CONSTRAINT job_events_subject CHECK ((job_id IS NULL) = (type LIKE 'batch.%'))
+) PARTITION BY RANGE (id);
+ALTER SEQUENCE job_events_id_seq OWNED BY job_events.id;
+
+CREATE INDEX job_events_position ON job_events (xid, id);
+CREATE INDEX job_events_job ON job_events (job_id, xid, id);
+-- A partition's newest event, and how far ids went in the last stretch (job_events_extend).
+CREATE INDEX job_events_created ON job_events (created_at);
+CREATE INDEX job_events_channel ON job_events (tenant, (payload->>'channel'), xid, id)
+    WHERE payload->>'channel' IS NOT NULL;
+
+-- The next id the sequence hands out; every id handed out so far is below it.
+CREATE FUNCTION job_events_next_id() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM job_events_id_seq
+$$;
+
+-- Every existing event, and every id handed out and not yet written, is below the next id.
+DO $$
+BEGIN
+    EXECUTE format(
+        'ALTER TABLE job_events ATTACH PARTITION job_events_from_start '
+        'FOR VALUES FROM (MINVALUE) TO (%s)', job_events_next_id());
+END $$;
+
+CREATE TABLE job_events_overflow PARTITION OF job_events DEFAULT;
+
+-- The range partitions, oldest first: lo NULL for the first (from MINVALUE).
+CREATE FUNCTION job_events_ranges()
+RETURNS TABLE (partition regclass, lo bigint, hi bigint) LANGUAGE sql STABLE AS $$
+    SELECT c.oid::regclass,
+           nullif(substring(b.bound FROM 'FROM \(''?([^'')]*)''?\) TO'), 'MINVALUE')::bigint,
+           substring(b.bound FROM 'TO \(''?([^'')]*)''?\)')::bigint
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+    WHERE i.inhparent = 'job_events'::regclass AND b.bound <> 'DEFAULT'
+    ORDER BY 2 NULLS FIRST
+$$;
+
+-- Keeps the log ahead of its writers; returns how many partitions it made. After it:
+-- - after a burst that outran the ranges (its events in the overflow), the next range
+--   starts at the next id;
+-- - a partition whose oldest event is older than `stretch` is closed: the sequence moves on
+--   to the next one, so that a quiet stretch is dropped in time too;
+-- - the ranges reach past the next id by as many ids as the last `stretch` used, at least
+--   `min_size`; a partition of that size is made when they do not.
+-- Moving the sequence, or starting a range at the next id, is only safe while nobody inserts
+-- (a value handed out meanwhile would land in the wrong place, or be handed out again): for
+-- that it takes SHARE on the log, which waits for the writers of the moment and holds back
+-- new ones until the transaction ends. Reads go on.
+CREATE FUNCTION job_events_extend(stretch interval, min_size bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    next_id bigint := job_events_next_id();
+    top bigint;
+    current regclass;
+    current_hi bigint;
+    oldest timestamptz;
+    since bigint;
+    size bigint;
+    made integer := 0;
+BEGIN
+    SELECT e.id INTO since FROM job_events e
+    WHERE e.created_at >= now() - stretch ORDER BY e.created_at LIMIT 1;
+    size := greatest(min_size, next_id - coalesce(since, next_id));
+
+    IF EXISTS (SELECT 1 FROM job_events_overflow) THEN
+        LOCK TABLE job_events IN SHARE MODE;
+        next_id := job_events_next_id();
+        SELECT max(hi) INTO top FROM job_events_ranges();
+        IF top < next_id THEN
+            PERFORM job_events_add_partition(next_id, next_id + size);
+            made := made + 1;
+        END IF;
+    END IF;
+
+    SELECT r.partition, r.hi INTO current, current_hi FROM job_events_ranges() r
+    WHERE coalesce(r.lo, next_id) <= next_id AND next_id < r.hi;
+    IF current IS NOT NULL THEN
+        EXECUTE format('SELECT min(created_at) FROM %s', current) INTO oldest;
+        IF oldest < now() - stretch THEN
+            LOCK TABLE job_events IN SHARE MODE;
+            IF job_events_next_id() < current_hi THEN
+                PERFORM setval('job_events_id_seq', current_hi, false);
+            END IF;
+        END IF;
+    END IF;
+
+    next_id := job_events_next_id();
+    SELECT max(hi) INTO top FROM job_events_ranges();
+    WHILE top - next_id < size LOOP
+        PERFORM job_events_add_partition(top, top + size);
+        top := top + size;
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END $$;
+
+CREATE FUNCTION job_events_add_partition(lo bigint, hi bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    name text := format('job_events_from_%s', lo);
+BEGIN
+    -- Made on its own, then attached: attaching lets reads and writes of the log go on (SHARE
+    -- UPDATE EXCLUSIVE), where CREATE TABLE … PARTITION OF would stop them.
+    EXECUTE format('CREATE TABLE %I (LIKE job_events INCLUDING CONSTRAINTS)', name);
+    EXECUTE format('ALTER TABLE job_events ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
+                   name, lo, hi);
+END $$;
+
+-- Drops every closed partition (below the next id) whose newest event is older than `keep`,
+-- and empties the overflow once all of its events are; returns the partitions dropped.
+-- Dropping one takes the log's ACCESS EXCLUSIVE lock for a moment: the caller bounds the
+-- wait (lock_timeout) and tries again at its next pass.
+CREATE FUNCTION job_events_drop_expired(keep interval) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    next_id bigint := job_events_next_id();
+    r record;
+    newest timestamptz;
+BEGIN
+    FOR r IN SELECT * FROM job_events_ranges() WHERE hi <= next_id LOOP
+        EXECUTE format('SELECT max(created_at) FROM %s', r.partition) INTO newest;
+        IF newest IS NULL OR newest < now() - keep THEN
+            RETURN NEXT r.partition::text;
+            EXECUTE format('DROP TABLE %s', r.partition);
+        END IF;
+    END LOOP;
+    SELECT max(created_at) INTO newest FROM job_events_overflow;
+    IF newest < now() - keep THEN
+        RETURN NEXT 'job_events_overflow';
+        DROP TABLE job_events_overflow;
+        CREATE TABLE job_events_overflow PARTITION OF job_events DEFAULT;
+    END IF;
+END $$;
+
+-- The first partition past the existing log, sized by how far ids went in the last day.
+SELECT job_events_extend(interval '1 day', 10000);
+
+-- 0010/0016's trigger, on the partitioned table: a statement trigger on it sees in `added`
+-- the rows of every partition the statement wrote to.
+CREATE TRIGGER job_events_side_effects AFTER INSERT ON job_events
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION job_events_after_insert();
