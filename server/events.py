@@ -139,4 +139,3 @@ async def locate(pool: asyncpg.Pool, event_id: int) -> Cursor | None:
     if row is None:
         return None
     return Cursor(Position(row["xid"], row["id"]), row["job_id"], row["tenant"])
-

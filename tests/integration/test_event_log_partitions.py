@@ -116,7 +116,12 @@ async def log_every_type(pool: asyncpg.Pool) -> None:
         if job is None:
             [job] = await jobs.claim(pool, limit=4, worker_id="w", lease_s=60)
         await jobs.finish_failed(
-            pool, job, worker_id="w", error="boom", retryable=retryable, retry_in_s=0.0,
+            pool,
+            job,
+            worker_id="w",
+            error="boom",
+            retryable=retryable,
+            retry_in_s=0.0,
             warnings=[],
         )
     assert await jobs.cancel(pool, cancelled.id, "default")
@@ -143,9 +148,10 @@ async def test_the_migration_moves_every_event_and_every_cursor_resumes(
         async with pool.acquire() as conn:
             assert await db.migrate(conn) == ["0017_event_log_partitions"]
 
-        assert await pool.fetchval(
-            "SELECT relkind::text FROM pg_class WHERE relname = 'job_events'"
-        ) == "p"
+        assert (
+            await pool.fetchval("SELECT relkind::text FROM pg_class WHERE relname = 'job_events'")
+            == "p"
+        )
         assert await pool.fetch(rows) == stored  # the same rows: ids, xids, payloads, times
         assert await pool.fetch("SELECT * FROM webhook_deliveries ORDER BY id") == outbox
         assert await whole_log(pool) == before

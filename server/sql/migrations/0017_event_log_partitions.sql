@@ -9,15 +9,19 @@
 --   existing table becomes the first partition as it is, its indexes included;
 -- - a client's cursor is an event id: event_position (Last-Event-ID → position) reads one
 --   partition, not all of them;
--- - ids come from one sequence that only event inserts use, so the maintenance pass
---   (server/retention.py, job_events_extend below) knows how far the next stretch will reach
---   and creates partitions ahead of it, and closes a stretch that has run long by moving the
---   sequence on to the next partition (ids may then skip; a cursor only ever compares them).
+-- - ids come from one sequence that only event inserts use, so the log's pass
+--   (server/retention.py, job_events_extend below) sizes the partitions it makes ahead by how
+--   many ids the last stretch used, and closes one that has filled for longer than a stretch
+--   by moving the sequence on to the next partition (ids then skip, by less than a stretch's
+--   worth; a cursor only ever compares them).
 -- Reads by position, (xid, id) > cursor, are not pruned by id: an event may have a smaller
 -- id than one before it in log order (two transactions committing in the opposite order of
--- their ids), so every partition's index is asked, a handful of them (docs/architecture.md).
--- By xid, pruning would be exact, but xids are the whole cluster's and cannot be moved on:
--- partitions could neither be sized ahead of them nor closed when a quiet stretch runs long.
+-- their ids), so each read asks every partition's index, a handful of them: a partition fills
+-- for a quarter of the time events are kept (server/retention.py), so seven or eight are there.
+-- By created_at, reads would ask every partition too, the cursor's lookup included, and the
+-- primary key would grow. By xid, reads would prune exactly, but xids are the whole cluster's
+-- and cannot be moved on: partitions could neither be sized ahead of the writers nor closed
+-- when a quiet stretch runs long.
 --
 -- Rows past every range (the maintenance pass fell behind a burst) land in the default
 -- partition, job_events_overflow, so no insert ever fails at a boundary; the next pass starts
@@ -173,24 +177,34 @@ END $$;
 
 -- Drops every closed partition (below the next id) whose newest event is older than `keep`,
 -- and empties the overflow once all of its events are; returns the partitions dropped.
--- Dropping one takes the log's ACCESS EXCLUSIVE lock for a moment: the caller bounds the
--- wait (lock_timeout) and tries again at its next pass.
+-- Dropping takes the log's ACCESS EXCLUSIVE lock for a moment, the log first and then the
+-- partition, in the order readers take theirs (else a reader and a drop could deadlock); the
+-- caller bounds the wait (lock_timeout) and tries again at its next pass.
 CREATE FUNCTION job_events_drop_expired(keep interval) RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
     next_id bigint := job_events_next_id();
     r record;
     newest timestamptz;
+    expired regclass[] := '{}';
+    overflow boolean;
 BEGIN
     FOR r IN SELECT * FROM job_events_ranges() WHERE hi <= next_id LOOP
         EXECUTE format('SELECT max(created_at) FROM %s', r.partition) INTO newest;
         IF newest IS NULL OR newest < now() - keep THEN
-            RETURN NEXT r.partition::text;
-            EXECUTE format('DROP TABLE %s', r.partition);
+            expired := expired || r.partition;
         END IF;
     END LOOP;
-    SELECT max(created_at) INTO newest FROM job_events_overflow;
-    IF newest < now() - keep THEN
+    SELECT max(created_at) < now() - keep INTO overflow FROM job_events_overflow;
+    IF cardinality(expired) = 0 AND overflow IS NOT TRUE THEN
+        RETURN;
+    END IF;
+    LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE;
+    FOR i IN 1 .. cardinality(expired) LOOP
+        RETURN NEXT expired[i]::text;
+        EXECUTE format('DROP TABLE %s', expired[i]);
+    END LOOP;
+    IF overflow THEN
         RETURN NEXT 'job_events_overflow';
         DROP TABLE job_events_overflow;
         CREATE TABLE job_events_overflow PARTITION OF job_events DEFAULT;
