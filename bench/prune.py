@@ -9,8 +9,9 @@ off: its side effects cost nothing here). The old one has the schema as the migr
 have filled over those days. Then the jobs finished more than a week ago are deleted as the
 retention sweep deletes them (its statements, in its batches), and the log is pruned. Printed
 per way: the time, the WAL written (pg_current_wal_lsn before and after) and the size of the
-log and of the jobs table after; then the ratios, and how long migration 0017 took on the
-old way's log (what is left of it).
+log and of the jobs table after, and what the partitions cost a reader (the hub's read at the
+head, a cursor's lookup); then the ratios, and how long migration 0017 took on the old way's
+log (what is left of it).
 
     python -m bench.prune [--events 10000000] [--per-job 5]
 """
@@ -20,13 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from typing import Any
 
 import asyncpg
 
 from bench.common import checkpoint, command, database, machine, server_version
-from server import db, retention, sql
+from server import db, events, retention, sql
 from server.sql import query
 
 KEEP_DAYS = 7
@@ -34,6 +36,7 @@ KEEP_DAYS = 7
 BEFORE = "0017"
 #: Rows per fill statement, so no statement holds millions of rows at once.
 CHUNK = 500_000
+READS = 2000
 # An event's payload is the job's public JSON (job_public), about this big.
 PAYLOAD = """jsonb_build_object(
     'id', j.id, 'status', 'done', 'attempts', 1, 'max_attempts', 3, 'priority', 0,
@@ -158,6 +161,33 @@ async def sizes(conn: asyncpg.Connection) -> dict[str, int]:
     return {"log_bytes": log, "jobs_bytes": jobs}
 
 
+async def reads(dsn: str, way: str) -> dict[str, float]:
+    """What the partitions cost every reader: the hub's read at the head of the log
+    (events_after_all, a prepared statement, as the hub runs it, with the floor events.after
+    gives it; the old log has none to give) and a cursor's lookup (event_position), READS
+    times each; the median, in microseconds."""
+    conn = await db.connect(dsn)
+    try:
+        head = await conn.fetchrow(query("events_head"))
+        below = events.MIN_ID if way == "old" else await events.floor(conn, head["xid"])
+        hub = await conn.prepare(query("events_after_all"))
+        lookup = await conn.prepare(query("event_position"))
+        timed: dict[str, list[float]] = {"hub_read_us": [], "cursor_lookup_us": []}
+        for _ in range(READS):
+            began = time.perf_counter()
+            await hub.fetch(str(head["xid"]), head["id"], events.REPLAY_PAGE, below)
+            middle = time.perf_counter()
+            await lookup.fetchrow(head["id"])
+            timed["hub_read_us"].append((middle - began) * 1e6)
+            timed["cursor_lookup_us"].append((time.perf_counter() - middle) * 1e6)
+        tables: int = await conn.fetchval(
+            "SELECT greatest(count(*), 1) FROM pg_partition_tree('job_events') WHERE isleaf"
+        )
+        return {"tables": tables, **{k: statistics.median(v) for k, v in timed.items()}}
+    finally:
+        await conn.close()
+
+
 async def measure(dsn: str, way: str) -> dict[str, Any]:
     await checkpoint(dsn)
     conn = await db.connect(dsn)
@@ -223,7 +253,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             began = time.perf_counter()
             await filler(dsn, jobs_total, args.per_job)
             fill_s = time.perf_counter() - began
-            results[way] = {"fill_s": fill_s, **await measure(dsn, way)}
+            results[way] = {"fill_s": fill_s, **await reads(dsn, way), **await measure(dsn, way)}
             if way == "old":
                 results["migration"] = await migration(dsn)
         r = results[way]
@@ -232,7 +262,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{r['jobs_deleted']:,} jobs in {r['total_s']:.1f} s (the jobs' DELETE "
             f"{r['delete_jobs_s']:.1f} s), WAL {mib(r['wal_bytes'])}; after: log "
             f"{mib(r['after']['log_bytes'])} (before {mib(r['before']['log_bytes'])}), jobs "
-            f"{mib(r['after']['jobs_bytes'])}",
+            f"{mib(r['after']['jobs_bytes'])}; {r['tables']} tables, the hub's read "
+            f"{r['hub_read_us']:.0f} us, a cursor's lookup {r['cursor_lookup_us']:.0f} us",
             flush=True,
         )
     moved = results["migration"]

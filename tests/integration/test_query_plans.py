@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import db, retention
+from server import db, events, retention
 from server.sql import query
 
 ROWS = 20_000
@@ -107,7 +107,10 @@ async def test_the_hub_reads_an_unanalyzed_log_through_its_index(dsn: str) -> No
     try:
         await fill_log(conn)
         head = await conn.fetchrow(query("events_head"))
-        plan = await explain(conn, query("events_after_all"), str(head["xid"]), head["id"], 100)
+        below = await events.floor(conn, head["xid"])
+        plan = await explain(
+            conn, query("events_after_all"), str(head["xid"]), head["id"], 100, below
+        )
         assert not await whole_scans(conn, plan), plan
     finally:
         await conn.close()
@@ -119,20 +122,33 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     assert head is not None
     job_id = await conn.fetchval("SELECT job_id FROM job_events ORDER BY id DESC LIMIT 1")
     position = (str(head["xid"]), head["id"], 100)
+    below, start = await events.floor(conn, head["xid"]), events.MIN_ID
     reads = {
-        "the hub, at the head": ("events_after_all", position),
-        "a tenant's stream": ("events_after", (*position, "default", None, None, None)),
+        "the hub, at the head": ("events_after_all", (*position, below)),
+        "a tenant's stream": ("events_after", (*position, "default", None, None, None, below)),
         "a job's stream, from the start": (
             "events_after",
-            ("0", 0, 100, None, job_id, None, None),
+            ("0", 0, 100, None, job_id, None, None, start),
         ),
-        "filtered by type": ("events_after", (*position, None, None, ["job.done"], None)),
+        "filtered by type": ("events_after", (*position, None, None, ["job.done"], None, below)),
     }
     for what, (name, args) in reads.items():
         plan = await explain(conn, query(name), *args)
         assert not await whole_scans(conn, plan), f"{what}: {plan}"
+    # At the head, the partitions the pass sealed before the newest are not even planned.
+    sealed = {
+        row[0]
+        for row in await conn.fetch(
+            """SELECT r.partition::text FROM job_events_ranges() r
+               JOIN job_events_sealed s ON s.hi = r.hi WHERE s.newest_xid IS NOT NULL"""
+        )
+    }
+    assert len(sealed) == PARTS - 1
+    for name, args in (reads["the hub, at the head"], reads["a tenant's stream"]):
+        planned = {rel for _, rel in await explain(conn, query(name), *args)}
+        assert planned and not planned & sealed, planned
     # A channel's stream from the start reads that channel's events, not the whole log.
-    channel = ("0", 0, 100, "default", None, None, "user-100")
+    channel = ("0", 0, 100, "default", None, None, "user-100", start)
     touched = await blocks_read(conn, query("events_after"), *channel)
     assert touched < 100, f"{touched} buffers for a channel's 20 events"
     rows = await conn.fetch(query("events_after"), *channel)
@@ -229,6 +245,7 @@ async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.C
            SELECT id, tenant, 'job.queued', '{}' FROM j""",
         job_id,
     )
-    rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100)
+    below = await events.floor(conn, head["xid"])
+    rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100, below)
     assert [row["job_id"] for row in rows] == [job_id]
     assert rows[0]["held"] is False

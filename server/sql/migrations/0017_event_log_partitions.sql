@@ -14,14 +14,16 @@
 --   many ids the last stretch used, and closes one that has filled for longer than a stretch
 --   by moving the sequence on to the next partition (ids then skip, by less than a stretch's
 --   worth; a cursor only ever compares them).
--- Reads by position, (xid, id) > cursor, are not pruned by id: an event may have a smaller
+-- Reads by position, (xid, id) > cursor, are not pruned by that: an event may have a smaller
 -- id than one before it in log order (two transactions committing in the opposite order of
--- their ids), so each read asks every partition's index, a handful of them: a partition fills
--- for a quarter of the time events are kept (server/retention.py), so seven or eight are there.
--- By created_at, reads would ask every partition too, the cursor's lookup included, and the
--- primary key would grow. By xid, reads would prune exactly, but xids are the whole cluster's
--- and cannot be moved on: partitions could neither be sized ahead of the writers nor closed
--- when a quiet stretch runs long.
+-- their ids). So the pass seals each range once closed, writing down its newest xid, and a
+-- read is also given the id below which no event can be at or past its cursor's xid (the first
+-- range not sealed or whose newest xid reaches the cursor's, events.py): the hub at the head
+-- reads the newest partition (and the overflow), not all of them, and PostgreSQL plans only
+-- those. By created_at, reads would ask every partition, the cursor's lookup included, and the
+-- primary key would grow. By xid, reads would prune without help, but xids are the whole
+-- cluster's and cannot be moved on: partitions could neither be sized ahead of the writers nor
+-- closed when a quiet stretch runs long.
 --
 -- Rows past every range (the maintenance pass fell behind a burst) land in the default
 -- partition, job_events_overflow, so no insert ever fails at a boundary; the next pass starts
@@ -104,17 +106,29 @@ RETURNS TABLE (partition regclass, lo bigint, hi bigint) LANGUAGE sql STABLE AS 
     ORDER BY 2 NULLS FIRST
 $$;
 
+-- The newest xid of each closed range (by its upper bound; NULL: it holds no event), written
+-- once no writer can add to it again. A read after a cursor skips every range below the first
+-- one that may hold an event at or past the cursor's xid (events.py): by position alone no
+-- range could be skipped, since ids do not follow log order.
+CREATE TABLE job_events_sealed (
+    hi         bigint PRIMARY KEY,
+    newest_xid xid8
+);
+
 -- Keeps the log ahead of its writers; returns how many partitions it made. After it:
--- - after a burst that outran the ranges (its events in the overflow), the next range
---   starts at the next id;
 -- - a partition whose oldest event is older than `stretch` is closed: the sequence moves on
 --   to the next one, so that a quiet stretch is dropped in time too;
 -- - the ranges reach past the next id by as many ids as the last `stretch` used, at least
---   `min_size`; a partition of that size is made when they do not.
--- Moving the sequence, or starting a range at the next id, is only safe while nobody inserts
--- (a value handed out meanwhile would land in the wrong place, or be handed out again): for
--- that it takes SHARE on the log, which waits for the writers of the moment and holds back
--- new ones until the transaction ends. Reads go on.
+--   `min_size`: partitions of that size are made until they do; after a burst that outran
+--   them (its events in the overflow), the next range starts at the next id;
+-- - every range below the next id is sealed (job_events_sealed).
+-- Moving the sequence, making the range the writers are about to reach, or sealing one is
+-- only safe while nobody inserts (a value handed out meanwhile could be handed out again, land
+-- in the overflow and stop the range from being attached, or be written to a range after its
+-- newest xid was taken): for that it takes SHARE on the log, which waits for the writers of
+-- the moment (every id is handed out within an INSERT into the log, which holds the log's
+-- ROW EXCLUSIVE until its transaction ends) and holds new ones back until this one ends.
+-- Reads go on; and a range made well ahead of the writers needs no such lock.
 CREATE FUNCTION job_events_extend(stretch interval, min_size bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -123,6 +137,7 @@ DECLARE
     current regclass;
     current_hi bigint;
     oldest timestamptz;
+    newest xid8;
     since bigint;
     size bigint;
     made integer := 0;
@@ -130,16 +145,6 @@ BEGIN
     SELECT e.id INTO since FROM job_events e
     WHERE e.created_at >= now() - stretch ORDER BY e.created_at LIMIT 1;
     size := greatest(min_size, next_id - coalesce(since, next_id));
-
-    IF EXISTS (SELECT 1 FROM job_events_overflow) THEN
-        LOCK TABLE job_events IN SHARE MODE;
-        next_id := job_events_next_id();
-        SELECT max(hi) INTO top FROM job_events_ranges();
-        IF top < next_id THEN
-            PERFORM job_events_add_partition(next_id, next_id + size);
-            made := made + 1;
-        END IF;
-    END IF;
 
     SELECT r.partition, r.hi INTO current, current_hi FROM job_events_ranges() r
     WHERE coalesce(r.lo, next_id) <= next_id AND next_id < r.hi;
@@ -155,11 +160,31 @@ BEGIN
 
     next_id := job_events_next_id();
     SELECT max(hi) INTO top FROM job_events_ranges();
+    IF top - next_id < min_size THEN
+        LOCK TABLE job_events IN SHARE MODE;
+        next_id := job_events_next_id();
+        top := greatest(top, next_id);
+    END IF;
     WHILE top - next_id < size LOOP
         PERFORM job_events_add_partition(top, top + size);
         top := top + size;
         made := made + 1;
     END LOOP;
+
+    IF EXISTS (SELECT 1 FROM job_events_ranges() r
+               WHERE r.hi <= next_id
+                 AND NOT EXISTS (SELECT 1 FROM job_events_sealed s WHERE s.hi = r.hi)) THEN
+        LOCK TABLE job_events IN SHARE MODE;
+        next_id := job_events_next_id();
+        FOR current, current_hi IN
+            SELECT r.partition, r.hi FROM job_events_ranges() r
+            WHERE r.hi <= next_id
+              AND NOT EXISTS (SELECT 1 FROM job_events_sealed s WHERE s.hi = r.hi)
+        LOOP
+            EXECUTE format('SELECT max(xid) FROM %s', current) INTO newest;
+            INSERT INTO job_events_sealed (hi, newest_xid) VALUES (current_hi, newest);
+        END LOOP;
+    END IF;
     RETURN made;
 END $$;
 
@@ -202,6 +227,8 @@ BEGIN
     LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE;
     FOR i IN 1 .. cardinality(expired) LOOP
         RETURN NEXT expired[i]::text;
+        DELETE FROM job_events_sealed s
+        USING job_events_ranges() x WHERE x.partition = expired[i] AND s.hi = x.hi;
         EXECUTE format('DROP TABLE %s', expired[i]);
     END LOOP;
     IF overflow THEN
