@@ -196,7 +196,7 @@ async def partition_of(pool: asyncpg.Pool, event_id: int) -> str:
     return name
 
 
-async def queue_one(pool: asyncpg.Pool) -> int:
+async def queue_one(pool: asyncpg.Pool | asyncpg.Connection) -> int:
     """A new job's job.queued event id."""
     await jobs.create(pool, [new_job()])
     last: int = await pool.fetchval("SELECT max(id) FROM job_events")
@@ -284,3 +284,30 @@ async def test_one_pass_at_a_time(pool: asyncpg.Pool) -> None:
         finally:
             await other.execute("SELECT pg_advisory_unlock($1)", retention.EVENT_LOG_LOCK)
     assert await retention.prune_log(pool, keep_s=HOUR_S) == ["job_events_from_start"]
+
+
+async def test_a_partition_is_sealed_only_once_its_writers_are_done(pool: asyncpg.Pool) -> None:
+    """A writer still open with an event in a partition holds back its seal (and the move to
+    the next partition): the newest xid written down is final, so a read may skip it."""
+    old = await queue_one(pool)
+    await pool.execute("UPDATE job_events SET created_at = now() - interval '2 hours'")
+    async with pool.acquire() as writer:
+        tx = writer.transaction()
+        await tx.start()
+        late = await queue_one(writer)
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await retention.extend_log(pool, stretch_s=HOUR_S)
+        await tx.commit()
+    assert await retention.extend_log(pool, stretch_s=HOUR_S) == 1
+    newest = await pool.fetchval(
+        "SELECT newest_xid::text::bigint FROM job_events_sealed s"
+        " JOIN job_events_ranges() r ON r.hi = s.hi WHERE r.partition = $1::regclass",
+        await partition_of(pool, old),
+    )
+    assert newest == await pool.fetchval(
+        "SELECT xid::text::bigint FROM job_events WHERE id = $1", late
+    )
+    # Reads after the late event skip that partition now; reads after the first do not.
+    assert await events.floor(pool, newest + 1) > late
+    located = await events.locate(pool, old)
+    assert located is not None and await whole_log(pool, located.position) == [late]

@@ -200,38 +200,44 @@ BEGIN
                    name, lo, hi);
 END $$;
 
+-- Whether every event of `part` is older than `keep` (none is, too).
+CREATE FUNCTION job_events_expired(part regclass, keep interval) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    newest timestamptz;
+BEGIN
+    EXECUTE format('SELECT max(created_at) FROM %s', part) INTO newest;
+    RETURN newest IS NULL OR newest < now() - keep;
+END $$;
+
 -- Drops every closed partition (below the next id) whose newest event is older than `keep`,
 -- and empties the overflow once all of its events are; returns the partitions dropped.
 -- Dropping takes the log's ACCESS EXCLUSIVE lock for a moment, the log first and then the
 -- partition, in the order readers take theirs (else a reader and a drop could deadlock); the
--- caller bounds the wait (lock_timeout) and tries again at its next pass.
+-- caller bounds the wait (lock_timeout) and tries again at its next pass. What is dropped is
+-- looked at again under that lock, when no writer is left that could still add to it.
 CREATE FUNCTION job_events_drop_expired(keep interval) RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
     next_id bigint := job_events_next_id();
     r record;
-    newest timestamptz;
-    expired regclass[] := '{}';
-    overflow boolean;
 BEGIN
-    FOR r IN SELECT * FROM job_events_ranges() WHERE hi <= next_id LOOP
-        EXECUTE format('SELECT max(created_at) FROM %s', r.partition) INTO newest;
-        IF newest IS NULL OR newest < now() - keep THEN
-            expired := expired || r.partition;
-        END IF;
-    END LOOP;
-    SELECT max(created_at) < now() - keep INTO overflow FROM job_events_overflow;
-    IF cardinality(expired) = 0 AND overflow IS NOT TRUE THEN
+    IF NOT EXISTS (
+        SELECT 1 FROM job_events_ranges() x
+        WHERE x.hi <= next_id AND job_events_expired(x.partition, keep)
+    ) AND NOT (EXISTS (SELECT 1 FROM job_events_overflow)
+               AND job_events_expired('job_events_overflow', keep)) THEN
         RETURN;
     END IF;
     LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE;
-    FOR i IN 1 .. cardinality(expired) LOOP
-        RETURN NEXT expired[i]::text;
-        DELETE FROM job_events_sealed s
-        USING job_events_ranges() x WHERE x.partition = expired[i] AND s.hi = x.hi;
-        EXECUTE format('DROP TABLE %s', expired[i]);
+    FOR r IN SELECT * FROM job_events_ranges() x
+             WHERE x.hi <= next_id AND job_events_expired(x.partition, keep) LOOP
+        RETURN NEXT r.partition::text;
+        DELETE FROM job_events_sealed WHERE hi = r.hi;
+        EXECUTE format('DROP TABLE %s', r.partition);
     END LOOP;
-    IF overflow THEN
+    IF EXISTS (SELECT 1 FROM job_events_overflow)
+       AND job_events_expired('job_events_overflow', keep) THEN
         RETURN NEXT 'job_events_overflow';
         DROP TABLE job_events_overflow;
         CREATE TABLE job_events_overflow PARTITION OF job_events DEFAULT;
