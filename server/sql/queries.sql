@@ -275,21 +275,9 @@ ORDER BY e.xid, e.id;
 -- events_after_all --
 -- events_after for every tenant, job and type: what the hub reads after every NOTIFY. A
 -- statement of its own because the optional filters above make PostgreSQL plan that one
--- afresh on every call (a custom plan, about 0.1 ms), while this one keeps its cached plan.
--- $4 as $8 there.
-SELECT e.id, e.xid, e.job_id, e.tenant, e.type, e.payload, e.created_at, held.held
-FROM (SELECT (SELECT h.xid FROM job_events h WHERE h.id >= $4 ORDER BY h.xid DESC LIMIT 1)
-             >= pg_snapshot_xmin(pg_current_snapshot()) AS held) held
-LEFT JOIN LATERAL (
-    SELECT e.id, e.xid::text::bigint AS xid, e.job_id, e.tenant, e.type, e.payload,
-           e.created_at
-    FROM job_events e
-    WHERE (e.xid, e.id) > ($1::text::xid8, $2::bigint) AND e.id >= $4::bigint
-      AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
-    ORDER BY e.xid, e.id
-    LIMIT $3
-) e ON true
-ORDER BY e.xid, e.id;
+-- afresh on every call (a custom plan), while this one keeps its cached plan: it is written
+-- in job_events_after_all (0017), which keeps it (see there why). $4 as $8 there.
+SELECT * FROM job_events_after_all($1::text::xid8, $2, $3, $4);
 
 -- event_position --
 -- Where a client's Last-Event-ID stands in the log (none when pruned or unknown).

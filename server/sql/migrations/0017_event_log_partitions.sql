@@ -244,6 +244,35 @@ BEGIN
     END IF;
 END $$;
 
+-- The hub's read (queries.sql, events_after_all, and events_after for what it does), in a
+-- function for its plan alone. Run as a statement, PostgreSQL planned it afresh on every call:
+-- a plan for the values given, partitions pruned, looks cheaper than the plan it could keep,
+-- and planning a partitioned log costs several times what the read itself does
+-- (docs/performance.md, "Event-log prune"). The kept plan prunes the partitions below the
+-- floor ($4) as it starts, as well; so the function keeps it.
+CREATE FUNCTION job_events_after_all(after_xid xid8, after_id bigint, page integer,
+                                     floor_id bigint)
+RETURNS TABLE (id bigint, xid bigint, job_id uuid, tenant text, type text, payload jsonb,
+               created_at timestamptz, held boolean)
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT e.id, e.xid, e.job_id, e.tenant, e.type, e.payload, e.created_at, held.held
+    FROM (SELECT (SELECT h.xid FROM job_events h WHERE h.id >= $4 ORDER BY h.xid DESC LIMIT 1)
+                 >= pg_snapshot_xmin(pg_current_snapshot()) AS held) held
+    LEFT JOIN LATERAL (
+        SELECT e.id, e.xid::text::bigint AS xid, e.job_id, e.tenant, e.type, e.payload,
+               e.created_at
+        FROM job_events e
+        WHERE (e.xid, e.id) > ($1, $2) AND e.id >= $4
+          AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY e.xid, e.id
+        LIMIT $3
+    ) e ON true
+    ORDER BY e.xid, e.id;
+END $$;
+
 -- The first partition past the existing log, sized by how far ids went in the last day.
 SELECT job_events_extend(interval '1 day', 10000);
 
