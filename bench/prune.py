@@ -32,6 +32,21 @@ from server import db, events, retention, sql
 from server.sql import query
 
 KEEP_DAYS = 7
+#: The hub's read as it was before 0017 (queries.sql, events_after_all), for the old log.
+HUB_READ_BEFORE = """
+SELECT e.id, e.xid, e.job_id, e.tenant, e.type, e.payload, e.created_at, held.held
+FROM (SELECT (SELECT h.xid FROM job_events h ORDER BY h.xid DESC LIMIT 1)
+             >= pg_snapshot_xmin(pg_current_snapshot()) AS held) held
+LEFT JOIN LATERAL (
+    SELECT e.id, e.xid::text::bigint AS xid, e.job_id, e.tenant, e.type, e.payload,
+           e.created_at
+    FROM job_events e
+    WHERE (e.xid, e.id) > ($1::text::xid8, $2::bigint)
+      AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY e.xid, e.id
+    LIMIT $3
+) e ON true
+ORDER BY e.xid, e.id"""
 #: What the old way is: the schema before the log was partitioned.
 BEFORE = "0017"
 #: Rows per fill statement, so no statement holds millions of rows at once.
@@ -162,20 +177,24 @@ async def sizes(conn: asyncpg.Connection) -> dict[str, int]:
 
 
 async def reads(dsn: str, way: str) -> dict[str, float]:
-    """What the partitions cost every reader: the hub's read at the head of the log
-    (events_after_all, a prepared statement, as the hub runs it, with the floor events.after
-    gives it; the old log has none to give) and a cursor's lookup (event_position), READS
-    times each; the median, in microseconds."""
+    """What the partitions cost every reader: the hub's read at the head of the log, as the hub
+    runs it (a prepared statement: before 0017 the statement of then, since then the one of
+    queries.sql with the floor events.after gives it) and a cursor's lookup (event_position),
+    READS times each; the median, in microseconds."""
     conn = await db.connect(dsn)
     try:
         head = await conn.fetchrow(query("events_head"))
-        below = events.MIN_ID if way == "old" else await events.floor(conn, head["xid"])
-        hub = await conn.prepare(query("events_after_all"))
+        at_head: tuple[object, ...] = (str(head["xid"]), head["id"], events.REPLAY_PAGE)
+        if way == "old":
+            hub = await conn.prepare(HUB_READ_BEFORE)
+        else:
+            hub = await conn.prepare(query("events_after_all"))
+            at_head += (await events.floor(conn, head["xid"]),)
         lookup = await conn.prepare(query("event_position"))
         timed: dict[str, list[float]] = {"hub_read_us": [], "cursor_lookup_us": []}
         for _ in range(READS):
             began = time.perf_counter()
-            await hub.fetch(str(head["xid"]), head["id"], events.REPLAY_PAGE, below)
+            await hub.fetch(*at_head)
             middle = time.perf_counter()
             await lookup.fetchrow(head["id"])
             timed["hub_read_us"].append((middle - began) * 1e6)

@@ -32,8 +32,9 @@ DELETE_CONCURRENCY = 8
 # The log's own lock, so that a sweep never holds back its partitions.
 EVENT_LOG_LOCK = 0x70726576
 #: A partition of the log fills for about this share of the time events are kept, and at
-#: least an hour: so the log spans a handful of partitions, each read at every replay, and an
-#: event is dropped at most that share of the keep time late.
+#: least an hour: so the log spans a handful of partitions (fewer to plan for the reads that
+#: cannot skip them, from an old cursor), and an event goes at most that share of the keep
+#: time late.
 LOG_STRETCHES = 4
 MIN_STRETCH_S = 3600
 #: The fewest ids a new partition spans (a quiet log), so a burst after a quiet stretch rarely
