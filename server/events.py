@@ -1,9 +1,12 @@
-"""Reads of the event log: positions, replay after a cursor, the live head, pruning."""
+"""Reads of the event log: positions, replay after a cursor, the live head (pruning drops its
+partitions: server/retention.py)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -82,6 +85,53 @@ async def head(pool: asyncpg.Pool) -> Position:
     return START if row is None else Position(row["xid"], row["id"])
 
 
+#: How long a process reads the log's partitions from what it last read of them. An older view
+#: only makes a read ask more partitions than it must, never fewer: a range it does not know of
+#: is above all it knows, and a range sealed stays as it was sealed.
+RANGES_TTL_S = 60.0
+MIN_ID = -(2**63)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Range:
+    lo: int
+    sealed: bool
+    newest_xid: int | None
+
+
+#: What each pool (a process has one; a test, a few) last read of the ranges, and when: kept
+#: with the pool itself, so that its id names it while it is here.
+_ranges: collections.OrderedDict[int, tuple[object, float, list[_Range]]] = (
+    collections.OrderedDict()
+)
+RANGES_KEPT = 16
+
+
+async def floor(pool: asyncpg.Pool | asyncpg.Connection, xid: int) -> int:
+    """An id below which no event of the log has an xid of `xid` or more, so none after a
+    position of that xid: the start of the first range that is not sealed, or whose newest xid
+    reaches `xid` (0017), or of the overflow's events. Those the overflow takes after this was
+    read have ids past every range known here, so above it."""
+    now = time.monotonic()
+    known = _ranges.get(id(pool))
+    if known is None or known[0] is not pool or now - known[1] > RANGES_TTL_S:
+        rows = await pool.fetch(query("event_log_ranges"))
+        parts = [
+            _Range(MIN_ID if r["lo"] is None else r["lo"], r["sealed"], r["newest_xid"])
+            for r in rows
+        ]
+        known = (pool, now, parts)
+        _ranges[id(pool)] = known
+        _ranges.move_to_end(id(pool))
+        while len(_ranges) > RANGES_KEPT:
+            _ranges.popitem(last=False)
+    ranges = known[2]
+    for part in ranges:
+        if not part.sealed or (part.newest_xid is not None and part.newest_xid >= xid):
+            return part.lo
+    return ranges[-1].lo if ranges else MIN_ID
+
+
 async def after(
     pool: asyncpg.Pool | asyncpg.Connection,
     position: Position,
@@ -95,8 +145,9 @@ async def after(
     """Final events after `position` in log order (of `types` only, and of one tenant's
     `channel` only, when given), and whether newer ones are held back."""
     cursor = (str(position.xid), position.id, limit)
+    below = await floor(pool, position.xid)
     if tenant is None and job_id is None and not types and channel is None:
-        rows = await pool.fetch(query("events_after_all"), *cursor)
+        rows = await pool.fetch(query("events_after_all"), *cursor, below)
     else:
         assert channel is None or tenant is not None, "a channel is one tenant's"
         rows = await pool.fetch(
@@ -106,6 +157,7 @@ async def after(
             job_id,
             sorted(types) if types else None,
             channel,
+            below,
         )
     held = bool(rows[0]["held"]) if rows else False
     events = [
@@ -138,9 +190,3 @@ async def locate(pool: asyncpg.Pool, event_id: int) -> Cursor | None:
     if row is None:
         return None
     return Cursor(Position(row["xid"], row["id"]), row["job_id"], row["tenant"])
-
-
-async def prune(pool: asyncpg.Pool, *, older_than_s: int) -> int:
-    """Delete events past retention (in chunks); returns how many went."""
-    status: str = await pool.execute(query("prune_events"), older_than_s)
-    return int(status.split()[-1])

@@ -1,4 +1,4 @@
-"""Periodic services every process runs: the rescuer, the pruners and retention.
+"""Periodic services every process runs: the rescuer, the pruner, the event log and retention.
 
 Each is one pass on an interval, started and stopped the same way (server/tasks.py); where
 several processes share a database, the passes keep out of each other's way themselves
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
-from server import admission, combine, events, jobs, retention
+from server import admission, combine, jobs, retention
 from server.settings import Settings
 from server.storage import Storage
 from server.tasks import periodic
@@ -22,7 +22,9 @@ from server.tasks import periodic
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_PRUNE_INTERVAL_S = 600.0
-EVENT_PRUNE_INTERVAL_S = 3600.0
+#: The event log's pass: partitions made ahead of its writers, expired ones dropped. Often
+#: enough that a burst rarely outruns the partitions made ahead (it would use the overflow).
+EVENT_LOG_INTERVAL_S = 600.0
 RETENTION_INTERVAL_S = 3600.0
 
 
@@ -58,11 +60,17 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
     async def prune_keys() -> None:
         await admission.prune_keys(pool, key_ttl_s=settings.idempotency_ttl_s)
 
-    async def prune_events() -> None:
-        older_than_s = settings.event_retention_s
-        pruned = await events.prune(pool, older_than_s=older_than_s)
-        if pruned:
-            log.info("pruned %s events older than %s s", pruned, older_than_s)
+    # The log keeps events no longer than retention keeps jobs: a deleted job's events go
+    # with their partition, at most a stretch after the job.
+    keep_s = settings.event_retention_s
+    if settings.retention_days:
+        keep_s = min(keep_s, settings.retention_days * 86400)
+
+    async def event_log() -> None:
+        await retention.extend_log(pool, stretch_s=retention.stretch_s(keep_s))
+        dropped = await retention.prune_log(pool, keep_s=keep_s)
+        if dropped:
+            log.info("dropped event log partitions %s: events older than %s s", dropped, keep_s)
 
     async def sweep() -> None:
         days = settings.retention_days
@@ -76,7 +84,7 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
     found = [
         Service("rescuer", settings.rescue_interval_s, rescue),
         Service("idempotency-pruner", IDEMPOTENCY_PRUNE_INTERVAL_S, prune_keys),
-        Service("event-pruner", EVENT_PRUNE_INTERVAL_S, prune_events),
+        Service("event-log", EVENT_LOG_INTERVAL_S, event_log),
     ]
     if settings.retention_days:
         found.append(Service("retention", RETENTION_INTERVAL_S, sweep))

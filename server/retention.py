@@ -1,8 +1,10 @@
 """Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files (documents and
 thumbnails), then rows; so do batches whose combined PDF was finished that long ago (the file,
-then the batch, whose jobs stay theirs to the sweep above).
+then the batch, whose jobs stay theirs to the sweep above). The event log is pruned apart
+from them, by dropping whole partitions of it (0017_event_log_partitions.sql), and kept ahead
+of its writers the same way.
 
-server/maintenance.py runs the sweep hourly in every process; one at a time sweeps.
+server/maintenance.py runs these passes in every process; one at a time runs each.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
@@ -26,6 +28,57 @@ log = logging.getLogger(__name__)
 RETENTION_LOCK = 0x70726574
 BATCH = 100
 DELETE_CONCURRENCY = 8
+
+# The log's own lock, so that a sweep never holds back its partitions.
+EVENT_LOG_LOCK = 0x70726576
+#: A partition of the log fills for about this share of the time events are kept, and at
+#: least an hour: so the log spans a handful of partitions (fewer to plan for the reads that
+#: cannot skip them, from an old cursor), and an event goes at most that share of the keep
+#: time late.
+LOG_STRETCHES = 4
+MIN_STRETCH_S = 3600
+#: The fewest ids a new partition spans (a quiet log), so a burst after a quiet stretch rarely
+#: outruns the ranges before the next pass (it would land in the overflow partition).
+MIN_PARTITION_IDS = 10_000
+#: How long a pass waits for the log's locks before it gives up and tries again later: the
+#: writers and readers that queue behind a waiting DROP wait no longer than this.
+LOG_LOCK_TIMEOUT = "1s"
+
+
+def stretch_s(keep_s: int) -> int:
+    """The time one partition of a log that keeps events `keep_s` seconds fills for."""
+    return max(MIN_STRETCH_S, keep_s // LOG_STRETCHES)
+
+
+async def extend_log(pool: asyncpg.Pool, *, stretch_s: int) -> int | None:
+    """Make the log's partitions ahead of its writers (and close one that has filled for
+    longer than `stretch_s`); how many were made, or None when another process is at it."""
+    async with _log_pass(pool) as conn:
+        if conn is None:
+            return None
+        made: int = await conn.fetchval(query("extend_event_log"), stretch_s, MIN_PARTITION_IDS)
+        return made
+
+
+async def prune_log(pool: asyncpg.Pool, *, keep_s: int) -> list[str] | None:
+    """Drop the log's partitions whose newest event is older than `keep_s` seconds; their
+    names, or None when another process is at it."""
+    async with _log_pass(pool) as conn:
+        if conn is None:
+            return None
+        return [row[0] for row in await conn.fetch(query("prune_event_log"), keep_s)]
+
+
+@contextlib.asynccontextmanager
+async def _log_pass(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection | None]:
+    """A transaction holding the log's lock, its waits for table locks bounded; None when
+    another process holds it."""
+    async with pool.acquire() as conn, conn.transaction():
+        if not await conn.fetchval(query("retention_lock"), EVENT_LOG_LOCK):
+            yield None
+            return
+        await conn.execute(f"SET LOCAL lock_timeout = '{LOG_LOCK_TIMEOUT}'")
+        yield conn
 
 
 def attempt_keys(row: asyncpg.Record) -> set[str]:

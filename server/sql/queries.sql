@@ -246,19 +246,22 @@ LIMIT 1;
 -- ($7: the events of its jobs and batches, read through job_events_channel). `held` says
 -- whether committed events wait behind a transaction still running, so the reader should
 -- look again soon. Always at least one row: with no events, the event columns are NULL.
+-- $8: no event below this id is at or past the position's xid (events.py, `floor`), so the
+-- partitions below it are neither planned nor read; `held` skips them too, since the newest
+-- xid of each is below the position's, itself below the horizon.
 -- The horizon is written out in both places rather than shared through a CTE: a CTE's value
 -- cannot bound an index scan. `held` reads the newest xid of the log (one index entry, read
 -- backwards) rather than asking whether one at or past the horizon EXISTS: for that, on a
 -- log not analyzed since it grew, PostgreSQL chose a sequential scan of the whole log, on
 -- every call. Both read the statement's one snapshot, so they agree.
 SELECT e.id, e.xid, e.job_id, e.tenant, e.type, e.payload, e.created_at, held.held
-FROM (SELECT (SELECT h.xid FROM job_events h ORDER BY h.xid DESC LIMIT 1)
+FROM (SELECT (SELECT h.xid FROM job_events h WHERE h.id >= $8 ORDER BY h.xid DESC LIMIT 1)
              >= pg_snapshot_xmin(pg_current_snapshot()) AS held) held
 LEFT JOIN LATERAL (
     SELECT e.id, e.xid::text::bigint AS xid, e.job_id, e.tenant, e.type, e.payload,
            e.created_at
     FROM job_events e
-    WHERE (e.xid, e.id) > ($1::text::xid8, $2::bigint)
+    WHERE (e.xid, e.id) > ($1::text::xid8, $2::bigint) AND e.id >= $8::bigint
       AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
       AND ($4::text IS NULL OR e.tenant = $4)
       AND ($5::uuid IS NULL OR e.job_id = $5)
@@ -272,20 +275,9 @@ ORDER BY e.xid, e.id;
 -- events_after_all --
 -- events_after for every tenant, job and type: what the hub reads after every NOTIFY. A
 -- statement of its own because the optional filters above make PostgreSQL plan that one
--- afresh on every call (a custom plan, about 0.1 ms), while this one keeps its cached plan.
-SELECT e.id, e.xid, e.job_id, e.tenant, e.type, e.payload, e.created_at, held.held
-FROM (SELECT (SELECT h.xid FROM job_events h ORDER BY h.xid DESC LIMIT 1)
-             >= pg_snapshot_xmin(pg_current_snapshot()) AS held) held
-LEFT JOIN LATERAL (
-    SELECT e.id, e.xid::text::bigint AS xid, e.job_id, e.tenant, e.type, e.payload,
-           e.created_at
-    FROM job_events e
-    WHERE (e.xid, e.id) > ($1::text::xid8, $2::bigint)
-      AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
-    ORDER BY e.xid, e.id
-    LIMIT $3
-) e ON true
-ORDER BY e.xid, e.id;
+-- afresh on every call (a custom plan), while this one keeps its cached plan: it is written
+-- in job_events_after_all (0017), which keeps it (see there why). $4 as $8 there.
+SELECT * FROM job_events_after_all($1::text::xid8, $2, $3, $4);
 
 -- event_position --
 -- Where a client's Last-Event-ID stands in the log (none when pruned or unknown).
@@ -294,10 +286,25 @@ SELECT xid::text::bigint AS xid, id, job_id, tenant FROM job_events WHERE id = $
 -- events_oldest_id --
 SELECT min(id) FROM job_events;
 
--- prune_events --
-DELETE FROM job_events
-WHERE id IN (SELECT id FROM job_events WHERE created_at < now() - make_interval(secs => $1)
-             LIMIT 10000);
+-- event_log_ranges --
+-- The log's ranges, oldest first (lo NULL: from the start), with whether each is sealed and
+-- its newest xid (NULL: none) as the pass wrote them down (0017); and the overflow's lowest id
+-- as a range never sealed, when it holds events (those of a burst that outran the ranges, in a
+-- gap between two of them or past the last).
+SELECT r.lo, s.hi IS NOT NULL AS sealed, s.newest_xid::text::bigint AS newest_xid
+FROM job_events_ranges() r LEFT JOIN job_events_sealed s ON s.hi = r.hi
+UNION ALL
+SELECT min(id), false, NULL FROM job_events_overflow HAVING count(*) > 0
+ORDER BY 1 NULLS FIRST;
+
+-- extend_event_log --
+-- The log's partitions ahead of its writers, each filling for about $1 seconds, at least $2
+-- ids (0017_event_log_partitions.sql); how many were made.
+SELECT job_events_extend(make_interval(secs => $1), $2);
+
+-- prune_event_log --
+-- The log's partitions whose newest event is older than $1 seconds, dropped: their names.
+SELECT job_events_drop_expired(make_interval(secs => $1));
 
 -- claim_webhooks --
 -- Due deliveries for this sender ($2), the attempt counted and the row leased for $3 seconds.
@@ -366,7 +373,8 @@ FROM webhook_deliveries
 WHERE job_id = $1 AND tenant = $2;
 
 -- retention_lock --
--- One sweeper at a time across processes; released when the batch's transaction ends.
+-- One sweeper (or one pass over the event log) at a time across processes; released when the
+-- transaction ends.
 SELECT pg_try_advisory_xact_lock($1);
 
 -- expired_jobs --
@@ -380,7 +388,8 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED;
 
 -- delete_jobs --
--- Their events and webhook deliveries go with them (ON DELETE CASCADE).
+-- Their webhook deliveries go with them (ON DELETE CASCADE); their events stay the log's, which
+-- drops them with their partition (prune_event_log).
 DELETE FROM jobs WHERE id = ANY($1::uuid[]);
 
 -- api_key_create --

@@ -1,10 +1,11 @@
 """The statements that run all the time stay index scans however long the tables grow.
 
 The hub reads the event log after every NOTIFY, so a read that walks the whole table costs
-more with every event kept: with 20,000 events, none of the log's reads may scan job_events
-from end to end. (The `held` check once did: its horizon came from a CTE, which cannot bound
-an index scan.) Likewise the claim, /metrics' count of jobs by state on every scrape, and a
-listing of the jobs in one state.
+more with every event kept: with 20,000 events, spread over partitions of the log as its pass
+makes them (0017), none of the log's reads may scan a partition holding events from end to end.
+(The `held` check once did: its horizon came from a CTE, which cannot bound an index scan.)
+Likewise the claim, /metrics' count of jobs by state on every scrape, and a listing of the jobs
+in one state.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import db
+from server import db, events, retention
 from server.sql import query
 
 ROWS = 20_000
+#: The log's events fill this many partitions, each closed by the log's pass.
+PARTS = 4
 
 
 def scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
@@ -39,6 +42,27 @@ async def explain(conn: asyncpg.Connection, sql: str, *args: Any) -> list[tuple[
     return scans(document[0]["Plan"])
 
 
+async def hub_plan(conn: asyncpg.Connection, *args: Any) -> list[tuple[str, str]]:
+    """The plan of the hub's read (events_after_all) for these arguments, as it runs: its
+    function's query, with the plan the function keeps (generic, partitions pruned at start)."""
+    body: str = await conn.fetchval(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'job_events_after_all'"
+    )
+    statement = body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0]
+    xid, after_id, page, floor_id = args
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE hub_read (xid8, bigint, integer, bigint) AS {statement}")
+    try:
+        raw = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) EXECUTE hub_read('{int(xid)}', {after_id}, {page}, {floor_id})"
+        )
+    finally:
+        await conn.execute("DEALLOCATE hub_read")
+        await conn.execute("RESET plan_cache_mode")
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return scans(document[0]["Plan"])
+
+
 async def blocks_read(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
     """Buffers a read-only statement touches when it runs (EXPLAIN ANALYZE, BUFFERS): a
     bound on the work it does whatever plan it takes."""
@@ -49,21 +73,40 @@ async def blocks_read(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
 
 
 async def fill_log(conn: asyncpg.Connection) -> None:
-    """ROWS queued jobs, each with its event."""
+    """ROWS queued jobs, each with its event, in PARTS partitions: each but the last filled
+    for longer than a stretch, so that the log's pass closed it."""
     await conn.execute(
         """INSERT INTO jobs (id, tenant, template, data, max_attempts)
            SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
            FROM generate_series(1, $1)""",
         ROWS,
     )
-    # One event in a hundred is of a job in one of ten channels (as job_public shows it).
-    await conn.execute(
-        """INSERT INTO job_events (job_id, tenant, type, payload)
-           SELECT id, tenant, 'job.queued',
-                  CASE WHEN n % 100 = 0 THEN jsonb_build_object('channel', 'user-' || n % 1000)
-                       ELSE '{}' END
-           FROM (SELECT id, tenant, row_number() OVER () AS n FROM jobs) j"""
-    )
+    for part in range(PARTS):
+        # One event in a hundred is of a job in one of ten channels (as job_public shows it).
+        await conn.execute(
+            """INSERT INTO job_events (job_id, tenant, type, payload, created_at)
+               SELECT id, tenant, 'job.queued',
+                      CASE WHEN n % 100 = 0
+                           THEN jsonb_build_object('channel', 'user-' || n % 1000)
+                           ELSE '{}' END,
+                      CASE WHEN $1 THEN now() ELSE now() - interval '2 hours' END
+               FROM (SELECT id, tenant, row_number() OVER (ORDER BY id) AS n FROM jobs) j
+               WHERE n % $2 = $3""",
+            part == PARTS - 1,
+            PARTS,
+            part,
+        )
+        await conn.fetchval(query("extend_event_log"), 3600, retention.MIN_PARTITION_IDS)
+
+
+async def whole_scans(conn: asyncpg.Connection, plan: list[tuple[str, str]]) -> set[str]:
+    """The partitions holding events (or the log itself) that `plan` reads from end to end."""
+    holding = {
+        row[0]
+        for row in await conn.fetch("SELECT DISTINCT tableoid::regclass::text FROM job_events")
+    }
+    assert len(holding) == PARTS
+    return {rel for node, rel in plan if node == "Seq Scan"} & (holding | {"job_events"})
 
 
 @pytest.fixture
@@ -85,8 +128,9 @@ async def test_the_hub_reads_an_unanalyzed_log_through_its_index(dsn: str) -> No
     try:
         await fill_log(conn)
         head = await conn.fetchrow(query("events_head"))
-        plan = await explain(conn, query("events_after_all"), str(head["xid"]), head["id"], 100)
-        assert ("Seq Scan", "job_events") not in plan, plan
+        below = await events.floor(conn, head["xid"])
+        plan = await hub_plan(conn, head["xid"], head["id"], 100, below)
+        assert plan and not await whole_scans(conn, plan), plan
     finally:
         await conn.close()
 
@@ -97,25 +141,48 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     assert head is not None
     job_id = await conn.fetchval("SELECT job_id FROM job_events ORDER BY id DESC LIMIT 1")
     position = (str(head["xid"]), head["id"], 100)
+    below, start = await events.floor(conn, head["xid"]), events.MIN_ID
+    hub = await hub_plan(conn, head["xid"], head["id"], 100, below)
+    assert hub and not await whole_scans(conn, hub), hub
     reads = {
-        "the hub, at the head": ("events_after_all", position),
-        "a tenant's stream": ("events_after", (*position, "default", None, None, None)),
+        "a tenant's stream": ("events_after", (*position, "default", None, None, None, below)),
         "a job's stream, from the start": (
             "events_after",
-            ("0", 0, 100, None, job_id, None, None),
+            ("0", 0, 100, None, job_id, None, None, start),
         ),
-        "filtered by type": ("events_after", (*position, None, None, ["job.done"], None)),
+        "filtered by type": ("events_after", (*position, None, None, ["job.done"], None, below)),
     }
     for what, (name, args) in reads.items():
         plan = await explain(conn, query(name), *args)
-        assert ("Seq Scan", "job_events") not in plan, f"{what}: {plan}"
+        assert not await whole_scans(conn, plan), f"{what}: {plan}"
+    # At the head, the partitions the pass sealed before the newest are not even planned.
+    sealed = {
+        row[0]
+        for row in await conn.fetch(
+            """SELECT r.partition::text FROM job_events_ranges() r
+               JOIN job_events_sealed s ON s.hi = r.hi WHERE s.newest_xid IS NOT NULL"""
+        )
+    }
+    assert len(sealed) == PARTS - 1
+    name, args = reads["a tenant's stream"]
+    for plan in (hub, await explain(conn, query(name), *args)):
+        planned = {rel for _, rel in plan}
+        assert planned and not planned & sealed, planned
     # A channel's stream from the start reads that channel's events, not the whole log.
-    channel = ("0", 0, 100, "default", None, None, "user-100")
+    channel = ("0", 0, 100, "default", None, None, "user-100", start)
     touched = await blocks_read(conn, query("events_after"), *channel)
     assert touched < 100, f"{touched} buffers for a channel's 20 events"
     rows = await conn.fetch(query("events_after"), *channel)
     assert len(rows) == ROWS // 1000 and {row["payload"]["channel"] for row in rows} == {"user-100"}
-    assert ("Seq Scan", "job_events") not in await explain(conn, query("events_head"))
+    for name in ("events_head", "events_oldest_id"):
+        plan = await explain(conn, query(name))
+        assert not await whole_scans(conn, plan), f"{name}: {plan}"
+    # A cursor (Last-Event-ID) is found in its own partition alone, through its primary key.
+    [where] = await conn.fetch(
+        "SELECT tableoid::regclass::text FROM job_events WHERE id = $1", head["id"]
+    )
+    plan = await explain(conn, query("event_position"), head["id"])
+    assert plan == [("Index Scan", where[0])], plan
     # And the claim finds the due jobs through their index, not by reading every job.
     claim = await explain(conn, query("claim_jobs"), 4, "worker", 60.0)
     assert ("Seq Scan", "jobs") not in claim, claim
@@ -199,6 +266,7 @@ async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.C
            SELECT id, tenant, 'job.queued', '{}' FROM j""",
         job_id,
     )
-    rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100)
+    below = await events.floor(conn, head["xid"])
+    rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100, below)
     assert [row["job_id"] for row in rows] == [job_id]
     assert rows[0]["held"] is False
