@@ -127,9 +127,7 @@ async def log_every_type(pool: asyncpg.Pool) -> None:
     assert await jobs.cancel(pool, cancelled.id, "default")
 
 
-async def test_the_migration_moves_every_event_and_every_cursor_resumes(
-    server_dsn: str, template_db: str
-) -> None:
+async def test_the_migration_moves_every_event_and_every_cursor_resumes(server_dsn: str) -> None:
     async with migrated_to(server_dsn, BEFORE) as (dsn, pool):
         await log_every_type(pool)
         # The log in log order, as 0016 has it (nothing is running: all of it is final).
