@@ -69,7 +69,6 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "(server/streams.py)",
             "(server/listener.py)",
             "(server/sockets.py)",
-            "(aiohttp_sse/",
         ),
     ),
     (
