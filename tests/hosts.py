@@ -35,6 +35,8 @@ from tests.pgcluster import Cluster
 from tests.sse import messages
 
 DB_CIDR = "198.18.0.0/24"
+#: The delay of the slow line to the database host (Network.impair), towards that host.
+SLOW_LINE_DELAY_MS = 50
 FRONT_CIDR = "198.18.1.0/24"
 PORT = 8080
 S3_PORT = 9000
@@ -235,7 +237,9 @@ def build_site(
         network.add_segment("db", DB_CIDR)
         network.add_segment("front", FRONT_CIDR)
         if slow_database:
-            db_host = network.add_slow_host("db", "db", "198.18.0.10", delay_ms=50, loss=0.01)
+            db_host = network.add_slow_host(
+                "db", "db", "198.18.0.10", delay_ms=SLOW_LINE_DELAY_MS, loss=0.01
+            )
         else:
             db_host = network.add_host("db", {"db": "198.18.0.10"})
         standby_host = network.add_host("db2", {"db": "198.18.0.11"}) if standby else None

@@ -18,6 +18,7 @@ import pytest
 
 from tests import netns
 from tests.hosts import (
+    SLOW_LINE_DELAY_MS,
     Follower,
     PressroomHost,
     Site,
@@ -275,6 +276,7 @@ async def test_a_slow_line_to_the_database_completes_everything(site: Site) -> N
                 accepted, done = await _one_by_one(site, http, key, follower, 10)
                 figures[line] = {
                     "jobs_per_s": await _burst(site, http, key, follower, 30),
+                    "202_min_ms": 1000 * min(accepted),
                     "202_p50_ms": _ms(accepted, 50),
                     "pdf_p50_ms": _ms(done, 50),
                     "pdf_p90_ms": _ms(done, 90),
@@ -283,9 +285,11 @@ async def test_a_slow_line_to_the_database_completes_everything(site: Site) -> N
             site.network.impair(db_host, False)
         total = await assert_nothing_lost(site, http, tenant)
         await assert_every_event_once(conn, tenant, [follower])
-    clean, slow = figures.values()
-    # The line was slow indeed: a job alone waits for several round trips to the database.
-    assert slow["pdf_p50_ms"] > clean["pdf_p50_ms"] + 100, figures
+    _, slow = figures.values()
+    # The line was slow indeed: every 202 waits for the insert's commit, so for at least one
+    # trip across the delayed link (a bound a busy machine cannot break, as it could a
+    # comparison of medians with the clean line's).
+    assert slow["202_min_ms"] >= SLOW_LINE_DELAY_MS, figures
     print(f"\nslow-line: jobs={total} lost=0")
     for line, values in figures.items():
         print(f"  {line}: " + " ".join(f"{k}={v:.1f}" for k, v in values.items()))
