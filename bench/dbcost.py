@@ -34,12 +34,10 @@ import dataclasses
 import json
 import logging
 import os
-import pwd
 import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -56,10 +54,10 @@ from server import db
 from server.keys import WEBHOOKS, WORKERS
 from server.sql import queries
 from server.webhooks import Attempt
+from tests.pgcluster import server_folder
 
 NAME = "bench.dbcost"
 DEBIAN_POSTGRESQL = Path("/usr/lib/postgresql")
-RUN_AS = "pgserver"  # PostgreSQL refuses to run as root
 #: The cluster's settings beyond initdb's (see the module docstring for why each).
 SERVER_SETTINGS = {
     "shared_preload_libraries": "'pg_stat_statements'",
@@ -114,17 +112,10 @@ class Cluster:
                     "does as root)"
                 )
         self.bin_dir = bin_dir
-        self.folder = Path(tempfile.mkdtemp(prefix="prb-dbcost-"))
+        # The tests' throwaway clusters are made the same way (as bench.finishing takes their CA).
+        self.folder, self._user = server_folder("prb-dbcost-")
         self.data = self.folder / "data"
         self.port = _free_port()
-        self._user: str | None = None
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam(RUN_AS)
-            except KeyError:
-                subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=True)
-            shutil.chown(self.folder, RUN_AS)
-            self._user = RUN_AS
 
     @property
     def dsn(self) -> str:

@@ -33,22 +33,28 @@ def _free_port() -> int:
         return port
 
 
+def server_folder(prefix: str) -> tuple[Path, str | None]:
+    """A new temporary folder for a cluster, and the user its server runs as: as root, a
+    system user of its own (made once), who owns the folder; else None (this user)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() != 0:
+        return folder, None
+    try:
+        pwd.getpwnam(RUN_AS)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=True)
+    shutil.chown(folder, RUN_AS)
+    return folder, RUN_AS
+
+
 class Cluster:
     def __init__(self, host: Host | None = None, *, segment: str | None = None) -> None:
         """On this machine's loopback, or on `host` at its address on `segment`."""
-        self.folder = Path(tempfile.mkdtemp(prefix="prt-cluster-"))
+        self.folder, self._user = server_folder("prt-cluster-")
         self.data = self.folder / "data"
         self.host = host
         self.listen = host.address(segment) if host is not None else "127.0.0.1"
         self.port = 5432 if host is not None else _free_port()
-        self._user: str | None = None
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam(RUN_AS)
-            except KeyError:
-                subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=True)
-            shutil.chown(self.folder, RUN_AS)
-            self._user = RUN_AS
 
     @property
     def dsn(self) -> str:
