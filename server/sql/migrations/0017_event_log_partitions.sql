@@ -248,7 +248,7 @@ END $$;
 -- function for its plan alone. Run as a statement, PostgreSQL planned it afresh on every call:
 -- a plan for the values given, partitions pruned, looks cheaper than the plan it could keep,
 -- and planning a partitioned log costs several times what the read itself does
--- (docs/performance.md, "Event-log prune"). The kept plan prunes the partitions below the
+-- (docs/benchmarks-by-hand.md, "Event-log prune"). The kept plan prunes the partitions below the
 -- floor ($4) as it starts, as well; so the function keeps it.
 CREATE FUNCTION job_events_after_all(after_xid xid8, after_id bigint, page integer,
                                      floor_id bigint)
