@@ -2,7 +2,10 @@
 
 The real app (Chromium, local storage) runs in this process with --slots render slots; a client
 in a process of its own (bench.burst) submits --docs styled one-page invoices over HTTP and
-follows the event stream until the last is done, --rounds times. Around each round the CPU
+follows the event stream until the last is done, --rounds times. Before each, the best raw
+loop (bench.render's floor) prints the same documents, and then the app's own renderer alone
+(its render call from --slots loops, nothing around it), which splits what Pressroom adds into
+the renderer's part and the service's. Around each round the CPU
 counters of every process are read: this process (the server), PostgreSQL (the postmaster and
 all its backends), Playwright's driver, Chromium (every process below the driver) and the
 client. PostgreSQL's side also gives the writing transactions and WAL bytes per job. A last
@@ -22,6 +25,7 @@ import collections
 import contextlib
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +51,12 @@ from bench.profile import WAITING, record
 from bench.render import RawLoop
 from server import templates
 from server.keys import CHROMIUM
+from server.options import RenderOptions
+from server.render import ChromiumRenderer
 
 NAME = "bench.budget"
 PROFILE_ROUNDS = 4  # the profiled round is this many rounds long
+RENDER_TIMEOUT_S = 30.0
 
 #: A sample belongs to the first stage (in this order) one of whose markers is in its stack.
 #: py-spy frames read "function (path/file.py)"; the markers are substrings of them.
@@ -164,9 +171,30 @@ async def raw_round(raw: RawLoop, counters: Counters, html: list[str]) -> dict[s
     return {"pdfs_per_s": rate, **per}
 
 
+async def renderer_round(
+    renderer: ChromiumRenderer, counters: Counters, html: list[str], slots: int
+) -> dict[str, float]:
+    """Pressroom's own renderer (the app's, idle between rounds) printing the same documents
+    from `slots` loops, with nothing around it: no HTTP, queue, file or event. What it adds
+    to the raw loop is the renderer's; what Pressroom adds beyond it is the service's."""
+    queue = list(reversed(html))
+    options = RenderOptions()
+
+    async def loop() -> None:
+        while queue:
+            await renderer.render(queue.pop(), options, timeout_s=RENDER_TIMEOUT_S)
+
+    before, started = counters.read(), time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(slots)))
+    elapsed, after = time.perf_counter() - started, counters.read()
+    per = {k: (after[k] - before[k]) * 1000 / len(html) for k in ("server", "driver", "chromium")}
+    return {"pdfs_per_s": len(html) / elapsed, **per}
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, float]] = []
     floor: list[dict[str, float]] = []
+    alone: list[dict[str, float]] = []
     html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
     children = {p.pid for p in psutil.Process().children()}
     async with contextlib.AsyncExitStack() as stack:
@@ -188,6 +216,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             await checkpoint(dsn)
             for _ in range(args.rounds):
                 floor.append(await raw_round(raw, raw_counters, html))
+                alone.append(await renderer_round(app[CHROMIUM], counters, html, args.slots))
                 before, (xid0, wal0) = counters.read(), await database_position(conn)
                 result = await run_module("bench.burst", base, "--docs", str(args.docs))
                 after, (xid1, wal1) = counters.read(), await database_position(conn)
@@ -197,13 +226,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 per["transactions"] = (xid1 - xid0) / args.docs
                 per["wal_bytes"] = (wal1 - wal0) / args.docs
                 rounds.append(per)
-                f = floor[-1]
-                print(
-                    f"budget  raw loop {f['pdfs_per_s']:5.1f} PDF/s; CPU per document: its "
-                    f"process {f['server']:.2f} ms, driver {f['driver']:.2f} ms, Chromium "
-                    f"{f['chromium']:.2f} ms",
-                    flush=True,
-                )
+                for label, f in (("raw loop", floor[-1]), ("renderer alone", alone[-1])):
+                    print(
+                        f"budget  {label} {f['pdfs_per_s']:5.1f} PDF/s; CPU per document: its "
+                        f"process {f['server']:.2f} ms, driver {f['driver']:.2f} ms, Chromium "
+                        f"{f['chromium']:.2f} ms",
+                        flush=True,
+                    )
                 print(
                     f"budget  Pressroom {per['pdfs_per_s']:5.1f} PDF/s; CPU per job: server "
                     f"{per['server']:.2f} ms, PostgreSQL {per['postgres']:.2f} ms, driver "
@@ -227,6 +256,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "median": median,
         "rounds": rounds,
         "floor": {k: statistics.median(r[k] for r in floor) for k in floor[0]},
+        "renderer": {k: statistics.median(r[k] for r in alone) for k in alone[0]},
         "stages": {name: share * median["server"] for name, share in shares.items()},
     }
 
@@ -240,6 +270,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"budget  median of {args.rounds}: server + PostgreSQL "
         f"{m['server'] + m['postgres']:.2f} ms per job (server {m['server']:.2f}, "
         f"PostgreSQL {m['postgres']:.2f}); server by stage:",
+        flush=True,
+    )
+    f, r = result["floor"], result["renderer"]
+    print(
+        f"budget  PDFs/s: renderer alone / raw loop {r['pdfs_per_s'] / f['pdfs_per_s']:.2f}, "
+        f"Pressroom / renderer alone {m['pdfs_per_s'] / r['pdfs_per_s']:.2f}, "
+        f"Pressroom / raw loop {m['pdfs_per_s'] / f['pdfs_per_s']:.2f}",
         flush=True,
     )
     for name, ms in sorted(result["stages"].items(), key=lambda kv: -kv[1]):

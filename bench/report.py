@@ -756,20 +756,35 @@ def _slots(count: int) -> str:
 
 
 def budget_rows(result: Result) -> list[list[str]]:
-    """CPU per job by process, Pressroom's beside the raw loop's."""
-    m, f = result["median"], result.get("floor", {})
+    """CPU per job by process: Pressroom's, its renderer's alone and the raw loop's."""
+    m, f, r = result["median"], result.get("floor", {}), result.get("renderer", {})
 
-    def floor(key: str) -> str:
-        return f"{f[key]:.2f}" if key in f else "-"
+    def cell(figures: Result, key: str, digits: int = 2) -> str:
+        return f"{figures[key]:.{digits}f}" if key in figures else "-"
 
     return [
-        ["server (Pressroom's process; the raw loop's own)", f"{m['server']:.2f}", floor("server")],
-        ["PostgreSQL (postmaster and backends)", f"{m['postgres']:.2f}", "-"],
-        ["server + PostgreSQL", f"**{m['server'] + m['postgres']:.2f}**", floor("server")],
-        ["Playwright's driver", f"{m['driver']:.2f}", floor("driver")],
-        ["Chromium", f"{m['chromium']:.2f}", floor("chromium")],
-        ["client (its own process)", f"{m['client']:.2f}", "-"],
-        ["PDFs/s", f"{m['pdfs_per_s']:.1f}", floor("pdfs_per_s").replace(".00", ".0")],
+        [
+            "server (Pressroom's process; the raw loop's own)",
+            f"{m['server']:.2f}",
+            cell(r, "server"),
+            cell(f, "server"),
+        ],
+        ["PostgreSQL (postmaster and backends)", f"{m['postgres']:.2f}", "-", "-"],
+        [
+            "server + PostgreSQL",
+            f"**{m['server'] + m['postgres']:.2f}**",
+            cell(r, "server"),
+            cell(f, "server"),
+        ],
+        ["Playwright's driver", f"{m['driver']:.2f}", cell(r, "driver"), cell(f, "driver")],
+        ["Chromium", f"{m['chromium']:.2f}", cell(r, "chromium"), cell(f, "chromium")],
+        ["client (its own process)", f"{m['client']:.2f}", "-", "-"],
+        [
+            "PDFs/s",
+            f"{m['pdfs_per_s']:.1f}",
+            cell(r, "pdfs_per_s", 1),
+            cell(f, "pdfs_per_s", 1),
+        ],
     ]
 
 
