@@ -18,7 +18,6 @@ SECTIONS = [
     "### The in-flight cap: a count per admission or the background read",
     "## Render path (P3)",
     "## Where a job's CPU goes (CPU budget)",
-    "### The write path's kept plans (0018)",
     "## Egress gate",
     "## Submit→PDF latency (one job at a time)",
     "## Mechanisms on and off (hand-off, claim-while-printing)",

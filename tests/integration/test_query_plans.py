@@ -4,8 +4,8 @@ The hub reads the event log after every NOTIFY, so a read that walks the whole t
 more with every event kept: with 20,000 events, spread over partitions of the log as its pass
 makes them (0017), none of the log's reads may scan a partition holding events from end to end.
 (The `held` check once did: its horizon came from a CTE, which cannot bound an index scan.)
-Likewise the claim and the done write (each with the plan it keeps, 0018), /metrics'
-count of jobs by state on every scrape, and a listing of the jobs in one state.
+Likewise the claim, /metrics' count of jobs by state on every scrape, and a listing of the jobs
+in one state.
 """
 
 from __future__ import annotations
@@ -42,35 +42,25 @@ async def explain(conn: asyncpg.Connection, sql: str, *args: Any) -> list[tuple[
     return scans(document[0]["Plan"])
 
 
-async def kept_plan(
-    conn: asyncpg.Connection, function: str, types: str, args: str
-) -> list[tuple[str, str]]:
-    """The plan a function of the migrations that keeps its plan (SET plan_cache_mode =
-    force_generic_plan) runs its query with: that query, prepared and planned generic, for
-    these arguments (SQL literals)."""
-    body: str = await conn.fetchval("SELECT prosrc FROM pg_proc WHERE proname = $1", function)
-    statement = body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0]
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE kept ({types}) AS {statement}")
-    try:
-        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE kept({args})")
-    finally:
-        await conn.execute("DEALLOCATE kept")
-        await conn.execute("RESET plan_cache_mode")
-    document = json.loads(raw) if isinstance(raw, str) else raw
-    return scans(document[0]["Plan"])
-
-
 async def hub_plan(conn: asyncpg.Connection, *args: Any) -> list[tuple[str, str]]:
     """The plan of the hub's read (events_after_all) for these arguments, as it runs: its
     function's query, with the plan the function keeps (generic, partitions pruned at start)."""
-    xid, after_id, page, floor_id = args
-    return await kept_plan(
-        conn,
-        "job_events_after_all",
-        "xid8, bigint, integer, bigint",
-        f"'{int(xid)}', {after_id}, {page}, {floor_id}",
+    body: str = await conn.fetchval(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'job_events_after_all'"
     )
+    statement = body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0]
+    xid, after_id, page, floor_id = args
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE hub_read (xid8, bigint, integer, bigint) AS {statement}")
+    try:
+        raw = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) EXECUTE hub_read('{int(xid)}', {after_id}, {page}, {floor_id})"
+        )
+    finally:
+        await conn.execute("DEALLOCATE hub_read")
+        await conn.execute("RESET plan_cache_mode")
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return scans(document[0]["Plan"])
 
 
 async def blocks_read(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
@@ -194,8 +184,7 @@ async def test_reading_the_log_never_scans_all_of_it(long_log: asyncpg.Connectio
     plan = await explain(conn, query("event_position"), head["id"])
     assert plan == [("Index Scan", where[0])], plan
     # And the claim finds the due jobs through their index, not by reading every job.
-    # (The plan it keeps, 0018.)
-    claim = await kept_plan(conn, "jobs_claim", "integer, text, double precision", "4, 'w', 60")
+    claim = await explain(conn, query("claim_jobs"), 4, "worker", 60.0)
     assert ("Seq Scan", "jobs") not in claim, claim
 
 
@@ -281,20 +270,3 @@ async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.C
     rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100, below)
     assert [row["job_id"] for row in rows] == [job_id]
     assert rows[0]["held"] is False
-
-
-async def test_the_done_write_keeps_a_plan_that_reads_jobs_by_key(
-    many_jobs: asyncpg.Connection,
-) -> None:
-    """The done write keeps one plan for arrays of any length (0018): it must find each
-    attempt's job by its key, never by reading every job."""
-    ids = [row["id"] for row in await many_jobs.fetch("SELECT id FROM jobs LIMIT 500")]
-    array = "ARRAY[" + ",".join(f"'{i}'" for i in ids) + "]::uuid[]"
-    plan = await kept_plan(
-        many_jobs,
-        "jobs_finish_done",
-        "uuid[], text, int[], text[], bigint[], int[], text[]",
-        f"{array}, 'w', ARRAY[1], ARRAY['k'], ARRAY[1]::bigint[], ARRAY[1], ARRAY['[]']",
-    )
-    assert ("Index Scan", "jobs") in plan, plan
-    assert ("Seq Scan", "jobs") not in plan, plan
