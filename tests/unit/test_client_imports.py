@@ -55,3 +55,5 @@ def test_a_server_command_still_loads_the_server(tmp_path: Path) -> None:
     )
     assert done.returncode == 0 and "create" in done.stdout, done.stderr
     assert {"asyncpg", "server"} <= modules
+    # but not the app: keys, tenants and migrate need the database, not the browser or S3.
+    assert sorted(modules & {"playwright", "aiobotocore", "botocore", "pikepdf", "pyhanko"}) == []
