@@ -18,7 +18,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import db, events, retention
+from server import db, events, jobs, retention
+from server.jobs import NewJob
 from server.sql import query
 
 ROWS = 20_000
@@ -270,3 +271,62 @@ async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.C
     rows = await conn.fetch(query("events_after_all"), str(head["xid"]), head["id"], 100, below)
     assert [row["job_id"] for row in rows] == [job_id]
     assert rows[0]["held"] is False
+
+
+async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: str) -> None:
+    """The event trigger skips deliveries to a URL disabled by a 410 (0016); with ROWS
+    deliveries kept in the outbox, that check must not scan them all (0018)."""
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute(
+            """WITH j AS (
+                   INSERT INTO jobs (id, tenant, template, data, max_attempts, status,
+                                     attempts, object_key, bytes, finished_at)
+                   SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1, 'done', 1, 'k',
+                          1, now()
+                   FROM generate_series(1, $1) RETURNING id, tenant)
+               INSERT INTO webhook_deliveries
+                   (job_id, tenant, url, type, payload, status, delivered_at)
+               SELECT id, tenant, 'https://example.com/hook', 'job.done', '{}', 'delivered',
+                      now()
+               FROM j""",
+            ROWS,
+        )
+        hook = "https://example.com/hook"
+        new = [
+            NewJob(
+                tenant="default",
+                template="<p>x</p>",
+                data={},
+                options={},
+                metadata={},
+                max_attempts=1,
+                webhook_url=hook,
+            )
+            for _ in range(3)
+        ]
+        await jobs.create(conn, new)
+        claimed = await conn.fetch(query("claim_jobs"), 3, "w", 60.0)
+        async with conn.transaction():
+            done = await conn.fetch(
+                query("finish_done_many"),
+                [row["id"] for row in claimed],
+                "w",
+                [row["attempts"] for row in claimed],
+                [f"k/{row['id']}" for row in claimed],
+                [1] * 3,
+                [1] * 3,
+                ["[]"] * 3,
+            )
+            scans = await conn.fetchval(
+                "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
+                "webhook_deliveries",
+            )
+        assert len(done) == 3
+        assert scans == 0, f"{scans} sequential scans of the outbox for three done writes"
+        pending = await conn.fetchval(
+            "SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'"
+        )
+        assert pending == 3  # each job's delivery was queued
+    finally:
+        await conn.close()
