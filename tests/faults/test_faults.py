@@ -401,7 +401,12 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
                     0,
                     timeout_s=120,
                 )
-                assert await conn.fetchval("SELECT count(*) FROM jobs") == len(accepted)
+                stored = {str(r["id"]) for r in await conn.fetch("SELECT id FROM jobs")}
+                assert set(accepted) <= stored, "an accepted job was lost"
+                # A commit in flight when the server died can be durable while its answer is
+                # lost (the request got an error, not a 202): in doubt, never more than the
+                # requests that were refused, and rendered like any other.
+                assert len(stored - set(accepted)) <= len(refused), stored - set(accepted)
                 logged = [
                     r["id"] for r in await conn.fetch("SELECT id FROM job_events ORDER BY xid, id")
                 ]
