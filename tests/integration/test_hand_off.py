@@ -21,6 +21,7 @@ from server import jobs
 from server.jobs import ClaimedJob, NewJob
 from server.keys import SETTINGS, WORKERS
 from server.worker import Workers
+from tests import newjobs
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
@@ -150,16 +151,7 @@ class Recorder:
 
 
 def new_job(**fields: Any) -> NewJob:
-    values: dict[str, Any] = {
-        "tenant": "default",
-        "template": "<p>{{ n }}</p>",
-        "data": {"n": 1},
-        "options": {},
-        "metadata": {},
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return NewJob(**values)
+    return newjobs.new_job(**{"template": "<p>{{ n }}</p>", "data": {"n": 1}, **fields})
 
 
 async def test_only_reserved_due_jobs_go_best_first(pool: asyncpg.Pool) -> None:

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 
 from server import db, events, jobs, retention
-from server.jobs import NewJob
 from server.sql import query
+from tests.newjobs import new_job
 
 ROWS = 20_000
 #: The log's events fill this many partitions, each closed by the log's pass.
@@ -293,18 +293,7 @@ async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: s
             ROWS,
         )
         hook = "https://example.com/hook"
-        new = [
-            NewJob(
-                tenant="default",
-                template="<p>x</p>",
-                data={},
-                options={},
-                metadata={},
-                max_attempts=1,
-                webhook_url=hook,
-            )
-            for _ in range(3)
-        ]
+        new = [new_job(max_attempts=1, webhook_url=hook) for _ in range(3)]
         await jobs.create(conn, new)
         claimed = await conn.fetch(query("claim_jobs"), 3, "w", 60.0)
         async with conn.transaction():

@@ -10,15 +10,7 @@ import asyncpg
 import pytest
 
 from server import jobs, sql
-from server.jobs import NewJob
-
-
-def new_job(**fields: object) -> NewJob:
-    base: dict[str, object] = dict(
-        tenant="default", template="<p>x</p>", data={}, options={}, metadata={}, max_attempts=3
-    )
-    base.update(fields)
-    return NewJob(**base)  # type: ignore[arg-type]
+from tests.newjobs import new_job
 
 
 async def test_concurrent_claims_never_share_a_job(pool: asyncpg.Pool) -> None:
