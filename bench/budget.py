@@ -33,6 +33,7 @@ import asyncpg
 import psutil
 from aiohttp import ClientSession
 
+from bench.bare import BareService
 from bench.common import (
     INVOICE,
     QUICK,
@@ -191,8 +192,26 @@ async def renderer_round(
     return {"pdfs_per_s": len(html) / elapsed, **per}
 
 
+async def service_round(
+    base: str, counters: Counters, conn: asyncpg.Connection, docs: int
+) -> dict[str, float]:
+    """One burst of `docs` invoices through the service at `base` (Pressroom or the bare
+    service), from a client in a process of its own: CPU per job by process, PDFs/s, and
+    PostgreSQL's writing transactions and WAL bytes per job."""
+    before, (xid0, wal0) = counters.read(), await database_position(conn)
+    result = await run_module("bench.burst", base, "--docs", str(docs))
+    after, (xid1, wal1) = counters.read(), await database_position(conn)
+    per = {k: (after[k] - before[k]) * 1000 / docs for k in after}
+    per["client"] = result["client_cpu_s"] * 1000 / docs
+    per["pdfs_per_s"] = docs / result["seconds"]
+    per["transactions"] = (xid1 - xid0) / docs
+    per["wal_bytes"] = (wal1 - wal0) / docs
+    return per
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, float]] = []
+    bare: list[dict[str, float]] = []
     floor: list[dict[str, float]] = []
     alone: list[dict[str, float]] = []
     html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
@@ -207,6 +226,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         # is one launch per 1,000 jobs; the rounds measure the jobs.
         app_running = running_app(dsn, render_slots=args.slots, browser_recycle_jobs=10**9)
         base, app = await stack.enter_async_context(app_running)
+        bare_dsn = await stack.enter_async_context(database())
+        bare_service = await stack.enter_async_context(BareService(bare_dsn, raw))
+        await run_module("bench.burst", bare_service.base, "--docs", str(4 * args.slots))
         async with ClientSession() as session:
             bodies = [{"template": INVOICE, "data": invoice_data(n)} for n in range(4 * args.slots)]
             await wait_done(session, base, set(await submit_many(session, base, bodies, 8)))
@@ -221,15 +243,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.rounds):
                 floor.append(await raw_round(raw, raw_counters, html))
                 alone.append(await renderer_round(app[CHROMIUM], counters, html, args.slots))
-                before, (xid0, wal0) = counters.read(), await database_position(conn)
-                result = await run_module("bench.burst", base, "--docs", str(args.docs))
-                after, (xid1, wal1) = counters.read(), await database_position(conn)
-                per = {k: (after[k] - before[k]) * 1000 / args.docs for k in after}
-                per["client"] = result["client_cpu_s"] * 1000 / args.docs
-                per["pdfs_per_s"] = args.docs / result["seconds"]
-                per["transactions"] = (xid1 - xid0) / args.docs
-                per["wal_bytes"] = (wal1 - wal0) / args.docs
-                rounds.append(per)
+                bare.append(await service_round(bare_service.base, raw_counters, conn, args.docs))
+                rounds.append(await service_round(base, counters, conn, args.docs))
                 for label, f in (("raw loop", floor[-1]), ("renderer alone", alone[-1])):
                     print(
                         f"budget  {label} {f['pdfs_per_s']:5.1f} PDF/s; CPU per document: its "
@@ -237,14 +252,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                         f"{f['chromium']:.2f} ms",
                         flush=True,
                     )
-                print(
-                    f"budget  Pressroom {per['pdfs_per_s']:5.1f} PDF/s; CPU per job: server "
-                    f"{per['server']:.2f} ms, PostgreSQL {per['postgres']:.2f} ms, driver "
-                    f"{per['driver']:.2f} ms, Chromium {per['chromium']:.2f} ms, client "
-                    f"{per['client']:.2f} ms; {per['transactions']:.2f} writing transactions, "
-                    f"{per['wal_bytes']:.0f} WAL bytes",
-                    flush=True,
-                )
+                for label, per in (("bare service", bare[-1]), ("Pressroom", rounds[-1])):
+                    print(
+                        f"budget  {label} {per['pdfs_per_s']:5.1f} PDF/s; CPU per job: server "
+                        f"{per['server']:.2f} ms, PostgreSQL {per['postgres']:.2f} ms, driver "
+                        f"{per['driver']:.2f} ms, Chromium {per['chromium']:.2f} ms, client "
+                        f"{per['client']:.2f} ms; {per['transactions']:.2f} writing "
+                        f"transactions, {per['wal_bytes']:.0f} WAL bytes",
+                        flush=True,
+                    )
             profiled = Path(tempfile.mkdtemp(prefix="pressroom-budget-")) / "server.txt"
             # Enough documents to sample for many seconds, since a job is a few ms of this process.
             docs = args.docs * PROFILE_ROUNDS
@@ -261,6 +277,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": rounds,
         "floor": {k: statistics.median(r[k] for r in floor) for k in floor[0]},
         "renderer": {k: statistics.median(r[k] for r in alone) for k in alone[0]},
+        "bare": {k: statistics.median(r[k] for r in bare) for k in bare[0]},
         "stages": {name: share * median["server"] for name, share in shares.items()},
     }
 
@@ -276,11 +293,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"PostgreSQL {m['postgres']:.2f}); server by stage:",
         flush=True,
     )
-    f, r = result["floor"], result["renderer"]
+    f, r, b = result["floor"], result["renderer"], result["bare"]
     print(
         f"budget  PDFs/s: renderer alone / raw loop {r['pdfs_per_s'] / f['pdfs_per_s']:.2f}, "
         f"Pressroom / renderer alone {m['pdfs_per_s'] / r['pdfs_per_s']:.2f}, "
-        f"Pressroom / raw loop {m['pdfs_per_s'] / f['pdfs_per_s']:.2f}",
+        f"Pressroom / raw loop {m['pdfs_per_s'] / f['pdfs_per_s']:.2f}, "
+        f"bare service / raw loop {b['pdfs_per_s'] / f['pdfs_per_s']:.2f}, "
+        f"Pressroom / bare service {m['pdfs_per_s'] / b['pdfs_per_s']:.2f}; server + "
+        f"PostgreSQL per job: bare service {b['server'] + b['postgres']:.2f} ms",
         flush=True,
     )
     for name, ms in sorted(result["stages"].items(), key=lambda kv: -kv[1]):

@@ -5,9 +5,11 @@ Pressroom: a client in a process of its own follows the all-jobs stream live (`j
 `job.failed` only), then for each document takes the time, POSTs it and waits for its
 `job.done`: that span is the latency a user waiting on SSE sees, the file stored and the
 event committed. The floor: one reused page of the same engine, `set_content` then `pdf`
-with Pressroom's PDF arguments, timed per document. Both are started once and warmed, then
-alternate in --rounds rounds of --docs documents; the report gives the medians of the rounds'
-p50 and p99, and the difference Pressroom adds.
+with Pressroom's PDF arguments, timed per document. Between them, the bare service
+(bench/bare.py: the least a service of this design can do, printing on the same page) is
+timed by the same client: the latency no service of this design reaches below. All three are
+started once and warmed, then alternate in --rounds rounds of --docs documents; the report
+gives the medians of the rounds' p50 and p99, and the difference each service adds.
 
     python -m bench.latency [--docs 100] [--rounds 3]
     python -m bench.latency --client URL --docs N   (the client; prints one JSON line)
@@ -24,6 +26,7 @@ from typing import Any
 
 from aiohttp import ClientSession
 
+from bench.bare import BareService
 from bench.common import (
     FINAL_TYPES,
     INVOICE,
@@ -102,12 +105,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         RawLoop(1) as raw,
         database() as dsn,
         running_app(dsn) as (base, app),
+        database() as bare_dsn,
+        BareService(bare_dsn, raw) as bare,
     ):
         await raw.warm(html)
         await run_module(NAME, "--client", base, "--docs", "4")
+        await run_module(NAME, "--client", bare.base, "--docs", "4")
         await checkpoint(dsn)
         for _ in range(args.rounds):
             floor = summary(await raw_latencies(raw, html))
+            least = summary(await run_module(NAME, "--client", bare.base, "--docs", str(args.docs)))
             before = phase_totals(app[METRICS])
             timed = await run_module(NAME, "--client", base, "--docs", str(args.docs))
             after = phase_totals(app[METRICS])
@@ -124,6 +131,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "p99": ours["p99"],
                     "added_p50": ours["p50"] - floor["p50"],
                     "added_p99": ours["p99"] - floor["p99"],
+                    "bare_p50": least["p50"],
+                    "bare_p99": least["p99"],
+                    "bare_added_p50": least["p50"] - floor["p50"],
+                    "bare_added_p99": least["p99"] - floor["p99"],
                 }
             )
     row = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
@@ -132,6 +143,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 {row['p50']:.1f} ms p99 "
         f"{row['p99']:.1f} ms; added p50 {row['added_p50']:+.1f} ms p99 {row['added_p99']:+.1f} ms "
         f"(median of {args.rounds} rounds)",
+        flush=True,
+    )
+    print(
+        f"latency the bare service (bench/bare.py) submit→job.done p50 {row['bare_p50']:.1f} ms "
+        f"p99 {row['bare_p99']:.1f} ms; added p50 {row['bare_added_p50']:+.1f} ms p99 "
+        f"{row['bare_added_p99']:+.1f} ms",
         flush=True,
     )
     phases = ", ".join(f"{p.value} {row[f'phase_{p.value}']:.1f}" for p in PHASES)

@@ -127,6 +127,19 @@ class RawLoop:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    async def pdf(self, slot: int, html: str) -> bytes:
+        """One document printed on the page of `slot` (0 to slots - 1)."""
+        return await self._print_on(self._pages[slot], html)
+
+    async def _print_on(self, page: Any, html: str) -> bytes:
+        await page.set_content(html, wait_until="load")
+        pdf: bytes = await page.pdf(**self._pdf_args)
+        return pdf
+
     async def _print(self, html: list[str], pages: list[Any]) -> None:
         queue: asyncio.Queue[str] = asyncio.Queue()
         for doc in html:
@@ -134,9 +147,7 @@ class RawLoop:
 
         async def loop(page: Any) -> None:
             while not queue.empty():
-                doc = queue.get_nowait()
-                await page.set_content(doc, wait_until="load")
-                await page.pdf(**self._pdf_args)
+                await self._print_on(page, queue.get_nowait())
 
         await asyncio.gather(*(loop(p) for p in pages))
 

@@ -151,7 +151,7 @@ def summary_rows(results: Result) -> list[list[str]]:
             [
                 f"P3 CPU per job outside Chromium, {_slots(budget['args']['slots'])}",
                 f"{used:.2f} ms (server {m['server']:.2f}, PostgreSQL {m['postgres']:.2f})",
-                "-",
+                _bare_floor(budget),
                 "-",
                 "≤ 2 ms",
                 _verdict(used <= 2.0),
@@ -315,9 +315,16 @@ def latency_rows(result: Result) -> list[list[str]]:
             f"{row[f'added_{p}']:+.1f}",
             f"≤ raw {p} + {targets[p]:g} ms",
             _verdict(row[f"added_{p}"] <= targets[p]),
+            _bare_latency(row, p),
         ]
         for p in ("p50", "p99")
     ]
+
+
+def _bare_latency(row: Result, p: str) -> str:
+    if f"bare_{p}" not in row:
+        return "-"
+    return f"{row[f'bare_{p}']:.1f} ({row[f'bare_added_{p}']:+.1f})"
 
 
 def latency_summary(result: Result) -> list[str]:
@@ -750,40 +757,42 @@ _ENV.globals.update(
 )
 
 
+def _bare_floor(budget: Result) -> str:
+    bare = budget.get("bare")
+    if not bare:
+        return "-"
+    return f"{bare['server'] + bare['postgres']:.2f} ms (the bare service)"
+
+
 def _slots(count: int) -> str:
     return f"{count} slot{'s' if count != 1 else ''}"
 
 
 def budget_rows(result: Result) -> list[list[str]]:
-    """CPU per job by process: Pressroom's, its renderer's alone and the raw loop's."""
-    m, f, r = result["median"], result.get("floor", {}), result.get("renderer", {})
+    """CPU per job by process: Pressroom's, the bare service's, Pressroom's renderer's alone
+    and the raw loop's."""
+    m, b = result["median"], result.get("bare", {})
+    r, f = result.get("renderer", {}), result.get("floor", {})
 
     def cell(figures: Result, key: str, digits: int = 2) -> str:
         return f"{figures[key]:.{digits}f}" if key in figures else "-"
 
+    def both(figures: Result) -> str:
+        if "postgres" not in figures:
+            return cell(figures, "server")
+        return f"**{figures['server'] + figures['postgres']:.2f}**"
+
+    def row(label: str, key: str, digits: int = 2) -> list[str]:
+        return [label, *(cell(x, key, digits) for x in (m, b, r, f))]
+
     return [
-        [
-            "server (Pressroom's process; the raw loop's own)",
-            f"{m['server']:.2f}",
-            cell(r, "server"),
-            cell(f, "server"),
-        ],
-        ["PostgreSQL (postmaster and backends)", f"{m['postgres']:.2f}", "-", "-"],
-        [
-            "server + PostgreSQL",
-            f"**{m['server'] + m['postgres']:.2f}**",
-            cell(r, "server"),
-            cell(f, "server"),
-        ],
-        ["Playwright's driver", f"{m['driver']:.2f}", cell(r, "driver"), cell(f, "driver")],
-        ["Chromium", f"{m['chromium']:.2f}", cell(r, "chromium"), cell(f, "chromium")],
-        ["client (its own process)", f"{m['client']:.2f}", "-", "-"],
-        [
-            "PDFs/s",
-            f"{m['pdfs_per_s']:.1f}",
-            cell(r, "pdfs_per_s", 1),
-            cell(f, "pdfs_per_s", 1),
-        ],
+        row("server (the service's process; the loop's own)", "server"),
+        [*row("PostgreSQL (postmaster and backends)", "postgres")[:3], "-", "-"],
+        ["server + PostgreSQL", both(m), both(b), cell(r, "server"), cell(f, "server")],
+        row("Playwright's driver", "driver"),
+        row("Chromium", "chromium"),
+        [*row("client (its own process)", "client")[:3], "-", "-"],
+        row("PDFs/s", "pdfs_per_s", 1),
     ]
 
 

@@ -76,6 +76,7 @@ def test_quick_bench_writes_the_whole_report(server_dsn: str, tmp_path: Path) ->
     for figure in summary:
         assert figure in report, f"no {figure} row in the summary"
     assert "PgQueuer" in report and "Procrastinate" in report
+    assert "| PDFs/s |" in report and "(the bare service)" in report  # the budget's floor
     assert "The three ways wrote the same rows and notifications" in report
     if (ROOT / "bench" / "push.py").exists():
         assert "Push latency" in report and "Push fan-out" in report
