@@ -65,7 +65,7 @@ WITH picked AS (
     SET status = 'running', attempts = j.attempts + 1, worker_id = $2,
         lease_expires_at = now() + make_interval(secs => $3), started_at = now(),
         updated_at = now(), progress = NULL
-    FROM picked WHERE j.id = picked.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.*
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -82,28 +82,9 @@ ORDER BY c.priority DESC, c.run_after, c.id;
 -- holding an attempt may finish it: a cancelled or rescued job stays as it is. A job already
 -- done with the attempt's own file counts as finished: a retry of this write after its first
 -- try committed but its answer was lost (a failover, a cut cable) must not disown that file.
-WITH input AS (
-    -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
-    SELECT * FROM unnest($1::uuid[], $3::int[], $4::text[], $5::bigint[], $6::int[], $7::text[])
-        AS t(id, attempt, object_key, bytes, pages, warnings)
-), done AS (
-    UPDATE jobs j
-    SET status = 'done', object_key = i.object_key, bytes = i.bytes, pages = i.pages,
-        warnings = i.warnings::jsonb,
-        progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
-        finished_at = now(), updated_at = now()
-    FROM input i
-    WHERE j.id = i.id AND j.status = 'running' AND j.worker_id = $2::text
-      AND j.attempts = i.attempt
-    RETURNING j.*
-), ev AS (
-    INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT d.id, d.tenant, 'job.done', job_public(d::jobs) FROM done d
-)
-SELECT d.id FROM done d
-UNION ALL
-SELECT j.id FROM jobs j JOIN input i ON j.id = i.id
-WHERE j.status = 'done' AND j.object_key = i.object_key;
+-- Written in jobs_finish_done (0019), which keeps its plan (see there why).
+SELECT id FROM jobs_finish_done($1::uuid[], $2::text, $3::int[], $4::text[], $5::bigint[],
+                                $6::int[], $7::text[]) AS id;
 
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is
@@ -156,7 +137,7 @@ WITH lost AS (
             'error', 'worker lost: lease expired during attempt ' || j.attempts,
             'at', now())),
         lease_expires_at = NULL, worker_id = NULL, progress = NULL, updated_at = now()
-    FROM lost WHERE j.id = lost.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
     RETURNING j.*
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -320,7 +301,7 @@ WITH due AS (
 UPDATE webhook_deliveries w
 SET attempts = w.attempts + 1, locked_by = $2,
     locked_until = now() + make_interval(secs => $3::float8)
-FROM due WHERE w.id = due.id
+WHERE w.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING w.id, w.job_id, w.batch_id, w.tenant, w.url, w.type, w.payload, w.attempts,
           w.created_at;
 
@@ -671,7 +652,7 @@ WITH picked AS (
 UPDATE batch_combines c
 SET status = 'running', attempts = c.attempts + 1, worker_id = $2,
     lease_expires_at = now() + make_interval(secs => $3), started_at = now()
-FROM picked WHERE c.batch_id = picked.batch_id
+WHERE c.batch_id = ANY (ARRAY(SELECT batch_id FROM picked))
 RETURNING c.batch_id, c.tenant, c.attempts, c.max_attempts, c.outline;
 
 -- combine_items --
@@ -723,7 +704,7 @@ SET status = CASE WHEN c.attempts < c.max_attempts THEN 'pending' ELSE 'failed' 
     run_after = now(),
     error = 'worker lost: lease expired during attempt ' || c.attempts,
     worker_id = NULL, lease_expires_at = NULL
-FROM lost WHERE c.batch_id = lost.batch_id
+WHERE c.batch_id = ANY (ARRAY(SELECT batch_id FROM lost))
 RETURNING c.batch_id;
 
 -- combine_release --

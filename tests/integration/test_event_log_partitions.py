@@ -20,6 +20,9 @@ from server.jobs import NewJob
 from server.sql import query
 
 BEFORE = "0016_batch_combine"
+#: Later migrations that only define a function today's statements call (the done write's,
+#: 0019): the log before 0017 is written with those statements, so it has them too.
+CALLED = ("0019_done_write_keeps_its_plan",)
 HOOK = "http://127.0.0.1:9/hook"
 HOUR_S = 3600
 
@@ -39,19 +42,20 @@ def new_job(*, channel: str | None = None, webhook_url: str | None = None) -> Ne
 
 @contextlib.asynccontextmanager
 async def migrated_to(server_dsn: str, version: str) -> AsyncIterator[tuple[str, asyncpg.Pool]]:
-    """A new database that the migration runner took up to `version` only, and a pool on it."""
+    """A new database that the migration runner took up to `version` (and CALLED) only, and a
+    pool on it."""
     name = f"pressroom_test_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(server_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
     dsn = urlunsplit(urlsplit(server_dsn)._replace(path="/" + name))
     every = sql.migrations()
-    upto = [m for m in every if m[0] <= version]
+    upto = [m for m in every if m[0] <= version or m[0] in CALLED]
     conn = await db.connect(dsn)
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(sql, "migrations", lambda: upto)
-            assert (await db.migrate(conn))[-1] == version
+            assert [v for v in await db.migrate(conn) if v not in CALLED][-1] == version
     finally:
         await conn.close()
     pool = await db.create_pool(dsn, min_size=1, max_size=4)
@@ -148,7 +152,7 @@ async def test_the_migration_moves_every_event_and_every_cursor_resumes(server_d
 
         async with pool.acquire() as conn:
             applied = await db.migrate(conn)
-        assert applied == [v for v, _ in sql.migrations() if v > BEFORE]
+        assert applied == [v for v, _ in sql.migrations() if v > BEFORE and v not in CALLED]
         assert applied[0] == "0017_event_log_partitions"
 
         assert (

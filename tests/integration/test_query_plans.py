@@ -319,3 +319,95 @@ async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: s
         assert pending == 3  # each job's delivery was queued
     finally:
         await conn.close()
+
+
+async def generic_plan(
+    conn: asyncpg.Connection, sql: str, *args: int | str
+) -> list[tuple[str, str]]:
+    """The scans of the plan PostgreSQL keeps for `sql` as a prepared statement (the generic
+    one, costed for parameters of unknown value), executed with `args`."""
+    literals = ", ".join(str(a) if isinstance(a, int) else f"'{a}'" for a in args)
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE kept AS {sql}")
+    try:
+        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE kept({literals})")
+    finally:
+        await conn.execute("DEALLOCATE kept")
+        await conn.execute("RESET plan_cache_mode")
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return scans(document[0]["Plan"])
+
+
+async def test_the_kept_plans_of_the_claims_find_each_row_by_its_key(dsn: str) -> None:
+    """A claim picks due rows with SKIP LOCKED, then updates them. PostgreSQL keeps the generic
+    plan of a statement after five calls; costed for a LIMIT of unknown size, a join to the
+    picked rows was planned as a hash join over every row of the table (at a few thousand
+    rows), so each claim read the whole queue. Joined as an array of ids instead, the kept
+    plan takes the primary key."""
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute(
+            """WITH j AS (
+                   INSERT INTO jobs (id, tenant, template, data, max_attempts)
+                   SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1
+                   FROM generate_series(1, 2000) RETURNING id, tenant)
+               INSERT INTO webhook_deliveries (job_id, tenant, url, type, payload, status)
+               SELECT id, tenant, 'https://example.com/hook', 'job.done', '{}', 'pending'
+               FROM j"""
+        )
+        await conn.execute("ANALYZE jobs, webhook_deliveries")
+        for name, table, args in [
+            ("claim_jobs", "jobs", (4, "worker", 60)),
+            ("claim_webhooks", "webhook_deliveries", (4, "sender", 60)),
+        ]:
+            async with conn.transaction():
+                plan = await generic_plan(conn, query(name), *args)
+            assert ("Seq Scan", table) not in plan, f"{name}: {plan}"
+    finally:
+        await conn.close()
+
+
+async def test_the_done_write_keeps_a_plan_by_key_from_a_young_table(dsn: str) -> None:
+    """The done write keeps one plan for the session (0019). Planned while the table held a
+    few jobs, then run after it grew to ROWS, it still finds each job by its key: with the
+    table unanalyzed, only the kept plan stands between it and a scan of every job."""
+    conn = await db.connect(dsn)
+    seq_scans_of_jobs = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'jobs'"
+
+    async def claim_and_finish(count: int) -> int:
+        await jobs.create(conn, [new_job(max_attempts=1) for _ in range(count)])
+        claimed = await conn.fetch(query("claim_jobs"), count, "w", 60.0)
+        async with conn.transaction():
+            # The view also counts what earlier transactions did and has not been sent yet.
+            before = await conn.fetchval(seq_scans_of_jobs)
+            done = await conn.fetch(
+                query("finish_done_many"),
+                [row["id"] for row in claimed],
+                "w",
+                [row["attempts"] for row in claimed],
+                [f"k/{row['id']}" for row in claimed],
+                [1] * count,
+                [1] * count,
+                ["[]"] * count,
+            )
+            scans = await conn.fetchval(seq_scans_of_jobs) - before
+        assert sorted(row["id"] for row in done) == sorted(row["id"] for row in claimed)
+        return int(scans)
+
+    try:
+        for _ in range(6):  # past the five calls after which a statement's plan is kept
+            await claim_and_finish(2)
+        await conn.execute(
+            """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
+                                 object_key, bytes, finished_at)
+               SELECT gen_random_uuid(), 'default', '<p>x</p>', '{}', 1, 'done', 1, 'k', 1,
+                      now()
+               FROM generate_series(1, $1)""",
+            ROWS,
+        )
+        scans = await claim_and_finish(3)
+        assert scans == 0, f"{scans} sequential scans of jobs for a done write of three jobs"
+        statuses = await conn.fetch("SELECT DISTINCT status FROM jobs")
+        assert {row["status"] for row in statuses} == {"done"}
+    finally:
+        await conn.close()
