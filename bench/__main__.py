@@ -37,6 +37,7 @@ from bench import (
     in_flight,
     latency,
     mechanisms,
+    plans,
     profile,
     queue,
     render,
@@ -53,6 +54,7 @@ ALL = [
     "in_flight",
     "render",
     "budget",
+    "plans",
     "egress",
     "latency",
     "mechanisms",
@@ -74,6 +76,7 @@ TINY = {
     "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults".split(),
     "egress": ["--docs", "4", "--slots", "1", "--rounds", "1"],
     "budget": ["--docs", "6", "--slots", "1", "--rounds", "1"],
+    "plans": ["--jobs", "40"],
     "soak": ["--jobs", "100", "--every", "50", "--from-job", "50"],
     "writepath": ["--rounds", "1", "--jobs", "2", "--batch", "10", "--batches", "1"],
     "dbcost": ["--jobs", "50", "--ceiling-s", "0.3"],
@@ -166,6 +169,7 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         await step("in_flight", lambda: in_flight.run(arguments("in_flight", in_flight)))
         await step("render", lambda: render.run(arguments("render", render)))
         await step("budget", lambda: budget.run(arguments("budget", budget)))
+        await step("plans", lambda: plans.run(arguments("plans", plans)))
         await step("egress", lambda: egress.run(arguments("egress", egress)))
         await step("latency", lambda: latency.run(arguments("latency", latency)))
         await step("mechanisms", lambda: mechanisms.run(arguments("mechanisms", mechanisms)))

@@ -11,7 +11,8 @@ job and nothing more:
 - the template is rendered in Jinja's immutable sandbox (no limits of Pressroom's own);
 - the PDF is printed on the raw loop's page (bench.render.RawLoop), so Chromium's work is
   the floor's, and written durably (a temporary file, fsync, rename, fsync of the folder);
-- `job.done` is committed with the job's new state;
+- `job.done` is committed with the job's new state, while the slot claims and prints its
+  next job (the file and the commit wait on fsyncs, not on the page);
 - each of the three commits notifies with the event as its payload, and the stream is fed
   from those notifications alone (the bus any number of processes could share).
 
@@ -144,6 +145,7 @@ class BareService:
         return web.json_response({"id": str(job_id), "status": "queued"}, status=202)
 
     async def _slot(self, slot: int) -> None:
+        finishing: asyncio.Task[None] | None = None
         while True:
             # Cleared before the claim: a submission committed after it sets it again.
             self._wake.clear()
@@ -155,9 +157,16 @@ class BareService:
             if template is None:
                 template = self._templates[row["template"]] = self._env.from_string(row["template"])
             pdf = await self._raw.pdf(slot, template.render(json.loads(row["data"])))
-            await asyncio.to_thread(_durable_write, self._folder / f"{row['id']}.pdf", pdf)
-            event = {"job": {"id": str(row["id"]), "status": "done", "bytes": len(pdf)}}
-            await self._pool.execute(DONE, row["id"], json.dumps(event), CHANNEL)
+            # The file and the done commit wait on fsyncs, not on the page: the slot prints
+            # its next job meanwhile (one job finishing per slot at most).
+            if finishing is not None:
+                await finishing
+            finishing = asyncio.create_task(self._finish(row["id"], pdf))
+
+    async def _finish(self, job_id: uuid.UUID, pdf: bytes) -> None:
+        await asyncio.to_thread(_durable_write, self._folder / f"{job_id}.pdf", pdf)
+        event = {"job": {"id": str(job_id), "status": "done", "bytes": len(pdf)}}
+        await self._pool.execute(DONE, job_id, json.dumps(event), CHANNEL)
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         event = json.loads(payload)

@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from bench import plots
+from bench.plans import BEFORE, TODAY
 
 Result = dict[str, Any]
 HERE = Path(__file__).resolve().parent
@@ -796,6 +797,23 @@ def budget_rows(result: Result) -> list[list[str]]:
     ]
 
 
+def plans_rows(result: Result) -> list[list[str]]:
+    """The claim and the done write, before 0019 and today."""
+    rows = []
+    for name, ways in result["statements"].items():
+        old, new, ratio = ways[BEFORE], ways[TODAY], ways["ratio"]
+        rows.append(
+            [
+                f"`{name}`",
+                f"{old['cpu_ms']:.3f} / {new['cpu_ms']:.3f}",
+                f"{ratio['cpu_ms']:.2f}",
+                f"{old['p50_ms']:.3f} / {new['p50_ms']:.3f}",
+                f"{ratio['p50_ms']:.2f}",
+            ]
+        )
+    return rows
+
+
 def budget_stage_rows(result: Result) -> list[list[str]]:
     stages = sorted(result["stages"].items(), key=lambda kv: -kv[1])
     return [[name, f"{ms:.2f}"] for name, ms in stages]
@@ -814,6 +832,7 @@ def markdown(results: Result) -> str:
         "mechanisms": mechanisms_rows,
         "writepath": writepath_rows,
         "budget": budget_rows,
+        "plans": plans_rows,
         "dbcost": dbcost_rows,
         "drain": drain_rows,
     }

@@ -18,6 +18,7 @@ SECTIONS = [
     "### The in-flight cap: a count per admission or the background read",
     "## Render path (P3)",
     "## Where a job's CPU goes (CPU budget)",
+    "### The claim's and the done write's plans (0019)",
     "## Egress gate",
     "## Submit→PDF latency (one job at a time)",
     "## Mechanisms on and off (hand-off, claim-while-printing)",
