@@ -5,7 +5,8 @@ Pressroom: a client in a process of its own follows the all-jobs stream live (`j
 `job.failed` only), then for each document takes the time, POSTs it and waits for its
 `job.done`: that span is the latency a user waiting on SSE sees, the file stored and the
 event committed. The floor: one reused page of the same engine, `set_content` then `pdf`
-with Pressroom's PDF arguments, timed per document. Between them, the bare service
+with Pressroom's PDF arguments, timed per document. Then Pressroom's own renderer alone
+(the app's render call, nothing around it), the same way. Between them, the bare service
 (bench/bare.py: the least a service of this design can do, printing on the same page) is
 timed by the same client: the latency no service of this design reaches below. All three are
 started once and warmed, then alternate in --rounds rounds of --docs documents; the report
@@ -44,13 +45,16 @@ from bench.common import (
 )
 from bench.render import RawLoop
 from server import templates
-from server.keys import METRICS
+from server.keys import CHROMIUM, METRICS
 from server.metrics import Metrics
+from server.options import RenderOptions
+from server.render import ChromiumRenderer
 from server.worker import Phase
 
 NAME = "bench.latency"
 #: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
 TARGET_ADDED_MS = {"p50": 3.0, "p99": 6.0}
+RENDER_TIMEOUT_S = 30.0
 
 
 async def client(url: str, docs: int) -> list[float]:
@@ -66,6 +70,18 @@ async def client(url: str, docs: int) -> list[float]:
                     job_id = str((await resp.json())["id"])
                 await until_done(stream, {job_id})
                 latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def renderer_latencies(renderer: ChromiumRenderer, html: list[str]) -> list[float]:
+    """Milliseconds per document for Pressroom's own renderer alone (the app's render call,
+    nothing around it), one at a time."""
+    latencies: list[float] = []
+    options = RenderOptions()
+    for doc in html:
+        started = time.perf_counter()
+        await renderer.render(doc, options, timeout_s=RENDER_TIMEOUT_S)
+        latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
 
@@ -114,6 +130,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await checkpoint(dsn)
         for _ in range(args.rounds):
             floor = summary(await raw_latencies(raw, html))
+            alone = summary(await renderer_latencies(app[CHROMIUM], html))
             least = summary(await run_module(NAME, "--client", bare.base, "--docs", str(args.docs)))
             before = phase_totals(app[METRICS])
             timed = await run_module(NAME, "--client", base, "--docs", str(args.docs))
@@ -131,6 +148,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "p99": ours["p99"],
                     "added_p50": ours["p50"] - floor["p50"],
                     "added_p99": ours["p99"] - floor["p99"],
+                    "renderer_added_p50": alone["p50"] - floor["p50"],
+                    "renderer_added_p99": alone["p99"] - floor["p99"],
                     "bare_p50": least["p50"],
                     "bare_p99": least["p99"],
                     "bare_added_p50": least["p50"] - floor["p50"],
@@ -143,6 +162,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 {row['p50']:.1f} ms p99 "
         f"{row['p99']:.1f} ms; added p50 {row['added_p50']:+.1f} ms p99 {row['added_p99']:+.1f} ms "
         f"(median of {args.rounds} rounds)",
+        flush=True,
+    )
+    print(
+        f"latency Pressroom's renderer alone adds p50 {row['renderer_added_p50']:+.1f} ms p99 "
+        f"{row['renderer_added_p99']:+.1f} ms to the raw print",
         flush=True,
     )
     print(
