@@ -273,6 +273,31 @@ async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.C
     assert rows[0]["held"] is False
 
 
+async def seq_scans(conn: asyncpg.Connection, table: str) -> int:
+    """Sequential scans of `table` counted in this transaction's view of the statistics (it
+    also holds what earlier transactions did and has not been sent yet: compare two reads)."""
+    count = await conn.fetchval(
+        "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1", table
+    )
+    return int(count)
+
+
+async def finish_claimed(conn: asyncpg.Connection, claimed: list[asyncpg.Record]) -> list[Any]:
+    """The done write for every attempt of `claimed` (rows of claim_jobs by worker "w")."""
+    count = len(claimed)
+    rows: list[Any] = await conn.fetch(
+        query("finish_done_many"),
+        [row["id"] for row in claimed],
+        "w",
+        [row["attempts"] for row in claimed],
+        [f"k/{row['id']}" for row in claimed],
+        [1] * count,
+        [1] * count,
+        ["[]"] * count,
+    )
+    return rows
+
+
 async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: str) -> None:
     """The event trigger skips deliveries to a URL disabled by a 410 (0016); with ROWS
     deliveries kept in the outbox, that check must not scan them all (0018)."""
@@ -297,20 +322,9 @@ async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: s
         await jobs.create(conn, new)
         claimed = await conn.fetch(query("claim_jobs"), 3, "w", 60.0)
         async with conn.transaction():
-            done = await conn.fetch(
-                query("finish_done_many"),
-                [row["id"] for row in claimed],
-                "w",
-                [row["attempts"] for row in claimed],
-                [f"k/{row['id']}" for row in claimed],
-                [1] * 3,
-                [1] * 3,
-                ["[]"] * 3,
-            )
-            scans = await conn.fetchval(
-                "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
-                "webhook_deliveries",
-            )
+            before = await seq_scans(conn, "webhook_deliveries")
+            done = await finish_claimed(conn, claimed)
+            scans = await seq_scans(conn, "webhook_deliveries") - before
         assert len(done) == 3
         assert scans == 0, f"{scans} sequential scans of the outbox for three done writes"
         pending = await conn.fetchval(
@@ -372,25 +386,14 @@ async def test_the_done_write_keeps_a_plan_by_key_from_a_young_table(dsn: str) -
     few jobs, then run after it grew to ROWS, it still finds each job by its key: with the
     table unanalyzed, only the kept plan stands between it and a scan of every job."""
     conn = await db.connect(dsn)
-    seq_scans_of_jobs = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'jobs'"
 
     async def claim_and_finish(count: int) -> int:
         await jobs.create(conn, [new_job(max_attempts=1) for _ in range(count)])
         claimed = await conn.fetch(query("claim_jobs"), count, "w", 60.0)
         async with conn.transaction():
-            # The view also counts what earlier transactions did and has not been sent yet.
-            before = await conn.fetchval(seq_scans_of_jobs)
-            done = await conn.fetch(
-                query("finish_done_many"),
-                [row["id"] for row in claimed],
-                "w",
-                [row["attempts"] for row in claimed],
-                [f"k/{row['id']}" for row in claimed],
-                [1] * count,
-                [1] * count,
-                ["[]"] * count,
-            )
-            scans = await conn.fetchval(seq_scans_of_jobs) - before
+            before = await seq_scans(conn, "jobs")
+            done = await finish_claimed(conn, claimed)
+            scans = await seq_scans(conn, "jobs") - before
         assert sorted(row["id"] for row in done) == sorted(row["id"] for row in claimed)
         return int(scans)
 
