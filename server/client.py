@@ -42,6 +42,16 @@ EventCallback = Callable[[Json], None]
 T = TypeVar("T")
 
 
+def _stop_if_cancelled() -> None:
+    """In a retry loop's handler of transport errors: stop when this task is being cancelled.
+    aiohttp can raise a TimeoutError in place of the CancelledError of a cancel that meets one
+    of its timers (aio-libs/aiohttp#5979); taken for a broken connection, the cancel would be
+    lost and the loop would reconnect for ever (a `pressroom watch` that Ctrl-C did not end)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class PressroomError(Exception):
     """The server refused a request; `problem` is its problem+json body (RFC 9457)."""
 
@@ -315,7 +325,7 @@ class AsyncClient:
                     if job_id is not None and event.get("type") in TERMINAL_EVENTS:
                         return
             except (_StreamUnavailable, aiohttp.ClientError, TimeoutError, ConnectionError):
-                pass
+                _stop_if_cancelled()
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, RECONNECT_MAX_S)
 
@@ -350,7 +360,7 @@ class AsyncClient:
                 except _StreamUnavailable:
                     return await self._long_poll(job_id, on_event)
                 except (aiohttp.ClientError, TimeoutError, ConnectionError):
-                    pass  # the connection broke: resume by event id
+                    _stop_if_cancelled()  # else the connection broke: resume by event id
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_MAX_S)
 
@@ -378,6 +388,7 @@ class AsyncClient:
                     etag = resp.headers.get("ETag")
                     job: Json = await resp.json()
             except (aiohttp.ClientError, TimeoutError):
+                _stop_if_cancelled()
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_MAX_S)
                 continue
