@@ -125,6 +125,8 @@ class BareService:
         app.router.add_post("/v1/jobs", self._submit)
         app.router.add_get("/v1/events", self._events)
         self.base = await self._stack.enter_async_context(serving(app))
+        # Before the server stops: it would wait up to a minute for the open streams.
+        self._stack.callback(self._end_streams)
         for slot in range(self._raw.slots):
             task = asyncio.create_task(self._slot(slot))
             self._stack.callback(task.cancel)
@@ -182,12 +184,17 @@ class BareService:
         frames: asyncio.Queue[bytes] = asyncio.Queue()
         self._streams.add(frames)
         try:
-            while True:
-                await response.write(await frames.get())
+            while frame := await frames.get():
+                await response.write(frame)
         except ConnectionResetError:  # the client went away
-            return response
+            pass
         finally:
             self._streams.discard(frames)
+        return response
+
+    def _end_streams(self) -> None:
+        for stream in self._streams:
+            stream.put_nowait(b"")  # the end of the stream
 
 
 def _durable_write(path: Path, data: bytes) -> None:
