@@ -37,6 +37,7 @@ from bench.bare import BareService
 from bench.common import (
     INVOICE,
     QUICK,
+    RENDER_TIMEOUT_S,
     checkpoint,
     command,
     database,
@@ -57,7 +58,6 @@ from server.render import ChromiumRenderer
 
 NAME = "bench.budget"
 PROFILE_ROUNDS = 4  # the profiled round is this many rounds long
-RENDER_TIMEOUT_S = 30.0
 
 #: A sample belongs to the first stage (in this order) one of whose markers is in its stack.
 #: py-spy frames read "function (path/file.py)"; the markers are substrings of them.

@@ -26,6 +26,8 @@ from server.app import create_app
 from server.settings import Settings
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+#: The render time limit when a benchmark calls Pressroom's renderer directly.
+RENDER_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parent.parent
 
 INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>

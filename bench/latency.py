@@ -23,6 +23,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import ClientSession
@@ -32,6 +33,7 @@ from bench.common import (
     FINAL_TYPES,
     INVOICE,
     QUICK,
+    RENDER_TIMEOUT_S,
     checkpoint,
     command,
     database,
@@ -48,13 +50,11 @@ from server import templates
 from server.keys import CHROMIUM, METRICS
 from server.metrics import Metrics
 from server.options import RenderOptions
-from server.render import ChromiumRenderer
 from server.worker import Phase
 
 NAME = "bench.latency"
 #: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
 TARGET_ADDED_MS = {"p50": 3.0, "p99": 6.0}
-RENDER_TIMEOUT_S = 30.0
 
 
 async def client(url: str, docs: int) -> list[float]:
@@ -73,26 +73,14 @@ async def client(url: str, docs: int) -> list[float]:
     return latencies
 
 
-async def renderer_latencies(renderer: ChromiumRenderer, html: list[str]) -> list[float]:
-    """Milliseconds per document for Pressroom's own renderer alone (the app's render call,
-    nothing around it), one at a time."""
-    latencies: list[float] = []
-    options = RenderOptions()
+async def latencies(print_one: Callable[[str], Awaitable[object]], html: list[str]) -> list[float]:
+    """Milliseconds per document for `print_one`, one document at a time."""
+    times: list[float] = []
     for doc in html:
         started = time.perf_counter()
-        await renderer.render(doc, options, timeout_s=RENDER_TIMEOUT_S)
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
-
-
-async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
-    """Milliseconds per document for the raw loop's single page."""
-    latencies: list[float] = []
-    for doc in html:
-        started = time.perf_counter()
-        await raw.run([doc])
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
+        await print_one(doc)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
 
 
 #: The phases a job passes in the worker, in order (bench.latency reports their means).
@@ -128,9 +116,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await run_module(NAME, "--client", base, "--docs", "4")
         await run_module(NAME, "--client", bare.base, "--docs", "4")
         await checkpoint(dsn)
+        options = RenderOptions()
+
+        async def renderer_alone(doc: str) -> object:
+            """Pressroom's own renderer: the app's render call, nothing around it."""
+            return await app[CHROMIUM].render(doc, options, timeout_s=RENDER_TIMEOUT_S)
+
         for _ in range(args.rounds):
-            floor = summary(await raw_latencies(raw, html))
-            alone = summary(await renderer_latencies(app[CHROMIUM], html))
+            floor = summary(await latencies(lambda doc: raw.run([doc]), html))
+            alone = summary(await latencies(renderer_alone, html))
             least = summary(await run_module(NAME, "--client", bare.base, "--docs", str(args.docs)))
             before = phase_totals(app[METRICS])
             timed = await run_module(NAME, "--client", base, "--docs", str(args.docs))

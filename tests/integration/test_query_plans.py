@@ -43,6 +43,24 @@ async def explain(conn: asyncpg.Connection, sql: str, *args: Any) -> list[tuple[
     return scans(document[0]["Plan"])
 
 
+async def generic_plan(
+    conn: asyncpg.Connection, sql: str, *args: int | str, types: str = ""
+) -> list[tuple[str, str]]:
+    """The scans of the plan PostgreSQL keeps for `sql` as a prepared statement (the generic
+    one, costed for parameters of unknown value; of `types` when given), executed with
+    `args`."""
+    literals = ", ".join(str(a) if isinstance(a, int) else f"'{a}'" for a in args)
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE kept{f' ({types})' if types else ''} AS {sql}")
+    try:
+        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE kept({literals})")
+    finally:
+        await conn.execute("DEALLOCATE kept")
+        await conn.execute("RESET plan_cache_mode")
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return scans(document[0]["Plan"])
+
+
 async def hub_plan(conn: asyncpg.Connection, *args: Any) -> list[tuple[str, str]]:
     """The plan of the hub's read (events_after_all) for these arguments, as it runs: its
     function's query, with the plan the function keeps (generic, partitions pruned at start)."""
@@ -51,17 +69,8 @@ async def hub_plan(conn: asyncpg.Connection, *args: Any) -> list[tuple[str, str]
     )
     statement = body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0]
     xid, after_id, page, floor_id = args
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE hub_read (xid8, bigint, integer, bigint) AS {statement}")
-    try:
-        raw = await conn.fetchval(
-            f"EXPLAIN (FORMAT JSON) EXECUTE hub_read('{int(xid)}', {after_id}, {page}, {floor_id})"
-        )
-    finally:
-        await conn.execute("DEALLOCATE hub_read")
-        await conn.execute("RESET plan_cache_mode")
-    document = json.loads(raw) if isinstance(raw, str) else raw
-    return scans(document[0]["Plan"])
+    types = "xid8, bigint, integer, bigint"
+    return await generic_plan(conn, statement, str(int(xid)), after_id, page, floor_id, types=types)
 
 
 async def blocks_read(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
@@ -333,23 +342,6 @@ async def test_a_done_write_with_a_webhook_does_not_read_the_whole_outbox(dsn: s
         assert pending == 3  # each job's delivery was queued
     finally:
         await conn.close()
-
-
-async def generic_plan(
-    conn: asyncpg.Connection, sql: str, *args: int | str
-) -> list[tuple[str, str]]:
-    """The scans of the plan PostgreSQL keeps for `sql` as a prepared statement (the generic
-    one, costed for parameters of unknown value), executed with `args`."""
-    literals = ", ".join(str(a) if isinstance(a, int) else f"'{a}'" for a in args)
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE kept AS {sql}")
-    try:
-        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE kept({literals})")
-    finally:
-        await conn.execute("DEALLOCATE kept")
-        await conn.execute("RESET plan_cache_mode")
-    document = json.loads(raw) if isinstance(raw, str) else raw
-    return scans(document[0]["Plan"])
 
 
 async def test_the_kept_plans_of_the_claims_find_each_row_by_its_key(dsn: str) -> None:
