@@ -83,6 +83,11 @@ async def latencies(print_one: Callable[[str], Awaitable[object]], html: list[st
     return times
 
 
+async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
+    """Milliseconds per document for the raw loop's single page."""
+    return await latencies(lambda doc: raw.run([doc]), html)
+
+
 #: The phases a job passes in the worker, in order (bench.latency reports their means).
 PHASES = [Phase.PREPARING, Phase.RENDERING, Phase.PRINTING, Phase.STORING, Phase.RECORDING]
 PHASE_METRIC = "pressroom_job_phase_duration_seconds"
@@ -123,7 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return await app[CHROMIUM].render(doc, options, timeout_s=RENDER_TIMEOUT_S)
 
         for _ in range(args.rounds):
-            floor = summary(await latencies(lambda doc: raw.run([doc]), html))
+            floor = summary(await raw_latencies(raw, html))
             alone = summary(await latencies(renderer_alone, html))
             least = summary(await run_module(NAME, "--client", bare.base, "--docs", str(args.docs)))
             before = phase_totals(app[METRICS])
