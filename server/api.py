@@ -202,14 +202,15 @@ async def submit(request: web.Request) -> web.Response:
 @routes.post("/v1/tokens")
 async def issue_token(request: web.Request) -> web.Response:
     """A short-lived subscription token for EventSource and Socket.IO (no API key in browsers):
-    for the tenant's streams, one job's or one channel's, signed with the tenant's secret."""
+    for the tenant's streams, one job's or those of 1-20 channels, signed with the tenant's
+    secret."""
     settings = request.app[SETTINGS]
     tenant = tenant_of(request)
     asked = validated(TokenRequest, await optional_body(request), checks(request))
     if asked.job_id is not None and await jobs.get(request.app[POOL], asked.job_id, tenant) is None:
         raise not_found()
     scope = signing.Scope(
-        job_id=None if asked.job_id is None else str(asked.job_id), channel=asked.channel
+        job_id=None if asked.job_id is None else str(asked.job_id), channels=asked.scope_channels
     )
     token, expires_at = signing.make_token(
         await request.app[AUTH].signing_secret(tenant),

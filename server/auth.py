@@ -6,13 +6,15 @@ while no key exists at all, is "default" (dev mode: open, and only on a loopback
 token opens its scope only (server/signing.py): `check_scope` answers 403 for anything else.
 
 Keys are kept by server/apikeys.py; download links and the tokens this server mints name the
-key that minted them. Tokens are signed with their tenant's token secret (server/tenants.py),
-which each process keeps in memory for the tenants in use. Every auth_cache_s / 2 a process
-reads which keys are active and those tenants' secrets; a revoked key, its tokens and its
-links, and the tokens signed with a rotated secret, are refused from then on, and the streams
-they opened (SSE, Socket.IO, long-polls) are closed: revoking and rotating are writes to the
-database from any process (`pressroom keys revoke`, `pressroom tenants secret --rotate`),
-noticed by every server.
+key that minted them. Tokens are signed with their tenant's token secret (server/tenants.py)
+or with a private key whose public key the tenant registered (a token key, by `kid`:
+server/token_keys.py), which each process keeps in memory for the tenants in use. Every
+auth_cache_s / 2 a process reads which keys are active and those tenants' secrets and token
+keys; a revoked key, its tokens and its links, the tokens signed with a rotated secret and
+those signed with a removed token key, are refused from then on, and the streams they opened
+(SSE, Socket.IO, long-polls) are closed: revoking, rotating and removing are writes to the
+database from any process (`pressroom keys revoke`, `pressroom tenants secret --rotate`,
+`pressroom tenants token-key --remove`), noticed by every server.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from server.problems import Problem
 from server.settings import Settings
 from server.signing import (
     NO_KEY,
+    TOKEN_ALGORITHM,
     Scope,
     TokenClaims,
     check_token,
     secret_digest,
-    token_tenant,
+    token_signer,
 )
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ REVOKED_REASON = "the API key this stream was opened with (or its token's) has b
 KEYED_REASON = "API keys are required now; reconnect with a key or a subscription token"
 ROTATED_REASON = "the token signing secret of this stream's token has been rotated"
 TENANT_CLOSED_REASON = "this stream's tenant has no active API key any more"
+KEY_REMOVED_REASON = "the token key this stream's token was signed with has been removed"
 
 INVALID_TOKEN = "The subscription token is invalid or has expired; get a new one."
 REVOKED_TOKEN = (
@@ -62,25 +66,41 @@ REVOKED_TOKEN = (
     "keys were required); get a new one."
 )
 CLOSED_TENANT_TOKEN = "The subscription token's tenant has no active API key."
+UNKNOWN_KEY_TOKEN = (
+    "The subscription token's kid names no token key of its tenant (or one since removed); get "
+    "a new one."
+)
 
-#: What ends a stream: an API key's id (NO_KEY: the open dev mode), or a tenant and the digest
-#: of the token secret its token was checked with.
-Hold = int | tuple[str, str]
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenKeyHold:
+    """The token key a stream's token was checked with: its tenant, kid and thumbprint (a key
+    added again under the same kid is another key)."""
+
+    tenant: str
+    kid: str
+    thumbprint: str
+
+
+#: What ends a stream: an API key's id (NO_KEY: the open dev mode), a tenant and the digest of
+#: the token secret its token was checked with, or the token key its token was checked with.
+Hold = int | tuple[str, str] | TokenKeyHold
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Credential:
     """What a request or connection proved: the id of its API key (its own, or the one its
     token was minted for; NO_KEY in dev mode; None for a token the tenant's backend minted),
-    and for a token signed with a tenant's secret, that tenant and the secret's digest."""
+    and for a token, what it was checked with: its tenant and the secret's digest, or a token
+    key."""
 
     key_id: int | None
-    secret: tuple[str, str] | None = None
+    signer: tuple[str, str] | TokenKeyHold | None = None
 
     @property
     def holds(self) -> tuple[Hold, ...]:
         key: tuple[Hold, ...] = () if self.key_id is None else (self.key_id,)
-        return key + (() if self.secret is None else (self.secret,))
+        return key + (() if self.signer is None else (self.signer,))
 
     @property
     def minted_by(self) -> int:
@@ -290,7 +310,7 @@ class Authenticator:
     def _remember_secrets(self, found: dict[str, tenants.TokenSecret], now: float) -> None:
         if len(self._secrets) + len(found) > MAX_CACHED_TENANTS:
             # A flood of made-up tenants must not grow memory; those with streams stay.
-            watched = {hold[0] for hold in self._watches if isinstance(hold, tuple)}
+            watched = {_tenant_of(hold) for hold in self._watches if not isinstance(hold, int)}
             self._secrets = {t: known for t, known in self._secrets.items() if t in watched}
         until = now + self._settings.auth_cache_s
         for tenant, known in found.items():
@@ -306,28 +326,46 @@ class Authenticator:
         made = await tenants.set_token_secret(self._pool, tenant, rotate=False)
         if made is None:
             return self._settings.secret
-        self._remember_secrets({tenant: tenants.TokenSecret(made, True)}, time.monotonic())
+        made_one = dataclasses.replace(known, secret=made, active=True)
+        self._remember_secrets({tenant: made_one}, time.monotonic())
         return made
 
     async def verify_token(self, token: str) -> Verified | str:
         """What a subscription token grants, or why it is refused (a 401's detail): it must
-        be signed with its tenant's current secret, unexpired, its tenant must have an active
-        key, and the key it was minted for (if any) must be active. A token of the dev-mode
-        tenant, signed with PRESSROOM_SECRET, counts while the server runs open."""
-        tenant = token_tenant(token)
-        if tenant is None or tenants.check_tenant(tenant) is not None:
+        be signed with its tenant's current secret (HS256) or with the token key its `kid`
+        names (by that key's algorithm), unexpired, its tenant must have an active key, and the
+        key it was minted for (if any) must be active. A token of the dev-mode tenant, signed
+        with PRESSROOM_SECRET, counts while the server runs open."""
+        signer = token_signer(token)
+        if signer is None or tenants.check_tenant(signer.tenant) is not None:
             return INVALID_TOKEN
+        tenant = signer.tenant
         known = await self.token_secret(tenant)
-        if known.secret is not None:
+        held: tuple[str, str] | TokenKeyHold
+        if signer.algorithm != TOKEN_ALGORITHM and signer.kid is not None:
+            # Signed with a private key of the tenant's backend: the tenant's key of that kid
+            # checks it, by its one algorithm. HS256 is the secret's, whatever its kid says.
+            token_key = known.keys.get(signer.kid)
+            if token_key is None:
+                return UNKNOWN_KEY_TOKEN
+            claims = check_token(token_key.verifier, token, algorithm=token_key.algorithm)
+            held = TokenKeyHold(tenant, token_key.kid, token_key.thumbprint)
+        elif known.secret is not None:
             claims = check_token(known.secret, token)
-            if claims is None:
-                return INVALID_TOKEN
-            if not known.active:
-                return CLOSED_TENANT_TOKEN
-            if claims.key_id is not None and not await self.key_active(claims.key_id):
-                return REVOKED_TOKEN
             held = (tenant, secret_digest(known.secret))
-            return Verified(claims, Credential(claims.key_id, held))
+        else:
+            return await self._verify_dev_token(tenant, token)
+        if claims is None:
+            return INVALID_TOKEN
+        if not known.active:
+            return CLOSED_TENANT_TOKEN
+        if claims.key_id is not None and not await self.key_active(claims.key_id):
+            return REVOKED_TOKEN
+        return Verified(claims, Credential(claims.key_id, held))
+
+    async def _verify_dev_token(self, tenant: str, token: str) -> Verified | str:
+        """A token of a tenant without a secret: the dev-mode tenant's, signed with
+        PRESSROOM_SECRET, while the server runs open."""
         if tenant != DEV_TENANT:
             return INVALID_TOKEN
         claims = check_token(self._settings.secret, token)
@@ -339,8 +377,9 @@ class Authenticator:
 
     def watch(self, credential: Credential, on_revoked: Callable[[str], None]) -> Watch:
         """Call on_revoked (once) when what `credential` rests on is found revoked: its key,
-        NO_KEY once the server stops running open, its token's secret once rotated (or its
-        tenant left without an active key); close the Watch when the stream ends."""
+        NO_KEY once the server stops running open, its token's secret once rotated or its
+        token key once removed (or its tenant left without an active key); close the Watch
+        when the stream ends."""
         watch = Watch(self, credential.holds, on_revoked)
         for hold in watch.holds:
             self._watches.setdefault(hold, set()).add(watch)
@@ -363,15 +402,19 @@ class Authenticator:
 
     def _revoked(self, hold: Hold) -> str | None:
         """Why what a stream holds no longer counts, None while it does."""
-        if isinstance(hold, tuple):
-            tenant, digest = hold
-            cached = self._secrets.get(tenant)
+        if not isinstance(hold, int):
+            cached = self._secrets.get(_tenant_of(hold))
             if cached is None:
                 return None  # not read since (kept while watched): as it was
             known = cached[1]
             if not known.active:
                 return TENANT_CLOSED_REASON
-            if known.secret is None or secret_digest(known.secret) != digest:
+            if isinstance(hold, TokenKeyHold):
+                token_key = known.keys.get(hold.kid)
+                if token_key is None or token_key.thumbprint != hold.thumbprint:
+                    return KEY_REMOVED_REASON
+                return None
+            if known.secret is None or secret_digest(known.secret) != hold[1]:
                 return ROTATED_REASON
             return None
         if hold == NO_KEY:
@@ -401,8 +444,9 @@ class Authenticator:
                 log.warning("could not refresh API keys: %s", exc)  # requests read them
 
     async def _refresh_secrets(self) -> None:
-        """Read the token secrets of the tenants in use again, in one statement: a rotated
-        one is noticed here (and its streams closed by the pass that follows)."""
+        """Read the token secrets and token keys of the tenants in use again, in one
+        statement: a rotated secret or a removed key is noticed here (and its streams closed by
+        the pass that follows)."""
         if not self._secrets:
             return
         assert self._pool is not None, "Authenticator.start() was not called"
@@ -528,6 +572,10 @@ class Authenticator:
             "This server requires an API key: send `Authorization: Bearer KEY`"
             + (" or a subscription token as ?token=." if stream is not None else ".")
         )
+
+
+def _tenant_of(hold: tuple[str, str] | TokenKeyHold) -> str:
+    return hold.tenant if isinstance(hold, TokenKeyHold) else hold[0]
 
 
 def key_id_of(request: web.Request) -> int:

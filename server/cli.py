@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -12,11 +13,12 @@ import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from server import apikeys, db, tenants
+from server import apikeys, db, tenants, token_keys
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.settings import Settings, SettingsError
 
@@ -204,6 +206,8 @@ async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
     """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate."""
     if args.tenants_command == "secret":
         return await run_token_secret(settings, args)
+    if args.tenants_command == "token-key":
+        return await run_token_keys(settings, args)
     overlap_s = settings.webhook_rotation_overlap_s
     async with _database(settings) as conn:
         if args.rotate:
@@ -264,6 +268,74 @@ async def run_token_secret(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_token_keys(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants token-key TENANT --add FILE.pem [--kid KID] | --list | --remove KID: the public
+    keys its backend may sign subscription tokens with."""
+    tenant = args.tenant
+    if args.kid is not None and args.add is None:
+        print("pressroom: --kid names the key --add adds", file=sys.stderr)
+        return 2
+    key = None
+    if args.add is not None:
+        # Read and checked before the database is touched: a refused file changes nothing.
+        try:
+            pem = await asyncio.to_thread(Path(args.add).read_bytes)
+            key = token_keys.read_public_key(pem)
+        except OSError as exc:
+            print(f"pressroom: cannot read {args.add}: {exc.strerror}", file=sys.stderr)
+            return 2
+        except token_keys.TokenKeyError as exc:
+            print(f"pressroom: {args.add}: {exc}", file=sys.stderr)
+            return 2
+        if args.kid is not None:
+            key = dataclasses.replace(key, kid=args.kid)
+    async with _database(settings) as conn:
+        if await tenants.webhook_secrets(conn, tenant, overlap_s=0) is None:
+            print(
+                f"pressroom: tenant {tenant!r} has no API key, so no token keys; create a key "
+                f"first: pressroom keys create --tenant {tenant}",
+                file=sys.stderr,
+            )
+            return 1
+        if args.list:
+            print("kid\talgorithm\tadded")
+            for listed in await token_keys.list_keys(conn, tenant):
+                print(f"{listed.kid}\t{listed.algorithm}\t{_cell(listed.added_at)}")
+            return 0
+        if key is None:
+            if not await token_keys.remove(conn, tenant, args.remove):
+                missing = f"tenant {tenant!r} has no token key {args.remove!r}"
+                print(f"pressroom: {missing}", file=sys.stderr)
+                return 1
+            print(
+                f"removed token key {args.remove!r} of tenant {tenant!r}: servers refuse the "
+                "tokens signed with it, and close the streams they opened, within "
+                "PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+            return 0
+        try:
+            added = await token_keys.add(conn, tenant, key)
+        except token_keys.TokenKeyError as exc:
+            print(f"pressroom: {args.add}: {exc}", file=sys.stderr)  # nothing changed
+            return 1
+    print(
+        f"added token key {added.kid!r} ({added.algorithm}) for tenant {tenant!r}: its backend "
+        f'signs tokens with the private key, "alg": "{added.algorithm}" and "kid": '
+        f'"{added.kid}" in their header',
+        file=sys.stderr,
+    )
+    print(added.kid)  # alone on stdout, as with keys create
+    return 0
+
+
+def _kid(raw: str) -> str:
+    why = token_keys.check_kid(raw)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return raw
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -318,6 +390,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--rotate",
         action="store_true",
         help="required: print a new secret; tokens signed with the old one stop working",
+    )
+    token_key = tenants_commands.add_parser(
+        "token-key", help="the public keys a tenant's backend signs subscription tokens with"
+    )
+    token_key.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    key_change = token_key.add_mutually_exclusive_group(required=True)
+    key_change.add_argument(
+        "--add",
+        metavar="FILE.pem",
+        help="register a public key (RSA 2048-4096 bits: RS256, EC P-256: ES256, Ed25519: "
+        "EdDSA); prints its kid",
+    )
+    key_change.add_argument("--list", action="store_true", help="kid, algorithm, added at")
+    key_change.add_argument(
+        "--remove", metavar="KID", help="remove a key: its tokens stop working, their streams end"
+    )
+    token_key.add_argument(
+        "--kid", type=_kid, help="with --add: the key's id (default: from its thumbprint)"
     )
     add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser

@@ -38,6 +38,7 @@ from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, layered
 from server.options import integral as _integral
 from server.settings import Settings
+from server.signing import MAX_TOKEN_CHANNELS
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
 QUERY = ConfigDict(extra="ignore", strict=True)  # other parameters (token=) belong to others
@@ -702,17 +703,23 @@ class InlinePreviewRequest(_OpensNoPage):
     options: RenderOptions | None = Field(None, description="How to print.")
 
 
+_TOKEN_SCOPES = ("job_id", "channel", "channels")
+
+
 def _not_both_scopes(schema: dict[str, Any]) -> None:
-    """Not both job_id and channel, not null (see TokenRequest._one_scope)."""
+    """No two of job_id, channel and channels, not null (see TokenRequest._one_scope)."""
+    pairs = [(a, b) for n, a in enumerate(_TOKEN_SCOPES) for b in _TOKEN_SCOPES[n + 1 :]]
     schema["not"] = {
-        "required": ["job_id", "channel"],
-        "properties": {name: {"not": {"type": "null"}} for name in ("job_id", "channel")},
+        "anyOf": [
+            {"required": [a, b], "properties": {n: {"not": {"type": "null"}} for n in (a, b)}}
+            for a, b in pairs
+        ]
     }
 
 
 class TokenRequest(BaseModel):
-    """What a subscription token may open: with neither job_id nor channel, every stream of
-    the tenant."""
+    """What a subscription token may open: with none of job_id, channel and channels, every
+    stream of the tenant."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_not_both_scopes)
 
@@ -722,17 +729,46 @@ class TokenRequest(BaseModel):
     channel: Channel | None = Field(
         None, description="Limit the token to this channel: its stream and its jobs."
     )
+    channels: (
+        Annotated[
+            list[Channel],
+            Field(
+                min_length=1,
+                max_length=MAX_TOKEN_CHANNELS,
+                json_schema_extra={"uniqueItems": True},
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=f"Limit the token to these channels (1-{MAX_TOKEN_CHANNELS}, each once): "
+        "their streams and their jobs.",
+    )
     ttl_s: Annotated[int, Field(ge=1), Integral] | None = Field(
         None,
         description="Seconds the token lasts, up to PRESSROOM_TOKEN_TTL_S (the default): a "
         "longer one lasts that long; expires_at says when it ends.",
     )
 
+    @field_validator("channels")
+    @classmethod
+    def _each_once(cls, channels: list[str] | None) -> list[str] | None:
+        if channels is not None and len(set(channels)) != len(channels):
+            twice = sorted({name for name in channels if channels.count(name) > 1})
+            raise ValueError(f"must name each channel once; named twice: {', '.join(twice)}")
+        return channels
+
     @model_validator(mode="after")
     def _one_scope(self) -> TokenRequest:
-        if self.job_id is not None and self.channel is not None:
-            raise ValueError('give "job_id" or "channel", not both')
+        given = [f'"{name}"' for name in _TOKEN_SCOPES if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of {', '.join(given)}, not several")
         return self
+
+    @property
+    def scope_channels(self) -> frozenset[str]:
+        """The channels the token opens (none: it is not a channel token)."""
+        return frozenset(self.channels or ([self.channel] if self.channel else []))
 
     def lifetime_s(self, most_s: int) -> int:
         """How long the token lasts: ttl_s, bounded by `most_s` (PRESSROOM_TOKEN_TTL_S)."""

@@ -1,18 +1,24 @@
 """Subscription tokens and download links.
 
-Tokens are standard JWTs (HS256, PyJWT), signed with the tenant's token secret (migration
-0014; the open dev mode's tenant, which has none, uses PRESSROOM_SECRET), so that a tenant's
-backend can mint them itself:
+Tokens are standard JWTs (PyJWT), so that a tenant's backend can mint them itself: HS256
+signed with the tenant's token secret (migration 0014; the open dev mode's tenant, which has
+none, uses PRESSROOM_SECRET), or signed with a private key of the tenant's whose public key it
+registered (a token key, server/token_keys.py: RS256, ES256 or EdDSA, named by the header's
+`kid`). Every token is checked with one key and that key's one algorithm, chosen by the
+header: `alg` HS256 means the secret, whatever `kid` says; any other `alg` needs the `kid` of
+one of the tenant's token keys, and must be that key's algorithm. The claims are the same:
 
-    {"sub": TENANT, "iat": …, "exp": …, "pressroom": {"scope": "tenant" | "job" | "channel",
-     "job_id": …, "channel": …, "key": …}}
+    {"sub": TENANT, "iat": …, "exp": …, "pressroom": {"scope": "tenant" | "job" | "channel" |
+     "channels", "job_id": …, "channel": …, "channels": [… up to 20], "key": …}}
 
-`scope` names what the token opens, with `job_id` for a job's, `channel` for a channel's;
-`key`, only in the tokens Pressroom mints, is the id of the API key that asked for it, which
-the token then needs to stay active. Download links carry `expires`, `key` (the minting key's
-id) and `sig` in their query; `sig` is an HMAC-SHA256 made by itsdangerous with
-PRESSROOM_SECRET, so that a link stays about as short as its path. Whether a key is still
-active, and which secret is a tenant's now, is server/auth.py's to say.
+`scope` names what the token opens, with `job_id` for a job's, `channel` for a channel's,
+`channels` for several; `key`, only in the tokens Pressroom mints, is the id of the API key
+that asked for it, which the token then needs to stay active.
+
+Download links carry `expires`, `key` (the minting key's id) and `sig` in their query; `sig` is
+an HMAC-SHA256 made by itsdangerous with PRESSROOM_SECRET, so that a link stays about as short
+as its path. Whether a key is still active, and which secret or token key is a tenant's now,
+is server/auth.py's to say.
 """
 
 from __future__ import annotations
@@ -24,18 +30,26 @@ import hashlib
 import secrets
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import itsdangerous
 import jwt
 
 from server.channels import is_channel
 
+if TYPE_CHECKING:
+    from server.token_keys import Verifier
+
 # The key id that credentials minted without an API key carry (open dev mode; the download
 # links of webhook deliveries). Key ids start at 1.
 NO_KEY = 0
-# Longer than any token a tenant needs; refused before any decoding.
-MAX_TOKEN_CHARS = 2048
+# Longer than any token a tenant needs (20 channels of the longest name, signed with a
+# 4096-bit RSA key: about 6,400), shorter than aiohttp's request line (8,190 bytes) with the
+# route around it; refused before any decoding.
+MAX_TOKEN_CHARS = 7168
+MAX_TOKEN_CHANNELS = 20
+# How many channels a 403 names before it counts the rest.
+DESCRIBED_CHANNELS = 3
 TOKEN_ALGORITHM = "HS256"
 # The routes under /v1/jobs/{id}/ a download link may open: the job's document (a PDF, or an
 # image) and its thumbnail. A link names one: it opens no other file of the job. COMBINED is a
@@ -56,44 +70,71 @@ def new_token_secret() -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scope:
     """What a token opens: every stream of its tenant (neither field), one job's stream and
-    long-poll (`job_id`), or one channel's stream and the jobs in it (`channel`)."""
+    long-poll (`job_id`), or the streams of 1-20 channels and the jobs in them (`channels`)."""
 
     job_id: str | None = None
-    channel: str | None = None
+    channels: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
-        return "job" if self.job_id is not None else "channel" if self.channel else "tenant"
+        if self.job_id is not None:
+            return "job"
+        # One channel keeps the claim it had before tokens could name several.
+        return "channels" if len(self.channels) > 1 else "channel" if self.channels else "tenant"
 
     def opens(self, *, job_id: str | uuid.UUID | None, channel: str | None) -> bool:
         """May the holder follow this: a job (`job_id`, with that job's `channel`), a
         channel's stream (`channel` alone) or the tenant's (neither)?"""
         if self.job_id is not None:
             return job_id is not None and str(job_id) == self.job_id
-        if self.channel is not None:
-            return channel == self.channel
+        if self.channels:
+            return channel is not None and channel in self.channels
         return True
 
     def describe(self) -> str:
         if self.job_id is not None:
             return f"the stream of job {self.job_id}"
-        if self.channel is not None:
-            return f"channel {self.channel!r} (its stream and its jobs)"
+        names = [repr(name) for name in sorted(self.channels)]
+        if len(names) == 1:
+            return f"channel {names[0]} (its stream and its jobs)"
+        if names:
+            rest = len(names) - DESCRIBED_CHANNELS
+            if rest > 0:
+                listed = ", ".join(names[:DESCRIBED_CHANNELS]) + f" and {rest} more"
+            else:
+                listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+            return f"channels {listed} (their streams and their jobs)"
         return "every stream of the tenant"
 
     def claim(self, key_id: int | None) -> dict[str, Any]:
         claim: dict[str, Any] = {"scope": self.name}
         if self.job_id is not None:
             claim["job_id"] = self.job_id
-        if self.channel is not None:
-            claim["channel"] = self.channel
+        if len(self.channels) == 1:
+            [claim["channel"]] = self.channels
+        elif self.channels:
+            claim["channels"] = sorted(self.channels)
         if key_id is not None:
             claim["key"] = key_id
         return claim
 
 
 TENANT_SCOPE = Scope()
-_CLAIM_KEYS = {"tenant": {"scope"}, "job": {"scope", "job_id"}, "channel": {"scope", "channel"}}
+_CLAIM_KEYS = {
+    "tenant": {"scope"},
+    "job": {"scope", "job_id"},
+    "channel": {"scope", "channel"},
+    "channels": {"scope", "channels"},
+}
+
+
+def _channels_of(names: Any) -> frozenset[str] | None:
+    """The channels a `channels` claim names: 1-20 of them, each once, else None."""
+    if not isinstance(names, list) or not 1 <= len(names) <= MAX_TOKEN_CHANNELS:
+        return None
+    if not all(is_channel(name) for name in names) or len(set(names)) != len(names):
+        return None
+    return frozenset(names)
 
 
 def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
@@ -114,7 +155,11 @@ def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
         except (TypeError, ValueError, AttributeError):
             return None
     if name == "channel":
-        return (Scope(channel=claim["channel"]), key_id) if is_channel(claim["channel"]) else None
+        channel = claim["channel"]
+        return (Scope(channels=frozenset([channel])), key_id) if is_channel(channel) else None
+    if name == "channels":
+        channels = _channels_of(claim["channels"])
+        return None if channels is None else (Scope(channels=channels), key_id)
     return TENANT_SCOPE, key_id
 
 
@@ -152,33 +197,53 @@ def make_token(
     return jwt.encode(claims, secret, algorithm=TOKEN_ALGORITHM), expires_at
 
 
-def token_tenant(token: str) -> str | None:
-    """The tenant a token names (`sub`), unverified: whose secret checks it. None when it is
-    not a token at all."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Signer:
+    """Who a token says signed it, unverified: the tenant it names (`sub`), and the `alg` and
+    `kid` of its header. They choose the one key that checks it."""
+
+    tenant: str
+    algorithm: str
+    kid: str | None
+
+
+def token_signer(token: str) -> Signer | None:
+    """Who a token says signed it, unverified; None when it is not a token at all."""
     if len(token) > MAX_TOKEN_CHARS:
         return None
     try:
+        header = jwt.get_unverified_header(token)
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.InvalidTokenError:
         return None
     tenant = claims.get("sub") if isinstance(claims, dict) else None
-    return tenant if isinstance(tenant, str) else None
+    algorithm, kid = header.get("alg"), header.get("kid")
+    if not isinstance(tenant, str) or not isinstance(algorithm, str):
+        return None
+    if kid is not None and not isinstance(kid, str):
+        return None
+    return Signer(tenant, algorithm, kid)
 
 
-def check_token(secret: str, token: str) -> TokenClaims | None:
-    """The claims of a token signed with `secret`, unexpired and well formed, else None."""
+def check_token(
+    key: str | Verifier, token: str, *, algorithm: str = TOKEN_ALGORITHM
+) -> TokenClaims | None:
+    """The claims of a token signed with `key` by `algorithm` (a tenant's secret and HS256, or
+    a token key and its algorithm), unexpired and well formed, else None."""
     if len(token) > MAX_TOKEN_CHARS:
         return None
     try:
         claims = jwt.decode(
             token,
-            secret,
-            algorithms=[TOKEN_ALGORITHM],
+            key,
+            # One algorithm per key: a token that names another (none, or HS256 keyed with a
+            # public key's PEM) is refused by PyJWT before any signature is computed.
+            algorithms=[algorithm],
             # iat is checked below, with room for the clock of the backend that minted it.
             options={"require": ["exp", "iat", "sub", TOKEN_CLAIM], "verify_iat": False},
             leeway=0,
         )
-    except jwt.InvalidTokenError:
+    except jwt.PyJWTError:  # InvalidKeyError too: a key that is not one for its algorithm
         return None
     tenant, issued_at, expires_at = claims["sub"], claims["iat"], claims["exp"]
     if not isinstance(tenant, str) or not all(

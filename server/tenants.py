@@ -3,8 +3,9 @@
 The webhook signing secrets are shown and rotated by `pressroom tenants webhook-secret`, read
 by the webhook sender for every delivery (so that a rotation signs the next delivery already).
 The token signing secret, which a tenant's backend mints subscription tokens with, is shown
-once by `pressroom keys create` (for a new tenant) and by `pressroom tenants secret --rotate`;
-server/auth.py keeps the secrets in use in memory.
+once by `pressroom keys create` (for a new tenant) and by `pressroom tenants secret --rotate`.
+Its backend may sign them with its own private key instead, whose public key the tenant
+registered (server/token_keys.py). server/auth.py keeps the secrets and keys in use in memory.
 
 The open dev mode's tenant has no key and no row; its deliveries are signed with
 PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret), its tokens with PRESSROOM_SECRET.
@@ -15,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Mapping
 
 import asyncpg
 
+from server import token_keys
 from server.settings import new_webhook_secret
 from server.signing import new_token_secret
 from server.sql import query
@@ -81,19 +84,26 @@ async def rotate_webhook_secret(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenSecret:
-    """A tenant's token signing secret as last read (None: it has none yet), and whether the
-    tenant has an active API key (without one, none of its tokens is valid)."""
+    """A tenant's token signing secret as last read (None: it has none yet), whether the
+    tenant has an active API key (without one, none of its tokens is valid), and its token keys
+    by kid."""
 
     secret: str | None
     active: bool
+    keys: Mapping[str, token_keys.TokenKey] = dataclasses.field(default_factory=dict)
 
 
 async def token_secrets(
     conn: asyncpg.Connection | asyncpg.Pool, names: list[str]
 ) -> dict[str, TokenSecret]:
-    """The token signing secrets of these tenants, one entry per name."""
+    """The token signing secrets and token keys of these tenants, one entry per name."""
     rows = await conn.fetch(query("tenant_token_secrets"), names)
-    return {row["name"]: TokenSecret(row["token_secret"], row["active"]) for row in rows}
+    return {
+        row["name"]: TokenSecret(
+            row["token_secret"], row["active"], token_keys.from_rows(row["token_keys"])
+        )
+        for row in rows
+    }
 
 
 async def set_token_secret(

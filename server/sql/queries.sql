@@ -435,11 +435,16 @@ SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
 ON CONFLICT (name) DO NOTHING;
 
 -- tenant_token_secrets --
--- The token signing secrets of these tenants ($1), NULL for none yet, and whether each has an
--- active key (a tenant without one has no valid token). One row per name asked.
+-- The token signing secrets of these tenants ($1), NULL for none yet, whether each has an
+-- active key (a tenant without one has no valid token), and its token keys (0021), which its
+-- backend may sign tokens with instead. One row per name asked.
 SELECT n.name, t.token_secret,
        EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant = n.name AND k.revoked_at IS NULL)
-           AS active
+           AS active,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'kid', tk.kid, 'algorithm', tk.algorithm, 'public_key', tk.public_key,
+                    'thumbprint', tk.thumbprint)), '[]')
+        FROM tenant_token_keys tk WHERE tk.tenant = n.name) AS token_keys
 FROM unnest($1::text[]) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
 
 -- tenant_set_token_secret --
@@ -448,6 +453,21 @@ FROM unnest($1::text[]) AS n (name) LEFT JOIN tenants t ON t.name = n.name;
 UPDATE tenants SET token_secret = CASE WHEN $3::boolean THEN $2 ELSE coalesce(token_secret, $2) END
 WHERE name = $1
 RETURNING token_secret;
+
+-- token_key_add --
+-- A tenant's ($1) new token key: kid $2, algorithm $3, public key PEM $4, thumbprint $5.
+INSERT INTO tenant_token_keys (tenant, kid, algorithm, public_key, thumbprint)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING kid, algorithm, added_at;
+
+-- token_key_of_thumbprint --
+SELECT kid FROM tenant_token_keys WHERE tenant = $1 AND thumbprint = $2;
+
+-- token_key_list --
+SELECT kid, algorithm, added_at FROM tenant_token_keys WHERE tenant = $1 ORDER BY added_at, kid;
+
+-- token_key_remove --
+DELETE FROM tenant_token_keys WHERE tenant = $1 AND kid = $2 RETURNING kid;
 
 -- tenant_rotate_webhook_secret --
 -- The new secret ($2) signs from now on; the current one becomes the previous one, and the

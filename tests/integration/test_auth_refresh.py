@@ -89,7 +89,8 @@ async def test_tokens_are_checked_from_memory_and_a_rotation_is_noticed_in_the_b
     authenticator = auth.Authenticator(make_settings(auth_cache_s=CACHE_S))
     await authenticator.start(cast(asyncpg.Pool, recording))
     refresher = asyncio.create_task(authenticator.refresh_loop(), name="auth-refresh")
-    token, _ = signing.make_token(secret, "acme", signing.Scope(channel="A"), ttl_s=60)
+    channel_a = signing.Scope(channels=frozenset({"A"}))
+    token, _ = signing.make_token(secret, "acme", channel_a, ttl_s=60)
 
     async def connections(seconds: float) -> list[tuple[float, bool]]:
         """What a connection every 20 ms is told of the token (valid or not), and when."""

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, Any] = {
     "metadata": {"order": 7},
     "assets": None,  # filled in with an asset of this tenant
     "channel": "walk:user/7@example.com",
+    "channels": ["walk:user/7@example.com", "walk:org/1"],
     "ttl_s": 60,
     "key": _key,
     "items": lambda: [{"key": _key(), "template": HTML}],

@@ -24,7 +24,18 @@ def test_a_token_opens_its_scope_only() -> None:
             "job": True,
             "other job": False,
         },
-        Scope(channel="A"): {"tenant": False, "channel A": True, "job": True, "other job": False},
+        Scope(channels=frozenset({"A"})): {
+            "tenant": False,
+            "channel A": True,
+            "job": True,
+            "other job": False,
+        },
+        Scope(channels=frozenset({"A", "B"})): {
+            "tenant": False,
+            "channel A": True,
+            "job": True,
+            "other job": True,  # in channel B
+        },
     }
     targets = {
         "tenant": {"job_id": None, "channel": None},
@@ -38,7 +49,8 @@ def test_a_token_opens_its_scope_only() -> None:
         assert claims == signing.TokenClaims("acme", scope, expires_at, key_id=3)
         opens = {name: claims.scope.opens(**target) for name, target in targets.items()}
         assert opens == expected, scope
-    assert not Scope(channel="A").opens(job_id=uuid.uuid4(), channel=None)
+    assert not Scope(channels=frozenset({"A"})).opens(job_id=uuid.uuid4(), channel=None)
+    assert not Scope(channels=frozenset({"A", "B"})).opens(job_id=None, channel=None)
 
 
 def test_a_token_is_a_standard_jwt_a_backend_can_mint() -> None:
@@ -57,8 +69,10 @@ def test_a_token_is_a_standard_jwt_a_backend_can_mint() -> None:
     mine = {"sub": "acme", "iat": now, "exp": now + 60, "pressroom": {"scope": "channel"}}
     mine["pressroom"]["channel"] = "user-42"
     checked = signing.check_token(SECRET, jwt.encode(mine, SECRET, "HS256"))
-    assert checked == signing.TokenClaims("acme", Scope(channel="user-42"), now + 60, None)
-    assert signing.token_tenant(token) == "acme"
+    assert checked == signing.TokenClaims(
+        "acme", Scope(channels=frozenset({"user-42"})), now + 60, None
+    )
+    assert signing.token_signer(token) == signing.Signer("acme", "HS256", None)
     assert signing.check_token("another secret of 32 characters!", token) is None
 
 
@@ -87,13 +101,20 @@ def test_tokens_missing_a_claim_of_the_wrong_shape_or_expired_are_refused() -> N
         {**good, "pressroom": {"scope": "tenant", "key": True}},
         {**good, "pressroom": {"scope": "tenant", "key": -1}},
         {**good, "pressroom": {"scope": "tenant", "key": "1"}},
+        {**good, "pressroom": {"scope": "channels", "channels": []}},
+        {**good, "pressroom": {"scope": "channels", "channels": "A"}},
+        {**good, "pressroom": {"scope": "channels", "channels": ["A", "A"]}},
+        {**good, "pressroom": {"scope": "channels", "channels": ["A", "not a channel"]}},
+        {**good, "pressroom": {"scope": "channels", "channels": [f"c{n}" for n in range(21)]}},
+        {**good, "pressroom": {"scope": "channels", "channel": "A"}},
+        {**good, "pressroom": {"scope": "channel", "channels": ["A"]}},
     ]
     for claims in bad_claims:
         assert signing.check_token(SECRET, jwt.encode(claims, SECRET, "HS256")) is None, claims
     assert signing.check_token(SECRET, jwt.encode(good, SECRET, "HS512")) is None
     assert signing.check_token(SECRET, jwt.encode(good, None, "none")) is None
     assert signing.check_token(SECRET, "x" * (signing.MAX_TOKEN_CHARS + 1)) is None
-    assert signing.token_tenant("garbage") is None
+    assert signing.token_signer("garbage") is None
 
 
 def test_a_link_signature_is_no_token_and_a_token_signs_no_link() -> None:
@@ -118,3 +139,54 @@ def test_a_link_opens_the_one_file_it_was_signed_for() -> None:
 def test_token_secrets_are_fresh_and_marked() -> None:
     made = {signing.new_token_secret() for _ in range(3)}
     assert len(made) == 3 and all(s.startswith("prts_") and len(s) > 40 for s in made)
+
+
+def test_a_token_names_up_to_20_channels_and_one_keeps_the_claim_it_had() -> None:
+    one = Scope(channels=frozenset({"A"}))
+    assert one.claim(None) == {"scope": "channel", "channel": "A"}
+    several = Scope(channels=frozenset(f"user-{n}" for n in range(20)))
+    token, _ = signing.make_token(SECRET, "acme", several, ttl_s=60)
+    claim = jwt.decode(token, SECRET, ["HS256"])["pressroom"]
+    assert claim == {"scope": "channels", "channels": sorted(several.channels)}
+    claims = signing.check_token(SECRET, token)
+    assert claims is not None and claims.scope == several
+    # A backend may list one channel under `channels`, in any order: the same scope.
+    now = int(time.time())
+    for listed, scope in ((["A"], one), (["B", "A"], Scope(channels=frozenset({"A", "B"})))):
+        mine = {"sub": "acme", "iat": now, "exp": now + 60}
+        mine["pressroom"] = {"scope": "channels", "channels": listed}
+        checked = signing.check_token(SECRET, jwt.encode(mine, SECRET, "HS256"))
+        assert checked is not None and checked.scope == scope
+
+
+def test_a_scope_reads_well_in_a_403() -> None:
+    assert Scope(channels=frozenset({"A"})).describe() == "channel 'A' (its stream and its jobs)"
+    assert (
+        Scope(channels=frozenset({"b", "a"})).describe()
+        == "channels 'a' and 'b' (their streams and their jobs)"
+    )
+    assert (
+        Scope(channels=frozenset("abc")).describe()
+        == "channels 'a', 'b' and 'c' (their streams and their jobs)"
+    )
+    assert (
+        Scope(channels=frozenset(f"c{n:02}" for n in range(20))).describe()
+        == "channels 'c00', 'c01', 'c02' and 17 more (their streams and their jobs)"
+    )
+
+
+def test_the_longest_token_a_backend_needs_fits_the_limit_and_a_request_line() -> None:
+    longest = Scope(channels=frozenset(f"{n:02}" + "c" * 198 for n in range(20)))
+    now = int(time.time())
+    claims = {"sub": "t" * 63, "iat": now, "exp": now + 3600}
+    claims["pressroom"] = longest.claim(2**53)
+    token = jwt.encode(claims, SECRET, "HS256", headers={"kid": "k" * 64})
+    # "RS256" is as long as "HS256"; a 4096-bit RSA signature is 512 bytes: 683 characters
+    # where HS256 has 43.
+    as_rsa = len(token) - 43 + 683
+    assert as_rsa < signing.MAX_TOKEN_CHARS
+    # aiohttp reads request lines of up to 8190 bytes: GET /v1/jobs/{id}/events?token=… fits.
+    line = f"GET /v1/jobs/{uuid.uuid4()}/events?last_event_id=9007199254740991&token= HTTP/1.1"
+    assert len(line) + signing.MAX_TOKEN_CHARS < 8190
+    checked = signing.check_token(SECRET, jwt.encode(claims, SECRET, "HS256"))
+    assert checked is not None and checked.scope == longest
