@@ -53,6 +53,8 @@ from server.worker import WorkerConfig, Workers, new_worker_id
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# The browser module, served at /pressroom.js from its package (clients/js/).
+CLIENT_JS = Path(__file__).resolve().parent.parent / "clients" / "js" / "pressroom.js"
 LISTEN_START_TIMEOUT_S = 30.0
 LISTEN_LOST_REASON = "this process lost its database connection; reconnect and resume by event id"
 
@@ -273,6 +275,7 @@ def create_app(
         app.add_routes(health.routes)
         app.router.add_get("/v1/openapi.json", openapi.handler)
         app.router.add_get("/", _index)
+        app.router.add_get("/pressroom.js", _client_module)
         if STATIC_DIR.is_dir():
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
         sockets.attach(app)  # Socket.IO at /socket.io/; its cleanup step runs after the hub's
@@ -296,3 +299,12 @@ async def _close_streams(app: web.Application) -> None:
 
 async def _index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html")
+
+
+async def _client_module(request: web.Request) -> web.FileResponse:
+    """The browser module. Revalidated on every load (ETag), so a page never runs a copy
+    older than the server it talks to."""
+    return web.FileResponse(
+        CLIENT_JS,
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
+    )

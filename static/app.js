@@ -1,15 +1,10 @@
-// Pressroom dashboard: submit jobs, show the job list, keep it live over one SSE stream.
-"use strict";
+// Pressroom dashboard: submit jobs, show the job list, keep it live over one stream
+// (/pressroom.js: resume, token renewal and the long-poll fallback are the module's).
+import { watchChannel } from "/pressroom.js";
 
-const EVENT_TYPES = [
-  "job.queued", "job.running", "job.progress", "job.retrying",
-  "job.done", "job.failed", "job.cancelled",
-];
 const STATUSES = ["queued", "running", "done", "failed", "cancelled"];
 const LIST_LIMIT = 50;
 const MAX_ROWS = 200;
-const BACKOFF_MIN_MS = 1000;
-const BACKOFF_MAX_MS = 15000;
 // If the stream has not opened by then, show the list anyway (it is reloaded once it opens).
 const LIST_FALLBACK_MS = 2500;
 const NOTICE_MS = 6000;
@@ -18,11 +13,8 @@ const KEY_STORAGE = "pressroom.apiKey";
 const state = {
   jobs: new Map(),          // job id -> row entry {job, row, ...elements}
   appliedEvent: new Map(),  // job id -> highest event_id applied (drops replayed duplicates)
-  lastEventId: null,        // last SSE id received, in stream order: the resume cursor
-  source: null,
-  generation: 0,            // bumped on every (re)open so stale async work can tell
-  retryDelayMs: BACKOFF_MIN_MS,
-  reopenTimer: null,
+  watch: null,              // the live stream (watchChannel)
+  live: false,              // whether it is open now
   pending: null,            // events held back while a list load is in flight
   listLoaded: false,
   listStale: true,          // the list may have missed events: reload when the stream opens
@@ -82,10 +74,8 @@ function applyApiKey(key) {
 
 /** A fresh list and stream (another tenant, another channel): nothing of the old one is kept. */
 function startOver() {
-  state.lastEventId = null;
   state.appliedEvent.clear();
   state.listStale = true;
-  state.retryDelayMs = BACKOFF_MIN_MS;
   if (state.pending) state.reloadAfter = true;
   openStream();
 }
@@ -463,7 +453,7 @@ function updateListMessage(text) {
 async function loadJobs() {
   if (state.pending) return; // a load is in flight; its answer is as fresh as another would be
   state.pending = [];
-  const streamWasOpen = state.source?.readyState === EventSource.OPEN;
+  const streamWasOpen = state.live;
   if (!state.listLoaded) updateListMessage("Loading jobs…");
   try {
     const params = new URLSearchParams({ limit: String(LIST_LIMIT) });
@@ -497,26 +487,9 @@ function setConn(connState, text, detail = "") {
   conn.querySelector(".conn-text").textContent = text;
 }
 
-function parseData(raw) {
-  try {
-    const value = JSON.parse(raw);
-    return value && typeof value === "object" ? value : null;
-  } catch {
-    return null;
-  }
-}
-
-function handleMessage(type, message) {
-  if (message.lastEventId) state.lastEventId = message.lastEventId;
-  const payload = parseData(message.data);
-  if (!payload) return;
-  if (type === "reset") {
-    handleReset(payload);
-  } else if (state.pending) {
-    state.pending.push(payload);
-  } else {
-    applyJobEvent(payload);
-  }
+function handleEvent(payload) {
+  if (state.pending) state.pending.push(payload);
+  else applyJobEvent(payload);
 }
 
 function applyJobEvent(payload) {
@@ -538,75 +511,49 @@ function handleReset(payload) {
   loadJobs();
 }
 
-/** Subscription token for EventSource, which cannot send headers; null in dev mode. */
+/** Subscription token for the stream, which cannot send the API key. */
 async function fetchStreamToken() {
-  if (!loadApiKey()) return null;
-  try {
-    const answer = await api("/v1/tokens", { method: "POST", body: {} });
-    return answer?.token || null;
-  } catch (error) {
-    if (error.problem?.status === 404) return null; // server without tokens: try without
-    throw error;
-  }
-}
-
-function streamUrl(token) {
-  const params = new URLSearchParams();
-  if (token) params.set("token", token);
-  if (state.channel) params.set("channel", state.channel);
-  // A new EventSource does not send Last-Event-ID by itself: carry the cursor in the URL.
-  if (state.lastEventId) params.set("last_event_id", state.lastEventId);
-  const query = params.toString();
-  return query ? `/v1/events?${query}` : "/v1/events";
+  const answer = await api("/v1/tokens", { method: "POST", body: {} });
+  return answer.token;
 }
 
 function closeStream() {
-  clearTimeout(state.reopenTimer);
-  state.reopenTimer = null;
-  if (state.source) {
-    state.source.close();
-    state.source = null;
-  }
+  if (state.watch) state.watch.close();
+  state.watch = null;
+  state.live = false;
 }
 
-async function openStream() {
+function openStream() {
   closeStream();
-  const generation = ++state.generation;
   setConn("reconnecting", "Connecting…");
-  let token;
-  try {
-    token = await fetchStreamToken();
-  } catch (error) {
-    if (generation !== state.generation) return;
+  const watch = watchChannel("", state.channel || null, {
+    // In dev mode no token is needed; with a key, a token for the tenant's streams.
+    getToken: loadApiKey() ? fetchStreamToken : undefined,
+    onEvent: handleEvent,
+    onReset: handleReset,
+    onState: (streamState, detail) => onStreamState(watch, streamState, detail),
+    onError: (problem) => {
+      if (watch !== state.watch) return;
+      state.live = false;
+      setConn("reconnecting", "Disconnected", problemText(problem));
+      streamTrouble();
+    },
+  });
+  state.watch = watch;
+}
+
+function onStreamState(watch, streamState, detail) {
+  if (watch !== state.watch) return;
+  if (streamState === "live") {
+    state.live = true;
+    setConn("live", watch.transport === "longpoll" ? "Live (polling)" : "Live");
+    if (state.listStale) loadJobs();
+  } else if (streamState === "reconnecting") {
+    state.live = false;
+    // Without a cursor the all-jobs stream starts live, so whatever happened meanwhile is lost.
+    if (watch.lastEventId === null) state.listStale = true;
+    setConn("reconnecting", "Reconnecting…", detail?.reason ? String(detail.reason) : "");
     streamTrouble();
-    scheduleReopen(`Could not get a stream token: ${problemText(error.problem)}`);
-    return;
-  }
-  if (generation !== state.generation) return; // replaced while waiting for the token
-  const source = new EventSource(streamUrl(token));
-  state.source = source;
-  for (const type of [...EVENT_TYPES, "reset"]) {
-    source.addEventListener(type, (message) => handleMessage(type, message));
-  }
-  source.onopen = () => onStreamOpen(source);
-  source.onerror = () => onStreamError(source);
-}
-
-function onStreamOpen(source) {
-  if (source !== state.source) return;
-  state.retryDelayMs = BACKOFF_MIN_MS;
-  setConn("live", "Live");
-  if (state.listStale) loadJobs();
-}
-
-function onStreamError(source) {
-  if (source !== state.source) return;
-  streamTrouble();
-  if (source.readyState === EventSource.CLOSED) {
-    scheduleReopen("Disconnected");
-  } else {
-    // The browser reconnects by itself and sends Last-Event-ID; the server replays the gap.
-    setConn("reconnecting", "Reconnecting…");
   }
 }
 
@@ -615,16 +562,6 @@ function streamTrouble() {
   if (state.listLoaded || state.fallbackTried) return;
   state.fallbackTried = true;
   loadJobs();
-}
-
-function scheduleReopen(reason) {
-  closeStream();
-  const delayMs = state.retryDelayMs;
-  state.retryDelayMs = Math.min(delayMs * 2, BACKOFF_MAX_MS);
-  // Without a cursor the all-jobs stream starts live, so whatever happened meanwhile is lost.
-  if (!state.lastEventId) state.listStale = true;
-  setConn("reconnecting", `Reconnecting in ${Math.round(delayMs / 1000)}s`, reason);
-  state.reopenTimer = setTimeout(openStream, delayMs);
 }
 
 // ---------------------------------------------------------------- job actions
@@ -826,12 +763,6 @@ function start() {
   // Stream first, list on open: events after the snapshot cannot slip between the two.
   openStream();
   setTimeout(streamTrouble, LIST_FALLBACK_MS);
-  window.addEventListener("online", () => {
-    if (state.reopenTimer) {
-      state.retryDelayMs = BACKOFF_MIN_MS;
-      openStream();
-    }
-  });
 }
 
 document.addEventListener("DOMContentLoaded", start);
