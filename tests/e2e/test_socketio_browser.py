@@ -3,8 +3,6 @@ this test's set-up, never committed) gets the same events as SSE, and resumes by
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,18 +12,17 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from server import events
-from tests.browser import browser  # noqa: F401 (fixture)
+from tests.browser import browser, socketio_client_js  # noqa: F401 (fixtures)
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
 
 pytestmark = pytest.mark.browser
 
-NPM_DIR = Path(__file__).resolve().parents[2] / ".cache" / "npm"  # git-ignored node_modules
-CLIENT_JS = NPM_DIR / "node_modules" / "socket.io-client" / "dist" / "socket.io.min.js"
 SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
 
-# The README's snippet: subscribe on every (re)connect, from the last event seen.
+# A same-origin page: subscribe on every (re)connect, from the last event seen (the README's
+# cross-origin snippet runs in tests/e2e/test_browser_origin.py).
 SNIPPET = """
   window.received = [];
   window.acks = [];
@@ -41,22 +38,6 @@ SNIPPET = """
   });
   window.socket = socket;
 """
-
-
-@pytest.fixture(scope="session")
-def socketio_client_js() -> Path:
-    """socket.io-client@4 from the npm registry, cached in .cache/npm (ignored by git)."""
-    if not CLIENT_JS.exists():
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed to fetch socket.io-client"
-        NPM_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [npm, "install", "--prefix", str(NPM_DIR), "--no-save", "--no-package-lock",
-             "--no-audit", "--no-fund", "socket.io-client@4"],
-            check=True, timeout=300, capture_output=True,
-        )  # fmt: skip
-    assert CLIENT_JS.exists()
-    return CLIENT_JS
 
 
 async def open_page(browser: Browser, app: RunningApp, client_js: Path) -> Page:  # noqa: F811
@@ -84,7 +65,7 @@ def without_url(payload: dict[str, Any]) -> dict[str, Any]:
 async def test_official_client_gets_the_sse_events_and_resumes_without_gap(
     start_app: Callable[..., Any],
     browser: Browser,  # noqa: F811
-    socketio_client_js: Path,
+    socketio_client_js: Path,  # noqa: F811
     pool: asyncpg.Pool,
 ) -> None:
     app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
