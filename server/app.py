@@ -16,6 +16,7 @@ from server.admission import InFlight
 from server.assets import AssetCache
 from server.auth import Authenticator
 from server.combiner import Combiner, CombinerConfig
+from server.cors import Cors
 from server.hub import Hub
 from server.jobs import GroupCommit
 from server.keys import (
@@ -23,6 +24,7 @@ from server.keys import (
     AUTH,
     CHROMIUM,
     COMBINER,
+    CORS,
     DSN,
     GROUP_COMMIT,
     HUB,
@@ -72,15 +74,18 @@ def create_app(
 
     The factories stand in for the renderer and the storage the settings choose (tests and
     benchmarks: a fake renderer, files kept in memory)."""
-    # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json.
+    # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json;
+    # CORS preflights are answered before it, as they carry no credentials.
     authenticator = Authenticator(settings)
+    cors = Cors(settings)
     app = web.Application(
-        middlewares=[problem_middleware, authenticator.middleware],
+        middlewares=[problem_middleware, cors.preflight, authenticator.middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
+    app[CORS] = cors
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
     app[SSE_STREAMS] = sse.Streams(app)
 
@@ -264,6 +269,8 @@ def create_app(
     app.cleanup_ctx.extend(
         [database, authentication, storage, hub, renderer, workers, combiner, webhooks, maintenance]
     )
+    app.cleanup_ctx.append(cors.context)  # the tenants' origins; it needs the database only
+    app.on_response_prepare.append(cors.on_response_prepare)  # streams and files too
     app.on_shutdown.append(_close_streams)
 
     if settings.run_web:

@@ -20,7 +20,7 @@ import asyncpg
 
 from server import apikeys, db, tenants, token_keys
 from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
-from server.settings import Settings, SettingsError
+from server.settings import Settings, SettingsError, check_origin
 
 log = logging.getLogger("server")
 
@@ -203,11 +203,13 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
-    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate."""
+    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate | token-key | origins."""
     if args.tenants_command == "secret":
         return await run_token_secret(settings, args)
     if args.tenants_command == "token-key":
         return await run_token_keys(settings, args)
+    if args.tenants_command == "origins":
+        return await run_origins(settings, args)
     overlap_s = settings.webhook_rotation_overlap_s
     async with _database(settings) as conn:
         if args.rotate:
@@ -336,6 +338,57 @@ def _kid(raw: str) -> str:
     return raw
 
 
+async def run_origins(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants origins TENANT --add ORIGIN | --remove ORIGIN | --list (server/cors.py)."""
+    tenant, given = args.tenant, args.add or args.remove
+    origin = ""
+    if given is not None:
+        try:
+            origin = check_origin(given)
+        except ValueError as exc:
+            print(f"pressroom: {given!r} {exc}", file=sys.stderr)  # nothing changed
+            return 2
+    also = ""
+    if origin in settings.cors_origins:
+        also = " (PRESSROOM_CORS_ORIGINS allows it for every tenant as well)"
+    async with _database(settings) as conn:
+        if args.list:
+            for own in await tenants.origins(conn, tenant):
+                print(own)  # one per line on stdout, for scripts
+            if settings.cors_origins:
+                shown = ", ".join(settings.cors_origins)
+                print(f"and for every tenant: {shown} (PRESSROOM_CORS_ORIGINS)", file=sys.stderr)
+            return 0
+        if args.remove is not None:
+            if not await tenants.remove_origin(conn, tenant, origin):
+                print(
+                    f"pressroom: tenant {tenant!r} does not allow {origin}{also}", file=sys.stderr
+                )
+                return 1
+            print(
+                f"tenant {tenant!r} no longer allows {origin}{also}; servers stop answering "
+                "its pages within PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+            return 0
+        added = await tenants.add_origin(conn, tenant, origin)
+    if added is None:
+        print(
+            f"pressroom: tenant {tenant!r} has no API key, so no origins of its own "
+            "(PRESSROOM_CORS_ORIGINS allows origins for every tenant, the dev-mode one too); "
+            f"create a key first: pressroom keys create --tenant {tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    done = "now allows" if added else "already allowed"
+    print(
+        f"tenant {tenant!r} {done} {origin}{also}; servers answer its pages within "
+        "PRESSROOM_AUTH_CACHE_S",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -370,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
     revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id", type=int, help="the key's id (see keys list)")
-    tenants_cmd = commands.add_parser("tenants", help="a tenant's signing secrets")
+    tenants_cmd = commands.add_parser("tenants", help="a tenant's secrets, token keys and origins")
     tenants_commands = tenants_cmd.add_subparsers(dest="tenants_command", required=True)
     secret = tenants_commands.add_parser(
         "webhook-secret", help="print the secret that signs a tenant's webhooks"
@@ -409,6 +462,14 @@ def build_parser() -> argparse.ArgumentParser:
     token_key.add_argument(
         "--kid", type=_kid, help="with --add: the key's id (default: from its thumbprint)"
     )
+    origins = tenants_commands.add_parser(
+        "origins", help="the browser origins a tenant's pages call Pressroom from (CORS)"
+    )
+    origins.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    change = origins.add_mutually_exclusive_group(required=True)
+    change.add_argument("--add", metavar="ORIGIN", help="allow an origin: https://app.example.com")
+    change.add_argument("--remove", metavar="ORIGIN", help="stop allowing an origin")
+    change.add_argument("--list", action="store_true", help="print the tenant's own origins")
     add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser
 

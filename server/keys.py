@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from server.assets import AssetCache
     from server.auth import Authenticator
     from server.combiner import Combiner
+    from server.cors import Cors
     from server.hub import Hub
     from server.jobs import GroupCommit
     from server.listener import Listener
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 AUTH: web.AppKey[Authenticator] = web.AppKey("auth")
+CORS: web.AppKey[Cors] = web.AppKey("cors")
 DSN: web.AppKey[str] = web.AppKey("dsn")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 GROUP_COMMIT: web.AppKey[GroupCommit] = web.AppKey("group_commit")

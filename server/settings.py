@@ -107,11 +107,12 @@ def _schedule(delays: tuple[float, ...]) -> tuple[float, ...]:
 _HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 
 
-def _public_url(raw: str) -> str:
-    """An origin such as https://pdf.example.com, normalised (lower case, no default port)."""
-    if raw == "":
-        return raw  # unset: the listen address
-    shape = "must be an origin such as https://pdf.example.com"
+def check_origin(raw: str, *, example: str = "https://app.example.com") -> str:
+    """`raw` as a browser writes it in an Origin header (scheme://host[:port], lower case, no
+    default port), or ValueError saying what is wrong; `example` shows the expected shape."""
+    shape = f"must be an origin such as {example}"
+    if "*" in raw:
+        raise ValueError(f"{shape}, without wildcards: name each origin")
     try:
         url = URL(raw)
     except ValueError as exc:
@@ -120,9 +121,11 @@ def _public_url(raw: str) -> str:
         raise ValueError(shape)
     if url.raw_user is not None or url.raw_password is not None:
         raise ValueError(f"{shape}, without user or password")
-    if url.raw_path not in ("", "/") or url.raw_query_string or url.raw_fragment:
-        # Links are paths from the root (/v1/jobs/…): a prefix here would be dropped by them.
+    if url.raw_path != "/" or "?" in raw or "#" in raw:
         raise ValueError(f"{shape}, without path, query or fragment")
+    if raw.endswith("/"):
+        # Browsers send none, and an origin is compared as the exact text they send.
+        raise ValueError(f"{shape}, without a trailing /")
     host = url.raw_host
     try:
         ipaddress.ip_address(host)
@@ -132,6 +135,24 @@ def _public_url(raw: str) -> str:
     if url.explicit_port == 0:
         raise ValueError(f"{shape}; port 0 is not a port clients can reach")
     return str(url.origin())
+
+
+def _public_url(raw: str) -> str:
+    """An origin such as https://pdf.example.com, normalised; one trailing / is fine here."""
+    if raw == "":
+        return raw  # unset: the listen address
+    # Links are paths from the root (/v1/jobs/…): a prefix here would be dropped by them.
+    return check_origin(raw.removesuffix("/"), example="https://pdf.example.com")
+
+
+def _origins(entries: tuple[str, ...]) -> tuple[str, ...]:
+    checked: dict[str, None] = {}
+    for entry in entries:
+        try:
+            checked[check_origin(entry)] = None
+        except ValueError as exc:
+            raise ValueError(f"{entry!r} {exc}") from None
+    return tuple(checked)
 
 
 Port = Annotated[int, AfterValidator(_port)]
@@ -144,6 +165,7 @@ AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValida
 Schedule = Annotated[tuple[float, ...], BeforeValidator(_comma_list), AfterValidator(_schedule)]
 WebhookSecret = Annotated[str, AfterValidator(_webhook_secret)]
 PublicUrl = Annotated[str, AfterValidator(_public_url)]
+Origins = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_origins)]
 TsaUrl = Annotated[str, AfterValidator(_tsa_url)]
 
 #: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
@@ -385,6 +407,13 @@ class Settings(BaseSettings):
         "starts with it, never with the request's `Host`. Unset, the listen address: "
         "`0.0.0.0` becomes `127.0.0.1`, `::` `[::1]`, and the start-up log warns",
         shown="`http://HOST:PORT`",
+    )
+    cors_origins: Origins = setting(
+        (),
+        "exact origins (`https://app.example.com`, comma-separated) whose pages may call the "
+        "API, streams, downloads and Socket.IO, for every tenant; a tenant adds its own with "
+        "`pressroom tenants origins` (docs/cors.md)",
+        shown="none",
     )
     webhook_timeout_s: PositiveFloat = setting(10.0, "time limit of one webhook POST")
     webhook_schedule_s: Schedule = setting(

@@ -31,7 +31,7 @@ from server import api, auth, jobs, jsontext, listener, signing, streams
 from server.errors import DB_ERRORS
 from server.events import JobEvent
 from server.hub import SubscriberDropped, Subscription
-from server.keys import AUTH, DSN, HUB, POOL, SETTINGS
+from server.keys import AUTH, CORS, DSN, HUB, POOL, SETTINGS
 from server.models import SubscribeRequest
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
 
@@ -360,6 +360,9 @@ class PushServer:
             client_manager=self.manager,
             logger=False,
             engineio_logger=False,
+            # engine.io's own CORS allows this host's origin only; off, server/cors.py answers
+            # for every route and _connect checks the Origin, with the tenant known.
+            cors_allowed_origins=[],
         )
         self.sio.on("connect", _refusing_on_error(self._connect))
         self.sio.on("disconnect", self._disconnect)
@@ -481,6 +484,11 @@ class PushServer:
                     "status": 401,
                     "detail": 'send a valid {"token": …} or {"api_key": …} as the auth payload',
                 },
+            )
+        refused = self.app[CORS].refuses_socket(environ["aiohttp.request"], grant.tenant)
+        if refused is not None:
+            raise socketio.exceptions.ConnectionRefusedError(
+                "origin not allowed", {"status": 403, "detail": refused}
             )
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
         client = self.clients[sid] = _Client(sid, eio_sid, grant)

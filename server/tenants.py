@@ -9,6 +9,9 @@ registered (server/token_keys.py). server/auth.py keeps the secrets and keys in 
 
 The open dev mode's tenant has no key and no row; its deliveries are signed with
 PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret), its tokens with PRESSROOM_SECRET.
+
+A tenant with keys may also allow browser origins of its own (`pressroom tenants origins`),
+which server/cors.py keeps in memory.
 """
 
 from __future__ import annotations
@@ -118,3 +121,32 @@ async def set_token_secret(
         query("tenant_set_token_secret"), tenant, new_token_secret(), rotate
     )
     return secret
+
+
+async def all_origins(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, frozenset[str]]:
+    """Every tenant's own CORS origins (server/cors.py), by tenant."""
+    found: dict[str, set[str]] = {}
+    for row in await conn.fetch(query("tenant_origins")):
+        found.setdefault(row["tenant"], set()).add(row["origin"])
+    return {tenant: frozenset(origins) for tenant, origins in found.items()}
+
+
+async def origins(conn: asyncpg.Connection | asyncpg.Pool, tenant: str) -> list[str]:
+    """The tenant's own CORS origins, sorted."""
+    return [row["origin"] for row in await conn.fetch(query("tenant_origin_list"), tenant)]
+
+
+async def add_origin(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, origin: str
+) -> bool | None:
+    """Allow `origin` (already checked: settings.check_origin) for the tenant: True when it is
+    new, False when the tenant had it, None for a tenant without keys."""
+    if await webhook_secrets(conn, tenant, overlap_s=0) is None:
+        return None  # no keys; else its row exists now
+    added = await conn.fetchval(query("tenant_origin_add"), tenant, origin)
+    return added is not None
+
+
+async def remove_origin(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, origin: str) -> bool:
+    """Stop allowing `origin` for the tenant; False when it was not one of its origins."""
+    return await conn.fetchval(query("tenant_origin_remove"), tenant, origin) is not None

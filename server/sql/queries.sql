@@ -476,6 +476,23 @@ UPDATE tenants
 SET previous_webhook_secret = webhook_secret, webhook_secret = $2, rotated_at = now()
 WHERE name = $1;
 
+-- tenant_origins --
+-- Every tenant's own origins: what each process keeps for CORS (server/cors.py).
+SELECT tenant, origin FROM tenant_origins;
+
+-- tenant_origin_list --
+SELECT origin FROM tenant_origins WHERE tenant = $1 ORDER BY origin;
+
+-- tenant_origin_add --
+-- NULL when the tenant ($1) had the origin ($2) already.
+INSERT INTO tenant_origins (tenant, origin) VALUES ($1, $2)
+ON CONFLICT DO NOTHING
+RETURNING origin;
+
+-- tenant_origin_remove --
+-- NULL when the tenant ($1) did not have the origin ($2).
+DELETE FROM tenant_origins WHERE tenant = $1 AND origin = $2 RETURNING origin;
+
 -- tenant_in_flight --
 SELECT count(*) FROM jobs WHERE tenant = $1 AND status IN ('queued', 'running');
 

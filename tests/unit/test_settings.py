@@ -68,6 +68,13 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None
         ("PRESSROOM_PUBLIC_URL", "https://me:pw@pdf.example.com", "without user"),
         ("PRESSROOM_PUBLIC_URL", "https://pdf.example.com:99999", "Port out of range"),
         ("PRESSROOM_PUBLIC_URL", "https://pdf example.com", "is not a host name"),
+        ("PRESSROOM_CORS_ORIGINS", "https://app.example.com/", "'https://app.example.com/' must"),
+        ("PRESSROOM_CORS_ORIGINS", "https://a.example.com,*", "without wildcards"),
+        ("PRESSROOM_CORS_ORIGINS", "https://*.example.com", "without wildcards"),
+        ("PRESSROOM_CORS_ORIGINS", "app.example.com", "must be an origin such as https://"),
+        ("PRESSROOM_CORS_ORIGINS", "null", "'null' must be an origin"),
+        ("PRESSROOM_CORS_ORIGINS", "https://app.example.com/spa", "without path"),
+        ("PRESSROOM_CORS_ORIGINS", "https://me@app.example.com", "without user"),
     ],
 )
 def test_a_bad_value_stops_the_start_with_one_clear_message(
@@ -91,6 +98,23 @@ def test_a_generated_webhook_secret_is_flagged_once_so_it_can_be_printed(tmp_pat
     assert first.webhook_secret_generated and not again.webhook_secret_generated
     assert first.webhook_secret == again.webhook_secret
     assert not given.webhook_secret_generated and given.webhook_secret == "whsec_c2VjcmV0"
+
+
+def test_cors_origins_are_kept_as_browsers_send_them(tmp_path: Path) -> None:
+    given = " HTTPS://App.Example.com:443, http://localhost:5173,,https://app.example.com "
+    env = {"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_CORS_ORIGINS": given}
+    settings = Settings.from_env(env)
+    assert settings.cors_origins == ("https://app.example.com", "http://localhost:5173")
+    assert Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)}).cors_origins == ()
+
+
+def test_a_bad_cors_origin_is_one_line_naming_the_variable_and_the_entry(tmp_path: Path) -> None:
+    env = {"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_CORS_ORIGINS": "https://a.com,b.com"}
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env(env)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("PRESSROOM_CORS_ORIGINS='https://a.com,b.com' is not valid: 'b.com'")
 
 
 @pytest.mark.parametrize(
