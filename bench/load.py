@@ -7,6 +7,7 @@ Two modes: `closed` (N clients, each sends its next request when the last one an
 scheduled moment, so a stall is not hidden by the client waiting for it).
 
     python -m bench.load http  --url URL --mode closed --concurrency 32 --duration 10
+                               [--origin https://app.example.com]
     python -m bench.load raw   --dsn DSN --mode open --rate 500 --duration 10 --connections 16
 """
 
@@ -103,6 +104,8 @@ async def drive(send: Send, args: argparse.Namespace) -> dict[str, Any]:
 async def http(args: argparse.Namespace) -> dict[str, Any]:
     body = json.dumps(job_body()).encode()
     headers = {"Content-Type": "application/json"}
+    if args.origin:
+        headers["Origin"] = args.origin  # as a page on another origin sends it
     connector = TCPConnector(limit=0)
     async with ClientSession(connector=connector) as session:
         url = f"{args.url}/v1/jobs"
@@ -156,6 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("target", choices=["http", "raw"])
     parser.add_argument("--url")
+    parser.add_argument("--origin", help="send this Origin header (http only)")
     parser.add_argument("--dsn")
     parser.add_argument("--mode", choices=["closed", "open"], default="closed")
     parser.add_argument("--concurrency", type=int, default=32)
