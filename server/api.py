@@ -240,8 +240,11 @@ async def get_job(request: web.Request) -> web.Response:
         auth.check_scope(request, job_id=job_id, channel=stored.job["channel"] if stored else None)
         if stored is None:
             raise not_found()
+        reset = None
         if wait_s:
-            stored = await _wait_for_change(request, stored, changes, wait_s, since, if_none_match)
+            stored, reset = await _wait_for_change(
+                request, stored, changes, wait_s, since, if_none_match
+            )
             if key.reason is not None:
                 raise auth.revoked(f"The wait ended: {key.reason}.")
     deliveries = await webhooks.summary(request.app[POOL], job_id, tenant)
@@ -251,6 +254,8 @@ async def get_job(request: web.Request) -> web.Response:
         return web.Response(status=304, headers=headers)
     body = await present(request, stored.job, tenant)
     body["webhooks"] = deliveries
+    if reset is not None:
+        body["reset"] = reset.body()  # `since` could not be resumed from: this is the state
     return json_response(body, headers=headers)
 
 
@@ -279,17 +284,18 @@ async def _wait_for_change(
     wait_s: float,
     since: int | None,
     if_none_match: str | None,
-) -> StoredJob:
+) -> tuple[StoredJob, streams.Reset | None]:
     """The job once it differs from the client's ETag (or has events after `since`; with
-    neither, once it next changes), else as it is after wait_s. Woken by the hub only; a job
-    whose stream has ended (it is final) answers at once: nothing more is on its way."""
+    neither, once it next changes), else as it is after wait_s; and the reset when `since`
+    cannot be resumed from. Woken by the hub only; a job whose stream has ended (it is final)
+    answers at once: nothing more is on its way."""
     pool, tenant, job_id = request.app[POOL], tenant_of(request), parse_job_id(request)
     if if_none_match is not None:
         if await _differs(pool, stored, job_id, tenant, if_none_match):
-            return stored
+            return stored, None
         since = None  # the ETag is the client's baseline
     elif since == 0:
-        return stored  # from the start: the job is news
+        return stored, None  # from the start: the job is news
     begin = await streams.start(pool, tenant=tenant, job_id=job_id, cursor=since, history=False)
     stream = streams.Stream(pool, changes, begin, job=stored.job)
     deadline = asyncio.get_running_loop().time() + wait_s
@@ -297,8 +303,10 @@ async def _wait_for_change(
         item = await stream.next(remaining_s)
         if item is None or isinstance(item, streams.Closed):
             break  # timed out, or shutting down: answer with what is known
+        if isinstance(item, streams.Reset):
+            return stored, item
         if not isinstance(item, JobEvent):
-            return stored  # a cursor no longer kept (reset), or the job's stream has ended
+            return stored, None  # the job's stream has ended
         current = await jobs.get(pool, job_id, tenant)
         if current is None:
             raise not_found()
@@ -306,8 +314,8 @@ async def _wait_for_change(
             pool, current, job_id, tenant, if_none_match
         ):
             continue  # an event this client has already seen the result of
-        return current
-    return stored
+        return current, None
+    return stored, None
 
 
 @routes.get("/v1/jobs")

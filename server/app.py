@@ -17,7 +17,7 @@ from server.assets import AssetCache
 from server.auth import Authenticator
 from server.combiner import Combiner, CombinerConfig
 from server.cors import Cors
-from server.hub import Hub
+from server.hub import SHUTDOWN_REASON, UNAVAILABLE, Hub, Reason
 from server.jobs import GroupCommit
 from server.keys import (
     ASSET_CACHE,
@@ -58,7 +58,9 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # The browser module, served at /pressroom.js from its package (clients/js/).
 CLIENT_JS = Path(__file__).resolve().parent.parent / "clients" / "js" / "pressroom.js"
 LISTEN_START_TIMEOUT_S = 30.0
-LISTEN_LOST_REASON = "this process lost its database connection; reconnect and resume by event id"
+LISTEN_LOST_REASON = Reason(
+    "this process lost its database connection; reconnect and resume by event id", UNAVAILABLE
+)
 
 RendererFactory = Callable[[Settings], Renderer]
 StorageFactory = Callable[[Settings], LocalStorage]
@@ -300,7 +302,7 @@ async def _close_streams(app: web.Application) -> None:
     """Long-lived streams end at shutdown, or shutdown would wait out its timeout: every SSE
     stream waits on its subscription, which this drops."""
     if HUB in app:
-        app[HUB].close_all("server shutting down; reconnect and resume by event id")
+        app[HUB].close_all(SHUTDOWN_REASON)
     await sockets.close_all(app)
 
 

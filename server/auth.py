@@ -35,6 +35,7 @@ from aiohttp import web
 from server import apikeys, tenants
 from server.admission import RateLimiter
 from server.errors import DB_OR_QUERY_ERRORS
+from server.hub import Reason
 from server.problems import Problem
 from server.settings import Settings
 from server.signing import (
@@ -54,11 +55,24 @@ DEV_TENANT = "default"
 MAX_CACHED_KEYS = 10_000
 MAX_CACHED_TENANTS = 10_000
 
-REVOKED_REASON = "the API key this stream was opened with (or its token's) has been revoked"
-KEYED_REASON = "API keys are required now; reconnect with a key or a subscription token"
-ROTATED_REASON = "the token signing secret of this stream's token has been rotated"
-TENANT_CLOSED_REASON = "this stream's tenant has no active API key any more"
-KEY_REMOVED_REASON = "the token key this stream's token was signed with has been removed"
+REVOKED_REASON = Reason(
+    "the API key this stream was opened with (or its token's) has been revoked", "revoked"
+)
+KEYED_REASON = Reason(
+    "API keys are required now; reconnect with a key or a subscription token", "revoked"
+)
+ROTATED_REASON = Reason(
+    "the token signing secret of this stream's token has been rotated", "revoked"
+)
+TENANT_CLOSED_REASON = Reason("this stream's tenant has no active API key any more", "revoked")
+KEY_REMOVED_REASON = Reason(
+    "the token key this stream's token was signed with has been removed", "revoked"
+)
+EXPIRED_REASON = Reason(
+    "the subscription token this stream was opened with has expired; reconnect with a new "
+    "one from the last event id",
+    "token_expired",
+)
 
 INVALID_TOKEN = "The subscription token is invalid or has expired; get a new one."
 REVOKED_TOKEN = (
@@ -96,6 +110,8 @@ class Credential:
 
     key_id: int | None
     signer: tuple[str, str] | TokenKeyHold | None = None
+    #: When a token's right ends (unix s): its streams close then. None for API keys.
+    expires_at: int | None = None
 
     @property
     def holds(self) -> tuple[Hold, ...]:
@@ -156,18 +172,25 @@ class Watch:
     the secret its token was signed with): `on_revoked` runs once, with a reason, when the
     authenticator finds one of them revoked or rotated."""
 
-    __slots__ = ("_authenticator", "_on_revoked", "holds", "reason")
+    __slots__ = ("_authenticator", "_expiry", "_on_revoked", "holds", "reason")
 
     def __init__(
         self,
         authenticator: Authenticator,
         holds: tuple[Hold, ...],
         on_revoked: Callable[[str], None],
+        expires_at: int | None = None,
     ) -> None:
         self._authenticator = authenticator
         self._on_revoked = on_revoked
         self.holds = holds
         self.reason: str | None = None  # why it was revoked, once it was
+        # A token's stream ends when the token does: no stream outlives its right.
+        self._expiry: asyncio.TimerHandle | None = None
+        if expires_at is not None:
+            loop = asyncio.get_running_loop()
+            delay_s = max(0.0, expires_at - time.time())
+            self._expiry = loop.call_later(delay_s, self.fire, EXPIRED_REASON)
 
     def fire(self, reason: str) -> None:
         if self.reason is not None:
@@ -184,6 +207,9 @@ class Watch:
 
     def close(self) -> None:
         """The stream ended: stop watching (idempotent)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self._authenticator.unwatch(self)
 
     def __enter__(self) -> Watch:
@@ -361,7 +387,7 @@ class Authenticator:
             return CLOSED_TENANT_TOKEN
         if claims.key_id is not None and not await self.key_active(claims.key_id):
             return REVOKED_TOKEN
-        return Verified(claims, Credential(claims.key_id, held))
+        return Verified(claims, Credential(claims.key_id, held, claims.expires_at))
 
     async def _verify_dev_token(self, tenant: str, token: str) -> Verified | str:
         """A token of a tenant without a secret: the dev-mode tenant's, signed with
@@ -373,14 +399,14 @@ class Authenticator:
             return INVALID_TOKEN
         if not await self.key_active(NO_KEY):
             return REVOKED_TOKEN
-        return Verified(claims, Credential(NO_KEY))
+        return Verified(claims, Credential(NO_KEY, expires_at=claims.expires_at))
 
     def watch(self, credential: Credential, on_revoked: Callable[[str], None]) -> Watch:
         """Call on_revoked (once) when what `credential` rests on is found revoked: its key,
         NO_KEY once the server stops running open, its token's secret once rotated or its
         token key once removed (or its tenant left without an active key); close the Watch
         when the stream ends."""
-        watch = Watch(self, credential.holds, on_revoked)
+        watch = Watch(self, credential.holds, on_revoked, credential.expires_at)
         for hold in watch.holds:
             self._watches.setdefault(hold, set()).add(watch)
         return watch

@@ -83,6 +83,10 @@ class _StreamUnavailable(Exception):
     """The event stream could not be opened (no SSE here): callers fall back to long-poll."""
 
 
+class _StreamEnded(Exception):
+    """The job's stream is over (204: its final event is behind the cursor): nothing comes."""
+
+
 async def _problem(resp: aiohttp.ClientResponse) -> PressroomError:
     try:
         body = json.loads(await resp.read())
@@ -264,6 +268,8 @@ class AsyncClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _StreamUnavailable(str(exc)) from exc
         async with resp:
+            if resp.status == 204:
+                raise _StreamEnded()
             if 400 <= resp.status < 500:
                 raise await _problem(resp)  # no such job, bad credentials: not a transport issue
             if resp.status != 200 or resp.content_type != "text/event-stream":
@@ -324,6 +330,8 @@ class AsyncClient:
                     yield event
                     if job_id is not None and event.get("type") in TERMINAL_EVENTS:
                         return
+            except _StreamEnded:
+                return
             except (_StreamUnavailable, aiohttp.ClientError, TimeoutError, ConnectionError):
                 _stop_if_cancelled()
             await asyncio.sleep(delay_s)
@@ -357,6 +365,8 @@ class AsyncClient:
                             or (event.get("type") == "reset" and job.get("status") in FINAL_STATES)
                         ):
                             return job
+                except _StreamEnded:
+                    return await self.get(job_id)
                 except _StreamUnavailable:
                     return await self._long_poll(job_id, on_event)
                 except (aiohttp.ClientError, TimeoutError, ConnectionError):

@@ -190,3 +190,9 @@ async def locate(pool: asyncpg.Pool, event_id: int) -> Cursor | None:
     if row is None:
         return None
     return Cursor(Position(row["xid"], row["id"]), row["job_id"], row["tenant"])
+
+
+async def given_out(pool: asyncpg.Pool, event_id: int) -> bool:
+    """Whether this server has handed out `event_id` (kept or pruned since): below the next."""
+    next_id: int = await pool.fetchval(query("events_next_id"))
+    return event_id < next_id

@@ -37,8 +37,39 @@ HELD_RETRY_MAX_S = 0.2
 ERROR_RETRY_S = 1.0
 
 
+class Reason(str):
+    """Why a stream was closed: the text a person reads, and a `code` a client acts on
+    (`closed` events carry both): "token_expired" asks for a fresh token, "revoked" for new
+    credentials, the others ("behind", "shutdown", "unavailable", "internal") for a
+    reconnect from the last event id."""
+
+    code: str
+
+    def __new__(cls, text: str, code: str) -> Reason:
+        reason = super().__new__(cls, text)
+        reason.code = code
+        return reason
+
+
+BEHIND, SHUTDOWN, UNAVAILABLE, INTERNAL = "behind", "shutdown", "unavailable", "internal"
+
+
+SHUTDOWN_REASON = Reason("server shutting down; reconnect and resume by event id", SHUTDOWN)
+
+
+def close_code(reason: str) -> str:
+    """The code of a reason a stream was closed for; a plain string counts as a reconnect."""
+    return reason.code if isinstance(reason, Reason) else UNAVAILABLE
+
+
 class SubscriberDropped(Exception):
-    """The stream must end: the subscriber fell behind or the server is shutting down."""
+    """The stream must end: the subscriber fell behind or the server is shutting down; its
+    argument is the Reason."""
+
+    @property
+    def reason(self) -> str:
+        reason: str = self.args[0]
+        return reason
 
 
 class Subscription:
@@ -102,7 +133,12 @@ class Subscription:
             self._items = collections.deque()
         elif len(self._items) >= self.limit:
             self._hub.slow_dropped += 1
-            self.drop(f"subscriber fell more than {self.limit} events behind; resume by event id")
+            self.drop(
+                Reason(
+                    f"subscriber fell more than {self.limit} events behind; resume by event id",
+                    BEHIND,
+                )
+            )
             return
         self._items.append(event)
         self._wake()

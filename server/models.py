@@ -38,7 +38,7 @@ from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, layered
 from server.options import integral as _integral
 from server.settings import Settings
-from server.signing import MAX_TOKEN_CHANNELS
+from server.signing import MAX_TOKEN_CHANNELS, MAX_TOKEN_CHARS
 
 REQUEST = ConfigDict(extra="forbid", strict=True)
 QUERY = ConfigDict(extra="ignore", strict=True)  # other parameters (token=) belong to others
@@ -797,6 +797,16 @@ class SubscribeRequest(BaseModel):
         return self
 
 
+class RefreshRequest(BaseModel):
+    """Socket.IO `refresh`: a new subscription token for what the connection's token opens."""
+
+    model_config = REQUEST
+
+    token: str = Field(
+        min_length=1, max_length=MAX_TOKEN_CHARS, description="The new subscription token."
+    )
+
+
 def _query_int(value: Any) -> Any:
     return int(value) if isinstance(value, str) and ascii_digits(value) else value
 
@@ -870,6 +880,32 @@ class JobWaitQuery(BaseModel):
     since: EventId | None = Field(None, description="Answer once the job has events after this.")
 
 
+class EventPollQuery(BaseModel):
+    """GET /v1/events?wait=: the long-poll of the event stream, for clients without SSE."""
+
+    model_config = QUERY
+
+    wait: Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)] | None = (
+        Field(
+            None,
+            description="Answer one JSON EventPoll instead of a stream: the events after "
+            "last_event_id (or after now), as soon as there are some, else none after this "
+            "many seconds.",
+        )
+    )
+
+
+class EventPoll(BaseModel):
+    """The answer of GET /v1/events?wait=: events as the stream sends them, and the cursor."""
+
+    events: list[dict[str, Any]] = Field(
+        description="The events (each as an SSE event's data), or a reset first."
+    )
+    last_event_id: int = Field(
+        description="Pass as last_event_id to the next poll: nothing is missed between polls."
+    )
+
+
 class TemplateListQuery(BaseModel):
     """GET /v1/templates: the page."""
 
@@ -917,6 +953,17 @@ class WebhookDelivery(BaseModel):
     delivered_at: dt.datetime | None = Field(description="When it was delivered.")
 
 
+class StreamReset(BaseModel):
+    """A `reset`: the cursor a client sent cannot be resumed from; reload state."""
+
+    type: Literal["reset"] = Field(description="Always reset.")
+    reason: str = Field(description="Why, for a person.")
+    code: Literal["pruned", "unknown_cursor"] = Field(
+        description="pruned: the event is no longer kept; unknown_cursor: this server never "
+        "gave out that event (to this tenant)."
+    )
+
+
 class Job(BaseModel):
     """A job as every route and stream shows it."""
 
@@ -947,6 +994,11 @@ class Job(BaseModel):
     )
     webhooks: list[WebhookDelivery] | None = Field(
         None, description="Webhook deliveries (GET /v1/jobs/{job_id} only)."
+    )
+    reset: StreamReset | None = Field(
+        None,
+        description="A long-poll's `since` could not be resumed from (pruned, or never given "
+        "out): this is the job's state; continue from its events.",
     )
 
 
@@ -1126,4 +1178,9 @@ class Readiness(BaseModel):
 
 
 #: Models in components.schemas though no path names them (Socket.IO, streams).
-EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (Event, SubscribeRequest)
+EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (
+    Event,
+    SubscribeRequest,
+    RefreshRequest,
+    EventPoll,
+)

@@ -216,16 +216,21 @@ OPERATIONS = (
         "410": "The file was deleted (retention)."},
        parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
     Op("get", "/v1/jobs/{job_id}/events", "Server-Sent Events of one job; ends after its "
-       "final event", "events", {"200": ("", "text/event-stream")},
+       "final event", "events",
+       {"200": ("", "text/event-stream"),
+        "204": ("The job is final and the cursor is at or after its final event: nothing "
+                "more will come (EventSource stops reconnecting).", None)},
        {**NO_JOB, **OUT_OF_SCOPE,
         "422": "Last-Event-ID is not an event id, or a type is unknown."},
        parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
-    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel",
-       "events", {"200": ("", "text/event-stream")},
+    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel; "
+       "with ?wait=, a long-poll answering the same events as JSON", "events",
+       {"200": ("The stream; with ?wait=, an EventPoll.",
+                ("text/event-stream", "application/json"))},
        {**OUT_OF_SCOPE,
-        "422": "Last-Event-ID is not an event id, a type is unknown, or the channel is "
-        "malformed."},
-       parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
+        "422": "Last-Event-ID is not an event id, a type is unknown, the channel is "
+        "malformed, or wait is not a number of seconds from 0 to 60."},
+       query=m.EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
        security=("bearer", "subscriptionToken")),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
        "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",

@@ -266,10 +266,12 @@ def secret_digest(secret: str) -> str:
 
 def token_response(token: str, expires_at: int) -> dict[str, Any]:
     """The body of POST /v1/tokens."""
-    return {
-        "token": token,
-        "expires_at": dt.datetime.fromtimestamp(expires_at, dt.UTC).isoformat(),
-    }
+    return {"token": token, "expires_at": expiry_text(expires_at)}
+
+
+def expiry_text(expires_at: int) -> str:
+    """A token's expiry (unix s) as the API shows times."""
+    return dt.datetime.fromtimestamp(expires_at, dt.UTC).isoformat()
 
 
 @functools.lru_cache(maxsize=8)

@@ -30,9 +30,16 @@ from socketio.async_pubsub_manager import AsyncPubSubManager
 from server import api, auth, jobs, jsontext, listener, signing, streams
 from server.errors import DB_ERRORS
 from server.events import JobEvent
-from server.hub import SubscriberDropped, Subscription
+from server.hub import (
+    INTERNAL,
+    SHUTDOWN_REASON,
+    UNAVAILABLE,
+    Reason,
+    SubscriberDropped,
+    Subscription,
+)
 from server.keys import AUTH, CORS, DSN, HUB, POOL, SETTINGS
-from server.models import SubscribeRequest
+from server.models import RefreshRequest, SubscribeRequest
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
 
 log = logging.getLogger(__name__)
@@ -56,7 +63,8 @@ CLOSE_TIMEOUT_S = 2.0
 # never arrives: wait only for the frame to go out.
 SHUTDOWN_CLOSE_S = 0.5
 LISTEN_START_TIMEOUT_S = 30.0
-SHUTDOWN_REASON = "server shutting down; reconnect and resume by event id"
+DB_LOST_REASON = Reason("database unavailable; reconnect and resume by event id", UNAVAILABLE)
+INTERNAL_REASON = Reason("internal error; reconnect and resume by event id", INTERNAL)
 
 
 class MessageTooLarge(ValueError):
@@ -235,6 +243,8 @@ class _Client:
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
     key: auth.Watch | None = None
+    # The encoding its events are written in (by the download-link key it shows).
+    frame_key: str = ""
     # Its websocket request, when it connected with one (see websocket_transport).
     websocket: web.Request | None = None
 
@@ -257,15 +267,14 @@ class _Sink:
     hub's pass (see streams.Sink); a polling client, or one whose connection is backed up, is
     left to the stream's own send."""
 
-    __slots__ = ("_cached", "_client", "_push")
+    __slots__ = ("_client", "_push")
 
     def __init__(self, push: PushServer, client: _Client) -> None:
         self._push = push
         self._client = client
-        self._cached = f"sio {client.grant.key_id} ws"
 
     def send_now(self, event: JobEvent) -> bool:
-        frame = event.encoded.get(self._cached)
+        frame = event.encoded.get(self._client.frame_key)
         if frame is None or self._client.closing:
             return False
         transport = self._push.websocket_transport(self._client)
@@ -345,7 +354,7 @@ def _refusing_on_error(handler: Handler) -> Handler:
 
 async def _unknown_event(_event: str, _sid: str, *_args: Any) -> dict[str, Any]:
     """Any event without a handler: a call for it still gets an answer."""
-    detail = "The events a client may send are subscribe and unsubscribe."
+    detail = "The events a client may send are subscribe, unsubscribe and refresh."
     return _error(Problem(404, "Unknown event", detail, kind="unknown-event"))
 
 
@@ -368,6 +377,7 @@ class PushServer:
         self.sio.on("disconnect", self._disconnect)
         self.sio.on("subscribe", _answering_on_error("subscribe", self._subscribe))
         self.sio.on("unsubscribe", _answering_on_error("unsubscribe", self._unsubscribe))
+        self.sio.on("refresh", _answering_on_error("refresh", self._refresh))
         self.sio.on("*", _unknown_event)
         self.clients: dict[str, _Client] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -412,7 +422,7 @@ class PushServer:
                 if stream.task is not None:
                     stream.task.cancel()
             with contextlib.suppress(Exception):
-                await self._emit(client, "closed", {"type": "closed", "reason": reason})
+                await self._emit(client, "closed", streams.closed_body(reason))
         if self.sio.eio.sockets:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -492,11 +502,51 @@ class PushServer:
             )
         eio_sid = self.manager.eio_sid_from_sid(sid, NAMESPACE)
         client = self.clients[sid] = _Client(sid, eio_sid, grant)
+        self._grant(client, grant)
+
+    def _grant(self, client: _Client, grant: Grant) -> None:
+        """Let the client act on `grant` from now on: watched (revocation, its token's
+        expiry), and shown download links signed for its key."""
+        if client.key is not None:
+            client.key.close()
+            self._count_key(client.grant, -1)
+        client.grant = grant
+        client.frame_key = f"sio {grant.key_id} ws"
         client.key = self.app[AUTH].watch(
             grant.credential, lambda reason: self._revoked(client, reason)
         )
+        self._count_key(grant, +1)
+
+    def _count_key(self, grant: Grant, change: int) -> None:
         keys = self._keys.setdefault(grant.tenant, collections.Counter())
-        keys[grant.key_id] += 1
+        keys[grant.key_id] += change
+        if keys[grant.key_id] <= 0:
+            del keys[grant.key_id]
+            if not keys:
+                del self._keys[grant.tenant]
+
+    async def _refresh(self, sid: str, data: Any = None) -> dict[str, Any]:
+        """A fresh token for what the connection's token opens: the connection, its
+        subscriptions and their cursors go on under it, until it expires in turn."""
+        client = self.clients.get(sid)
+        if client is None or client.closing:
+            return _error(Problem(409, "Conflict", "The connection is closing."))
+        try:
+            asked = RefreshRequest.model_validate(data)
+        except ValidationError as exc:
+            return _error(invalid_input(exc, "The refresh is not valid."))
+        verified = await self.app[AUTH].verify_token(asked.token)
+        if not isinstance(verified, auth.Verified):
+            return _error(Problem(401, "Unauthorized", verified, kind="unauthorized"))
+        claims, grant = verified.claims, client.grant
+        if grant.credential.expires_at is None:
+            detail = "This connection was not opened with a subscription token; nothing expires."
+            return _error(Problem(409, "Conflict", detail))
+        if claims.tenant != grant.tenant or claims.scope != grant.scope:
+            detail = f"A refreshed token must open {grant.scope.describe()}, as the last one did."
+            return _error(Problem(403, "Forbidden", detail, kind="forbidden"))
+        self._grant(client, Grant(claims.tenant, claims.scope, verified.credential))
+        return {"ok": True, "expires_at": signing.expiry_text(claims.expires_at)}
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
         client = self.clients.pop(sid, None)
@@ -505,13 +555,7 @@ class PushServer:
         client.closing = True
         if client.key is not None:
             client.key.close()
-        keys = self._keys.get(client.grant.tenant)
-        if keys is not None:
-            keys[client.grant.key_id] -= 1
-            if keys[client.grant.key_id] <= 0:
-                del keys[client.grant.key_id]
-                if not keys:
-                    del self._keys[client.grant.tenant]
+            self._count_key(client.grant, -1)
         for stream in list(client.streams.values()):
             self._end(client, stream)
         socket = self.sio.eio.sockets.get(client.eio_sid)
@@ -629,7 +673,7 @@ class PushServer:
                 if isinstance(item, JobEvent):
                     await self._send(client, sub, item)
                 elif isinstance(item, streams.Reset):
-                    body: dict[str, Any] = {"type": "reset", "reason": streams.RESET_REASON}
+                    body = item.body()
                     if item.job is not None:
                         body["job"] = await api.present_job(
                             self.app, item.job, client.grant.tenant, client.grant.key_id
@@ -641,14 +685,14 @@ class PushServer:
                     return
             stream.task = None
         except SubscriberDropped as exc:
-            self._cut_off(client, str(exc))
+            self._cut_off(client, exc.reason)
         except DB_ERRORS as exc:
             log.warning("Socket.IO stream ended, database unavailable: %s", exc)
-            self._cut_off(client, "database unavailable; reconnect and resume by event id")
+            self._cut_off(client, DB_LOST_REASON)
         except Exception:
             # Left alone, the task would end unseen and the client wait for events forever.
             log.exception("Socket.IO stream failed", extra={"sid": client.sid})
-            self._cut_off(client, "internal error; reconnect and resume by event id")
+            self._cut_off(client, INTERNAL_REASON)
         finally:
             if not parked:
                 self._end(client, stream)
@@ -767,7 +811,7 @@ class PushServer:
     async def _close(self, client: _Client, reason: str) -> None:
         eio_sid = self.manager.eio_sid_from_sid(client.sid, NAMESPACE)
         with contextlib.suppress(Exception):
-            await self._emit(client, "closed", {"type": "closed", "reason": reason})
+            await self._emit(client, "closed", streams.closed_body(reason))
         if eio_sid is None:
             return
         # A websocket is either the first request (in environ) or an upgrade naming the sid.

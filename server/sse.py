@@ -1,4 +1,5 @@
-"""Server-Sent Events: GET /v1/jobs/{id}/events and GET /v1/events, over server/streams.py.
+"""Server-Sent Events: GET /v1/jobs/{id}/events and GET /v1/events, over server/streams.py;
+and GET /v1/events?wait=, the same events as one JSON answer for clients that cannot stream.
 
 An idle stream holds its socket, its request and its handler's waiting frames, and nothing that
 ticks: one pass for the process (`Streams.keep_alive`) writes the keep-alive comment to every
@@ -23,10 +24,10 @@ from server import api, auth, events, jobs, jsontext, streams
 from server.channels import check_channel
 from server.errors import DB_ERRORS
 from server.events import JobEvent
-from server.http_common import tenant_of
+from server.http_common import json_response, query_of, tenant_of
 from server.hub import Subscription
 from server.keys import AUTH, HUB, POOL, SSE_STREAMS
-from server.models import event_id
+from server.models import EventPollQuery, event_id
 from server.problems import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -203,22 +204,67 @@ async def _send(resp: web.StreamResponse, request: web.Request, event: JobEvent)
 
 
 async def _send_reset(
-    resp: web.StreamResponse, request: web.Request, job: dict[str, Any] | None, tenant: str
+    resp: web.StreamResponse, request: web.Request, reset: streams.Reset, tenant: str
 ) -> None:
-    body: dict[str, Any] = {"type": "reset", "reason": streams.RESET_REASON}
-    if job is not None:
-        body["job"] = await api.present(request, job, tenant)
+    body = reset.body()
+    if reset.job is not None:
+        body["job"] = await api.present(request, reset.job, tenant)
     await resp.write(_message("reset", json.dumps(body)))
+
+
+# Events one long-poll answers with at most; the next poll continues from the last.
+POLL_MAX_EVENTS = 100
+
+
+async def _poll(request: web.Request, channel: str | None) -> web.Response:
+    """The long-poll of the tenant's (or a channel's) events: what the stream would send after
+    the cursor (after now without one), once there is something, or nothing after `wait`."""
+    wait_s = query_of(request, EventPollQuery).wait or 0.0
+    auth.check_scope(request, job_id=None, channel=channel)
+    cursor, types = _requested_cursor(request), _requested_types(request)
+    app = request.app
+    pool, hub, tenant = app[POOL], app[HUB], tenant_of(request)
+    key_id = auth.key_id_of(request)
+    # Subscribed before the log is read, so nothing committed in between is missed.
+    with (
+        hub.subscription(tenant=tenant, channel=channel, transport="longpoll") as sub,
+        app[AUTH].watch(auth.credential_of(request), sub.drop) as key,
+    ):
+        begin = await streams.start(pool, tenant=tenant, job_id=None, cursor=cursor)
+        if begin.position is None:
+            # From the log's head rather than "live": the answer's cursor then covers the time
+            # until the next poll, which a live-only wait would lose.
+            begin = streams.Start(await events.head(pool), begin.reset, begin.history)
+        stream = streams.Stream(pool, sub, begin, types=types)
+        found: list[dict[str, Any]] = []
+        timeout_s = wait_s
+        while len(found) < POLL_MAX_EVENTS:
+            item = await stream.next(timeout_s)
+            if isinstance(item, JobEvent):
+                found.append(await api.event_wire(app, item, key_id))
+            elif isinstance(item, streams.Reset):
+                found.append(item.body())
+            else:
+                break  # the wait is over, or the stream was closed (shutdown, revoked)
+            timeout_s = 0  # something came: answer with what is ready now
+        if key.reason is not None:
+            raise auth.revoked(f"The wait ended: {key.reason}.")
+    position = stream.position
+    last_event_id = position.id if position is not None else 0
+    return json_response({"events": found, "last_event_id": last_event_id})
 
 
 @routes.get("/v1/jobs/{job_id}/events")
 @routes.get("/v1/events")
 async def stream_events(request: web.Request) -> web.StreamResponse:
     """A job's stream, a channel's (`?channel=`) or the tenant's: replay what the client
-    missed, then go live; no gap, no duplicate (log order). The route's handler itself, so
-    that an idle stream holds one coroutine frame of its own, not two."""
+    missed, then go live; no gap, no duplicate (log order). A final job's stream reopened at
+    or after its final event answers 204, which stops EventSource's reconnects. The route's
+    handler itself, so that an idle stream holds one coroutine frame of its own, not two."""
     job_id = api.parse_job_id(request) if "job_id" in request.match_info else None
     channel = _requested_channel(request) if job_id is None else None
+    if job_id is None and "wait" in request.query:
+        return await _poll(request, channel)
     app = request.app
     pool, hub = app[POOL], app[HUB]
     tenant = tenant_of(request)
@@ -240,28 +286,33 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     sub = hub.subscribe(tenant=tenant, job_id=job_id, channel=channel)
     # A revoked key ends its streams as a slow consumer's end: with a `closed` event.
     watch = app[AUTH].watch(auth.credential_of(request), sub.drop)
-    resp = web.StreamResponse(headers=SSE_HEADERS)
     try:
+        stream = streams.Stream(pool, sub, begin, types=types, job=current.job if current else None)
+        first: streams.Item | None = None
+        if current is not None and current.status.final:
+            # Nothing waited for: what the log holds after the cursor, or the end already.
+            first = await stream.next(0)
+            if isinstance(first, streams.End):
+                return web.Response(status=204, headers={hdrs.CACHE_CONTROL: "no-cache"})
+        resp = web.StreamResponse(headers=SSE_HEADERS)
         _set_send_timeout(request)
         await resp.prepare(request)
         # Encoded for and kept alive from now: events up to here come through its own sends.
         conn = _Connection(request, sub, key_id)
+        stream.attach(conn)
         app[SSE_STREAMS].hold(conn, tenant, key_id)
         try:
-            stream = streams.Stream(
-                pool, sub, begin, types=types, job=current.job if current else None, sink=conn
-            )
             while True:
                 # No timeout: the keep-alive pass ends the stream when its client has gone.
-                item = await stream.next(None)
+                item = first if first is not None else await stream.next(None)
+                first = None
                 if isinstance(item, JobEvent):
                     await _send(resp, request, item)
                 elif isinstance(item, streams.Reset):
-                    await _send_reset(resp, request, item.job, tenant)
+                    await _send_reset(resp, request, item, tenant)
                 elif isinstance(item, streams.Closed):
                     if item.reason != CLIENT_GONE:
-                        body = json.dumps({"type": "closed", "reason": item.reason})
-                        await resp.write(_message("closed", body))
+                        await resp.write(_message("closed", json.dumps(item.body())))
                     break
                 elif isinstance(item, streams.End):
                     break

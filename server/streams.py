@@ -18,7 +18,7 @@ import asyncpg
 
 from server import events, jobs
 from server.events import JobEvent, Position
-from server.hub import SubscriberDropped, Subscription
+from server.hub import SubscriberDropped, Subscription, close_code
 from server.jobs import JobState
 
 # The one rule of which event ends a job's stream, on every transport: the events of the
@@ -26,16 +26,27 @@ from server.jobs import JobState
 # still ends, and the retry is news for a new one.
 FINAL_TYPES = frozenset(f"job.{state}" for state in JobState if state.final)
 
-RESET_REASON = "the requested event is no longer kept; reload state"
+# Why a cursor is reset, by the code a `reset` carries: a client acts the same way on both
+# (reload state), but a cursor this server never gave out is a client's bug, not the log's age.
+PRUNED, UNKNOWN_CURSOR = "pruned", "unknown_cursor"
+RESET_REASONS = {
+    PRUNED: "the requested event is no longer kept; reload state",
+    UNKNOWN_CURSOR: "this server has not given out that event; reload state",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reset:
-    """The client's cursor is no longer kept (pruned, or another tenant's): reload state.
-    `job` is the job's stored JSON for a job's stream, None for the all-jobs and channel
-    streams."""
+    """The client's cursor cannot be resumed from (`code`: pruned, or never given out to this
+    tenant): reload state. `job` is the job's stored JSON for a job's stream, None for the
+    all-jobs and channel streams."""
 
     job: dict[str, Any] | None
+    code: str = PRUNED
+
+    def body(self) -> dict[str, Any]:
+        """The `reset` message every transport sends (a job's stream adds the job)."""
+        return {"type": "reset", "reason": RESET_REASONS[self.code], "code": self.code}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,10 +56,19 @@ class End:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Closed:
-    """The subscriber was dropped (it fell behind, its key was revoked, shutdown): the client
-    reconnects and resumes by event id."""
+    """The subscriber was dropped (it fell behind, its key was revoked or its token expired,
+    shutdown): the client reconnects and resumes by event id, with new credentials if the
+    code asks for them."""
 
     reason: str
+
+    def body(self) -> dict[str, Any]:
+        return closed_body(self.reason)
+
+
+def closed_body(reason: str) -> dict[str, Any]:
+    """The `closed` message every transport sends last."""
+    return {"type": "closed", "reason": str(reason), "code": close_code(reason)}
 
 
 Item = JobEvent | Reset | End | Closed
@@ -70,11 +90,11 @@ def ends(event: JobEvent) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Start:
-    """Where a stream begins: after `position` (None: now), after a reset or not; `history`
-    when a job's stream without a cursor begins with the job's first event."""
+    """Where a stream begins: after `position` (None: now), after a reset (its code) or not;
+    `history` when a job's stream without a cursor begins with the job's first event."""
 
     position: Position | None
-    reset: bool
+    reset: str | None
     history: bool
 
 
@@ -88,19 +108,22 @@ async def start(
 ) -> Start:
     """Where the stream of `tenant`'s job (or of all its jobs) after event id `cursor` begins.
 
-    Cursor 0 is the oldest event kept; a cursor no longer kept (or another tenant's) gives a
-    reset first. Without a cursor, a job's stream begins with the job's first event when
+    Cursor 0 is the oldest event kept; a cursor no longer kept gives a reset first, and so
+    does one never given out to this tenant (past the log's head, or another tenant's), with
+    its own code. Without a cursor, a job's stream begins with the job's first event when
     `history` (SSE, Socket.IO), else now (long-poll); the all-jobs stream begins now."""
     position: Position | None = None
-    reset = False
+    reset: str | None = None
     if cursor == 0:
         position = events.START
     elif cursor is not None:
         located = await events.locate(pool, cursor)
-        if located is None or located.tenant != tenant:
-            reset = True
-        else:
+        if located is not None and located.tenant == tenant:
             position = located.position
+        elif located is None and await events.given_out(pool, cursor):
+            reset = PRUNED
+        else:
+            reset = UNKNOWN_CURSOR
     if job_id is not None and position is None and (history or reset):
         position = events.START  # a job's stream after a reset begins with its history too
     return Start(position, reset, history)
@@ -119,6 +142,7 @@ class Stream:
         "_pending",
         "_pool",
         "_position",
+        "_read_none",
         "_replaying",
         "_sink",
         "_sub",
@@ -142,16 +166,13 @@ class Stream:
         self._types = types
         # Items ready to return (a reset, a replayed page); made only when there are some.
         self._pending: collections.deque[Item] | None = None
-        if begin.reset:
-            self._pending = collections.deque([Reset(job)])
+        if begin.reset is not None:
+            self._pending = collections.deque([Reset(job, begin.reset)])
         self._replaying = begin.position is not None
-        # The job was final when a stream without history opened: it ends once caught up.
-        self._final = (
-            not begin.history
-            and sub.job_id is not None
-            and job is not None
-            and JobState(job["status"]).final
-        )
+        self._read_none = True  # no page of the replay has read an event yet
+        # The job was final when its stream opened: with nothing newer in the log (a cursor at
+        # or after its final event, or no history), the stream is over once caught up.
+        self._final = sub.job_id is not None and job is not None and JobState(job["status"]).final
         self._ended = self._final and begin.position is None
 
     async def next(self, timeout_s: float | None) -> Item | None:
@@ -180,7 +201,7 @@ class Stream:
             try:
                 live = await self._sub.get(remaining_s, deliver=deliver)
             except SubscriberDropped as exc:
-                return Closed(str(exc))
+                return Closed(exc.reason)
             if live is None:
                 return None
             if self._position is not None and live.position <= self._position:
@@ -191,6 +212,15 @@ class Stream:
                 return live
             if self._ended:
                 return End()
+
+    @property
+    def position(self) -> Position | None:
+        """The log position of the last event handled (None: none yet, and live only)."""
+        return self._position
+
+    def attach(self, sink: Sink) -> None:
+        """Write live events through `sink` from now on (once the response has begun)."""
+        self._sink = sink
 
     def park(self, wake: Callable[[], None]) -> bool:
         """Wait as `next` does, with no task waiting in it: the sink writes live events in the
@@ -223,6 +253,10 @@ class Stream:
         if batch:
             # A failed job may have been retried since: only its latest event ends it.
             self._ended = job_id is not None and ends(batch[-1])
+        elif self._read_none:
+            # Nothing after the cursor: the job as read at the open says whether it is over.
+            self._ended = self._final
+        self._read_none = False
         if len(batch) < events.REPLAY_PAGE:
             self._replaying = False
             if self._ended and held and job_id is not None and self._sub.tenant is not None:
@@ -230,7 +264,6 @@ class Stream:
                 # job retried just now): the row says whether it is still final.
                 current = await jobs.get(self._pool, job_id, self._sub.tenant)
                 self._ended = current is None or current.status.final
-            self._ended = self._ended or self._final
 
     def _take(self) -> Item:
         assert self._pending

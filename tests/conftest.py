@@ -24,10 +24,17 @@ from server import db
 from server.app import create_app
 from server.protocol import AppRunner
 from server.settings import Settings
+from tests import pgcluster
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
 
 TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test process starts: what every one of them would otherwise make at once."""
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
+        pgcluster.ensure_run_as()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -39,12 +39,22 @@ def server_folder(prefix: str) -> tuple[Path, str | None]:
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     if os.geteuid() != 0:
         return folder, None
+    ensure_run_as()
+    shutil.chown(folder, RUN_AS)
+    return folder, RUN_AS
+
+
+def ensure_run_as() -> None:
+    """As root, make the user PostgreSQL servers run as, the one the embedded server's wheel
+    uses too: once, before test processes start servers at the same time (two of them making
+    it at once leave the second's server running initdb as a user that no longer exists)."""
+    if os.geteuid() != 0:
+        return
     try:
         pwd.getpwnam(RUN_AS)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=True)
-    shutil.chown(folder, RUN_AS)
-    return folder, RUN_AS
+        subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=False)
+        pwd.getpwnam(RUN_AS)  # made now, or by another process meanwhile; else this raises
 
 
 class Cluster:

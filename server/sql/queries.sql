@@ -267,6 +267,10 @@ SELECT xid::text::bigint AS xid, id, job_id, tenant FROM job_events WHERE id = $
 -- events_oldest_id --
 SELECT min(id) FROM job_events;
 
+-- events_next_id --
+-- The next event id: a cursor at or past it was never given out by this server.
+SELECT job_events_next_id();
+
 -- event_log_ranges --
 -- The log's ranges, oldest first (lo NULL: from the start), with whether each is sealed and
 -- its newest xid (NULL: none) as the pass wrote them down (0017); and the overflow's lowest id

@@ -155,6 +155,16 @@ async def test_events_resume_after_a_cut_by_last_event_id(api: RunningApp, proxi
     assert proxy.last_event_ids == [None, str(got[0]["event_id"])]
 
 
+async def test_a_finished_jobs_events_resumed_at_the_end_stop_at_once(api: RunningApp) -> None:
+    async with AsyncClient(base(api)) as client:
+        job = await client.submit(**HELLO)
+        got = [event async for event in client.events(job["id"])]
+        # The server answers 204 for a cursor at the final event: the client stops, no retry.
+        async with asyncio.timeout(5):
+            rest = [e async for e in client.events(job["id"], got[-1]["event_id"])]
+    assert rest == []
+
+
 async def test_all_events_start_live_once_open(api: RunningApp) -> None:
     opened = asyncio.Event()
     async with AsyncClient(base(api)) as client:

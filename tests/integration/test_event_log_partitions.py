@@ -167,7 +167,7 @@ async def test_the_migration_moves_every_event_and_every_cursor_resumes(server_d
             assert located is not None
             assert await whole_log(pool, located.position) == before[before.index(cursor) + 1 :]
             assert (await streams.start(pool, tenant="default", job_id=None, cursor=cursor)) == (
-                streams.Start(located.position, reset=False, history=True)
+                streams.Start(located.position, reset=None, history=True)
             ), n
         assert await whole_log(pool, channel="user-1") == channel
         assert await whole_log(pool, channel="b") == batch_channel
@@ -228,7 +228,7 @@ async def test_an_expired_partition_is_dropped_and_its_cursors_reset(pool: async
     assert await pool.fetchval("SELECT array_agg(id ORDER BY id) FROM job_events") == recent
     assert await pool.fetchval("SELECT to_regclass($1)", expired) is None
     start = await streams.start(pool, tenant="default", job_id=None, cursor=old[-1])
-    assert start.reset and start.position is None
+    assert start.reset == streams.PRUNED and start.position is None
     # A cursor into what is kept resumes as before.
     assert await whole_log(pool, cursor.position) == recent[1:]
     assert await retention.prune_log(pool, keep_s=3 * HOUR_S) == []

@@ -18,8 +18,9 @@ from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
 ROOT = Path(__file__).resolve().parents[2]
-# Served but not part of the JSON API: the dashboard, its files, Socket.IO's own protocol.
-UNDOCUMENTED = re.compile(r"^(/|/static(/.*)?|/socket\.io/?.*)$")
+# Served but not part of the JSON API: the dashboard, its files, the browser module,
+# Socket.IO's own protocol.
+UNDOCUMENTED = re.compile(r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*)$")
 
 
 async def test_every_route_is_described(api: RunningApp) -> None:
