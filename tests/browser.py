@@ -87,15 +87,17 @@ def socketio_client_js() -> Path:
     return SOCKETIO_JS
 
 
-# The app's page: what the README's snippets call (showEvent, reloadJobs, offerDownload) records
-# what they are given, for the test to read.
+# The app's page: what the README's snippets call (showEvent, showBatch, reloadJobs,
+# offerDownload) records what they are given, for the test to read.
 APP_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>An app on another origin</title>
 <script>
   window.received = [];
+  window.batches = [];
   window.resets = [];
   window.downloads = [];
   window.showEvent = (event) => window.received.push(event);
+  window.showBatch = (batch) => window.batches.push(batch);
   window.reloadJobs = () => window.resets.push(Date.now());
   window.offerDownload = (job) => window.downloads.push(job);
 </script></head><body></body></html>
