@@ -168,17 +168,21 @@ class SocketIoSubscriber(Subscriber):
             self.ready.set_exception(ConnectionError(message.decode(errors="replace")))
 
 
-def _request(transport: str, host: str, port: int, path: str, deflate: bool) -> bytes:
+def _request(
+    transport: str, host: str, port: int, path: str, deflate: bool, origin: str | None
+) -> bytes:
+    sent_from = f"Origin: {origin}\r\n" if origin else ""
     if transport == "sse":
         return (
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n"
+            f"{sent_from}\r\n"
         ).encode()
     key = base64.b64encode(os.urandom(16)).decode()
     offer = DEFLATE_OFFER if deflate else ""
     return (
         f"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-        f"Sec-WebSocket-Version: 13\r\n{offer}\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{offer}{sent_from}\r\n"
     ).encode()
 
 
@@ -194,7 +198,10 @@ async def _connect(args: argparse.Namespace) -> tuple[list[Subscriber], float]:
     started = time.monotonic()
     for first in range(0, args.count, CONNECT_BATCH):
         batch = [
-            _make(args.transport, _request(args.transport, host, port, args.path, args.deflate))
+            _make(
+                args.transport,
+                _request(args.transport, host, port, args.path, args.deflate, args.origin),
+            )
             for _ in range(first, min(args.count, first + CONNECT_BATCH))
         ]
         await asyncio.gather(
@@ -236,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, required=True, help="subscribers")
     parser.add_argument("--path", default="/v1/events", help="the SSE stream's path and query")
     parser.add_argument("--local", default="127.0.0.1", help="the address to connect from")
+    parser.add_argument("--origin", help="the Origin header each subscriber sends")
     parser.add_argument(
         "--deflate",
         action="store_true",

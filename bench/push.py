@@ -96,6 +96,8 @@ class FanOut:
     kb_per_connection: float
     reach_all_ms: float  # the median of the rounds
     reach_all_rounds_ms: list[float]
+    # The Origin every subscriber sent, allowed by PRESSROOM_CORS_ORIGINS (None: no Origin).
+    origin: str | None = None
 
 
 def summarize(samples_s: list[float]) -> Latency:
@@ -185,23 +187,26 @@ async def scratch_database() -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def pressroom_web(dsn: str) -> AsyncIterator[tuple[str, int]]:
-    """`pressroom web` in a subprocess, with a data folder of its own; yields its URL and pid
-    once it answers /healthz."""
+async def pressroom_web(dsn: str, origin: str | None = None) -> AsyncIterator[tuple[str, int]]:
+    """`pressroom web` in a subprocess, with a data folder of its own (and `origin` allowed
+    for CORS); yields its URL and pid once it answers /healthz."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
-        async with _pressroom_web(dsn, port, Path(data_dir)) as pid:
+        async with _pressroom_web(dsn, port, Path(data_dir), origin) as pid:
             yield f"http://127.0.0.1:{port}", pid
 
 
 @contextlib.asynccontextmanager
-async def _pressroom_web(dsn: str, port: int, data_dir: Path) -> AsyncIterator[int]:
+async def _pressroom_web(
+    dsn: str, port: int, data_dir: Path, origin: str | None
+) -> AsyncIterator[int]:
     env = {
         **os.environ,
         "DATABASE_URL": dsn,
         "PRESSROOM_PORT": str(port),
         "PRESSROOM_DATA_DIR": str(data_dir),
         "PRESSROOM_LOG_LEVEL": "WARNING",
+        "PRESSROOM_CORS_ORIGINS": origin or "",
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "server", "web", env=env, stderr=asyncio.subprocess.DEVNULL
@@ -328,6 +333,7 @@ async def fan_out(
     per_process: int = CLIENTS_PER_PROCESS,
     profile: Path | None = None,
     deflate: bool = False,
+    origin: str | None = None,
 ) -> FanOut:
     """N idle subscribers of one transport on one process: memory each, and the time one
     event takes to reach them all (FAN_OUT_ROUNDS events, one at a time). The subscribers
@@ -352,6 +358,7 @@ async def fan_out(
             "--local",
             f"127.0.0.{2 + n}",
             *(["--deflate"] if deflate else []),
+            *(["--origin", origin] if origin else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -394,6 +401,7 @@ async def fan_out(
         subscribers=subscribers,
         asked=subscribers,
         deflate=deflate,
+        origin=origin,
         client_processes=len(procs),
         connect_s=round(connect_s, 2),
         rss_before_mb=round(rss_before, 1),
@@ -428,6 +436,7 @@ async def run(
     profile: Path | None = None,
     deflate: bool = False,
     counts: list[int] | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     """Latency over `events`, then the fan-outs, each transport in a server of its own; with
     `counts`, the fan-out of both transports at each count (the sweep the plot shows)."""
@@ -453,10 +462,10 @@ async def run(
                 return None
             # A server of its own for each: memory another run's streams freed would
             # otherwise be counted as this one's.
-            async with pressroom_web(dsn) as (base, pid):
+            async with pressroom_web(dsn, origin) as (base, pid):
                 fan = await fan_out(
                     pool, base, pid, count, transport=transport, per_process=per_process,
-                    profile=spy, deflate=deflate and transport == "socketio",
+                    profile=spy, deflate=deflate and transport == "socketio", origin=origin,
                 )  # fmt: skip
             fan.asked = asked
             return fan
@@ -500,6 +509,8 @@ def _fan_out_line(fan: dict[str, Any]) -> str:
     name = "SSE" if fan["transport"] == "sse" else "Socket.IO (websocket)"
     if fan.get("deflate"):
         name += " offering permessage-deflate"
+    if fan.get("origin"):
+        name += f" from the allowed origin {fan['origin']}"
     return (
         f"fan-out: {fan['subscribers']} {name} subscribers ({fan['client_processes']} client "
         f"processes) connected in {fan['connect_s']} s; "
@@ -581,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also the fan-out of both transports at each of these counts, plotted",
     )
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"the sweep's plot ({PLOT})")
+    parser.add_argument(
+        "--origin",
+        help="every subscriber sends this Origin, which the server allows (CORS headers on)",
+    )
     parser.add_argument("--quick", action="store_true", help="100 events, 200 subscribers each")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON results ({OUT})")
     args = parser.parse_args(argv)
@@ -595,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
             profile=args.profile,
             deflate=args.sio_deflate,
             counts=args.counts,
+            origin=args.origin,
         )
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from server import api, assets_api, batches, db, health, library, openapi, sockets, sse
 from server import maintenance as services
@@ -76,12 +76,11 @@ def create_app(
 
     The factories stand in for the renderer and the storage the settings choose (tests and
     benchmarks: a fake renderer, files kept in memory)."""
-    # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json;
-    # CORS preflights are answered before it, as they carry no credentials.
+    # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json.
     authenticator = Authenticator(settings)
     cors = Cors(settings)
     app = web.Application(
-        middlewares=[problem_middleware, cors.preflight, authenticator.middleware],
+        middlewares=[problem_middleware, authenticator.middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
@@ -288,6 +287,9 @@ def create_app(
         if STATIC_DIR.is_dir():
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
         sockets.attach(app)  # Socket.IO at /socket.io/; its cleanup step runs after the hub's
+        # Last: every path's OPTIONS, as no route above takes one. A route rather than a
+        # middleware, which every open stream would hold a frame of for as long as it lasts.
+        app.router.add_route(hdrs.METH_OPTIONS, "/{path:.*}", cors.preflight)
     return app
 
 

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import asyncpg
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from server import apikeys, tenants
 from server.admission import RateLimiter
@@ -525,6 +525,8 @@ class Authenticator:
         path = request.path
         if not path.startswith("/v1/") or path in OPEN_V1_PATHS:
             return await handler(request)
+        if request.method == hdrs.METH_OPTIONS:
+            return await handler(request)  # a CORS preflight has no credentials (server/cors.py)
         if "%00" in request.raw_path or "\x00" in path:
             # No text column can hold NUL; refuse it here rather than in every query.
             raise Problem(

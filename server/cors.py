@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 from aiohttp import hdrs, web
@@ -57,8 +57,6 @@ EXPOSE_HEADERS = ", ".join(
 # origin loses access sooner: the actual responses stop naming it at the next read.
 PREFLIGHT_MAX_AGE_S = 7200
 PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def how_to_allow(origin: str, tenant: str | None = None) -> str:
@@ -153,15 +151,19 @@ class Cors:
 
     # --- HTTP -------------------------------------------------------------------------------
 
-    @web.middleware
-    async def preflight(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Answer a CORS preflight on any route, before authentication: it has no credentials.
-        A disallowed origin gets a 403 without CORS headers, which the browser reports."""
-        if request.method != hdrs.METH_OPTIONS:
-            return await handler(request)
+    async def preflight(self, request: web.Request) -> web.StreamResponse:
+        """The OPTIONS route of every path: a CORS preflight's answer (it carries no
+        credentials, so authentication lets it through). A disallowed origin gets a 403
+        without CORS headers, which the browser reports."""
         origin = request.headers.get(hdrs.ORIGIN)
         if origin is None or hdrs.ACCESS_CONTROL_REQUEST_METHOD not in request.headers:
-            return await handler(request)
+            raise Problem(
+                405,
+                "Method not allowed",
+                "OPTIONS is answered for CORS preflights only (with Origin and "
+                "Access-Control-Request-Method).",
+                kind="method-not-allowed",
+            )
         if origin not in self._anywhere:
             raise Problem(
                 403, "Origin not allowed", how_to_allow(origin), kind="origin-not-allowed"

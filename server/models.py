@@ -865,17 +865,19 @@ class JobListQuery(BaseModel):
             raise ValueError(f"must be one of {', '.join(s.value for s in JobState)}") from None
 
 
+#: How long a long-poll may hold its answer.
+WaitSeconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)]
+
+
 class JobWaitQuery(BaseModel):
     """GET /v1/jobs/{job_id}: the long-poll."""
 
     model_config = QUERY
 
-    wait: Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)] | None = (
-        Field(
-            None,
-            description="Hold the answer up to this many seconds until the job changes; a wait "
-            "whose API key is revoked meanwhile is answered 401.",
-        )
+    wait: WaitSeconds | None = Field(
+        None,
+        description="Hold the answer up to this many seconds until the job changes; a wait "
+        "whose API key is revoked meanwhile is answered 401.",
     )
     since: EventId | None = Field(None, description="Answer once the job has events after this.")
 
@@ -885,13 +887,11 @@ class EventPollQuery(BaseModel):
 
     model_config = QUERY
 
-    wait: Annotated[float, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_query_float)] | None = (
-        Field(
-            None,
-            description="Answer one JSON EventPoll instead of a stream: the events after "
-            "last_event_id (or after now), as soon as there are some, else none after this "
-            "many seconds.",
-        )
+    wait: WaitSeconds | None = Field(
+        None,
+        description="Answer one JSON EventPoll instead of a stream: the events after "
+        "last_event_id (or after now), as soon as there are some, else none after this "
+        "many seconds.",
     )
 
 

@@ -847,7 +847,8 @@ def attach(app: web.Application) -> None:
     push = PushServer(app)
     app[PUSH] = push
     # The methods engine.io's own routes take (sio.attach), through handle_request.
-    for method in ("GET", "POST", "OPTIONS"):
+    # OPTIONS is CORS only, which server/cors.py answers for every path (engine.io's is off).
+    for method in ("GET", "POST"):
         app.router.add_route(method, "/socket.io/", push.handle_request)
     app.on_response_prepare.append(push.on_response_prepare)
     app.cleanup_ctx.append(push.context)
