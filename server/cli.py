@@ -108,12 +108,11 @@ async def run_server(settings: Settings) -> None:
         await runner.cleanup()  # what did start (the embedded database) stops again
         raise
     if settings.webhook_secret_generated:
+        # Where it is, never what it is: a log is read by more people than a secret may be.
         log.warning(
-            "generated a webhook signing secret for dev mode (kept in %s); give it to your "
-            "receivers: %s. Tenants with API keys have their own: "
-            "pressroom tenants webhook-secret TENANT",
+            "generated a webhook signing secret for dev mode; give your receivers the contents "
+            "of %s. Tenants with API keys have their own: pressroom tenants webhook-secret TENANT",
             settings.data_dir / "webhook_secret",
-            settings.webhook_secret,
         )
     try:
         if settings.run_web:

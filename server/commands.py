@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -112,6 +113,11 @@ def run_client_command(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_OK if args.command == "watch" else EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader has gone (`pressroom watch | head`): end quietly, as filters do. Standard
+        # output points at /dev/null from here, or the exit's own flush fails again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 # --- input ------------------------------------------------------------------------------

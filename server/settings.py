@@ -326,7 +326,7 @@ class Settings(BaseSettings):
         shown="generated",
     )
     webhook_secret_generated: bool = internal(
-        False, "this start generated the webhook secret (dev mode): it is printed once"
+        False, "this start generated the webhook secret (dev mode): the log says where it is"
     )
     allow_hosts: AllowList = setting(
         (),

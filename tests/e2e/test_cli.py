@@ -267,6 +267,44 @@ async def test_watch_follows_every_event(server: Server, tmp_path: Path) -> None
     assert proc.returncode == 0
 
 
+async def test_watch_into_a_reader_that_stops_ends_quietly(server: Server, tmp_path: Path) -> None:
+    template = write(tmp_path, "w.html", "<p>watched</p>")
+    assert (await pressroom(server, "submit", str(template), "--wait")).code == 0
+    # `pressroom watch --last-event-id 0 | head -1`: the reader takes a line and leaves.
+    read_end, write_end = os.pipe()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server",
+        "watch",
+        "--last-event-id",
+        "0",
+        env=server.env,
+        stdout=write_end,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        first = await asyncio.wait_for(asyncio.to_thread(reader.readline), 30)
+    assert b"job.queued" in first
+    # What comes next has no reader: the next line watch writes ends it.
+    assert (await pressroom(server, "submit", str(template), "--wait")).code == 0
+    _out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
+    assert err.decode() == "", "no traceback, no message: the reader chose to stop"
+
+
+async def test_dev_mode_logs_where_the_webhook_secret_is_not_the_secret(
+    server: Server, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "server" / "webhook_secret"
+    secret = secret_file.read_text().strip()
+    assert secret.startswith("whsec_")
+    log = "".join(server.log)
+    assert str(secret_file) in log
+    assert secret not in log and secret.removeprefix("whsec_") not in log
+
+
 def as_from_a_terminal() -> None:
     """In the child before it starts: SIGINT as a shell gives it (handled, not blocked), not as
     the test's worker process may have left it; a blocked or ignored SIGINT is inherited."""
