@@ -72,7 +72,13 @@ ROOT = Path(__file__).resolve().parents[1]
 async def admin_cli(dsn: str, data_dir: Path, *args: str) -> tuple[int, str, str]:
     """`python -m server ARGS` (keys, tenants) against a database, as an operator runs it:
     (exit code, stdout, stderr)."""
-    env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
+    return await run_pressroom({"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}, *args)
+
+
+async def run_pressroom(settings: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """`python -m server ARGS` with these variables set, run to its end: (exit code, stdout,
+    stderr). For commands that end by themselves, a `serve` refused at its start among them."""
+    env = {**os.environ, **settings}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

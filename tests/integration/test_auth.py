@@ -4,8 +4,6 @@ route and stream, and subscription tokens."""
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +19,7 @@ from server import apikeys, auth, signing
 from server.keys import SETTINGS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
-from tests.processes import admin_cli
+from tests.processes import admin_cli, run_pressroom
 from tests.sse import collect, messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -353,27 +351,16 @@ async def test_subscription_tokens_scope_expiry_and_tampering(
 
 
 async def test_serve_refuses_to_run_open_beyond_loopback(dsn: str, tmp_path: Path) -> None:
-    env = {
-        **os.environ,
+    settings = {
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "serve"),
         "PRESSROOM_HOST": "0.0.0.0",
         "PRESSROOM_PORT": "0",
         "PRESSROOM_RENDER_SLOTS": "0",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "server",
-        "serve",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    assert "not a loopback address" in err.decode() and "keys create" in err.decode()
+    code, _out, err = await run_pressroom(settings, "serve")
+    assert code == 2
+    assert "not a loopback address" in err and "keys create" in err
 
 
 async def test_revoking_every_key_beyond_loopback_closes_rather_than_opens(

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +18,7 @@ from server import apikeys, tenants
 from server.keys import CORS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
-from tests.processes import admin_cli
+from tests.processes import admin_cli, run_pressroom
 from tests.sio import SioClient
 from tests.sse import messages
 
@@ -305,24 +303,13 @@ async def test_the_cli_refuses_bad_input_in_one_line_and_changes_nothing(
 
 
 async def test_a_malformed_origin_stops_the_start_with_one_line(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
+    settings = {
         "PRESSROOM_DATA_DIR": str(tmp_path),
         "PRESSROOM_CORS_ORIGINS": "https://a.example.com/",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "server",
-        "serve",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2 and out == b""
-    assert err.decode() == (
+    code, out, err = await run_pressroom(settings, "serve")
+    assert code == 2 and out == ""
+    assert err == (
         "pressroom: PRESSROOM_CORS_ORIGINS='https://a.example.com/' is not valid: "
         "'https://a.example.com/' must be an origin such as https://app.example.com, "
         "without a trailing /\n"

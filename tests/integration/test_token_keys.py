@@ -30,6 +30,7 @@ from tests.conftest import RunningApp
 from tests.processes import admin_cli
 from tests.sio import SioClient
 from tests.sse import messages
+from tests.tenants import Tenant, bearer, made
 from tests.tokenkeys import (
     claims,
     hs256_by_hand,
@@ -40,19 +41,15 @@ from tests.tokenkeys import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = {"template": "<p>{{ n }}</p>", "data": {"n": 1}}
 CACHE_S = 0.5
 
 
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-class Tenant:
-    """A tenant of the running app: its API key, its token secret, its registered key pairs."""
+class KeyedTenant(Tenant):
+    """A tenant that has registered key pairs its backend signs tokens with."""
 
     def __init__(self, app: RunningApp, pool: asyncpg.Pool, name: str, key: str, secret: str):
-        self.app, self.pool, self.name, self.key, self.secret = app, pool, name, key, secret
+        super().__init__(app, name, key, secret)
+        self.pool = pool
         self.signers: dict[str, PrivateKeyTypes] = {}
 
     async def register(self, kid: str, kind: str) -> PrivateKeyTypes:
@@ -66,20 +63,9 @@ class Tenant:
     def token(self, kid: str, scope: dict[str, Any], **kwargs: Any) -> str:
         return mint(self.signers[kid], self.name, scope, kid=kid, **kwargs)
 
-    async def submit(self, channel: str | None = None) -> str:
-        body = {**SEED, **({"channel": channel} if channel else {})}
-        async with self.app.http.post(
-            self.app.url("/v1/jobs"), json=body, headers=bearer(self.key)
-        ) as resp:
-            assert resp.status == 202, await resp.text()
-            job_id: str = (await resp.json())["id"]
-            return job_id
 
-
-async def new_tenant(app: RunningApp, pool: asyncpg.Pool, name: str) -> Tenant:
-    _row, key, secret = await apikeys.create_key_and_tenant(pool, name)
-    assert secret is not None
-    return Tenant(app, pool, name, key, secret)
+async def new_tenant(app: RunningApp, pool: asyncpg.Pool, name: str) -> KeyedTenant:
+    return KeyedTenant(app, pool, name, *await made(pool, name))
 
 
 async def status(browser: ClientSession, url: str, token: str) -> tuple[int, str]:

@@ -20,18 +20,13 @@ import socketio
 from aiohttp import ClientSession
 from yarl import URL
 
-from server import apikeys, cli
+from server import cli
 from server.settings import Settings
 from tests.conftest import RunningApp
 from tests.processes import admin_cli
 from tests.sio import SioClient
 from tests.sse import messages
-
-SEED = {"template": "<p>{{ n }}</p>", "data": {"n": 1}}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+from tests.tenants import SEED, Tenant, bearer, made
 
 
 def backend_token(secret: str, tenant: str, scope: dict[str, Any], ttl_s: int = 600) -> str:
@@ -41,34 +36,8 @@ def backend_token(secret: str, tenant: str, scope: dict[str, Any], ttl_s: int = 
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
-class Tenant:
-    """A tenant of the running app: its key, its token secret, its jobs."""
-
-    def __init__(self, app: RunningApp, key: str, secret: str) -> None:
-        self.app, self.key, self.secret = app, key, secret
-
-    async def submit(self, channel: str | None = None) -> str:
-        body = {**SEED, **({"channel": channel} if channel else {})}
-        async with self.app.http.post(
-            self.app.url("/v1/jobs"), json=body, headers=bearer(self.key)
-        ) as resp:
-            assert resp.status == 202, await resp.text()
-            job_id: str = (await resp.json())["id"]
-            return job_id
-
-    async def mint(self, **body: Any) -> dict[str, Any]:
-        async with self.app.http.post(
-            self.app.url("/v1/tokens"), json=body, headers=bearer(self.key)
-        ) as resp:
-            answer: dict[str, Any] = await resp.json()
-            assert resp.status == 200, answer
-            return answer
-
-
 async def new_tenant(app: RunningApp, pool: asyncpg.Pool, name: str) -> Tenant:
-    _row, key, secret = await apikeys.create_key_and_tenant(pool, name)
-    assert secret is not None and secret.startswith("prts_")
-    return Tenant(app, key, secret)
+    return Tenant(app, name, *await made(pool, name))
 
 
 async def status(browser: ClientSession, url: str, token: str) -> int:
