@@ -46,7 +46,7 @@ from bench import (
     writepath,
 )
 from bench.common import QUICK, ROOT, machine, postgres, server_version
-from server.render import find_system_chromium
+from server.render.chromium import find_system_chromium
 
 ALL = [
     "accept",

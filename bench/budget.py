@@ -51,10 +51,10 @@ from bench.common import (
 )
 from bench.profile import WAITING, record
 from bench.render import RawLoop
-from server import templates
 from server.keys import CHROMIUM
 from server.options import RenderOptions
-from server.render import ChromiumRenderer
+from server.render import templates
+from server.render.chromium import ChromiumRenderer
 
 NAME = "bench.budget"
 PROFILE_ROUNDS = 4  # the profiled round is this many rounds long
@@ -63,36 +63,39 @@ PROFILE_ROUNDS = 4  # the profiled round is this many rounds long
 #: py-spy frames read "function (path/file.py)"; the markers are substrings of them.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("logging", ("(logging/",)),
-    ("Playwright calls", ("(server/render.py)", "(server/pdfmeta.py)", "(playwright/")),
-    ("template", ("(server/templates.py)", "(jinja2/")),
-    ("store", ("(server/storage.py)", "(server/s3.py)")),
-    ("commit", ("create (server/jobs.py)", "GroupCommit", "(server/admission.py)")),
+    (
+        "Playwright calls",
+        ("(server/render/chromium.py)", "(server/pdf/docinfo.py)", "(playwright/"),
+    ),
+    ("template", ("(server/render/templates.py)", "(jinja2/")),
+    ("store", ("(server/files/storage.py)", "(server/files/s3.py)")),
+    ("commit", ("create (server/queue/jobs.py)", "GroupCommit", "(server/queue/admission.py)")),
     ("done", ("finish_done", "DoneRecorder")),
-    ("claim", ("claim (server/jobs.py)", "_claim_loop (server/worker.py)")),
+    ("claim", ("claim (server/queue/jobs.py)", "_claim_loop (server/pipeline/worker.py)")),
     (
         "event fan-out",
         (
-            "(server/hub.py)",
-            "(server/sse.py)",
-            "(server/streams.py)",
-            "(server/listener.py)",
-            "(server/sockets.py)",
+            "(server/events/hub.py)",
+            "(server/web/sse.py)",
+            "(server/events/streams.py)",
+            "(server/queue/listener.py)",
+            "(server/web/sockets.py)",
         ),
     ),
     (
         "HTTP accept and validation",
         (
-            "(server/api.py)",
-            "(server/models.py)",
-            "(server/http_common.py)",
-            "(server/auth.py)",
-            "(server/options.py)",
+            "(server/web/jobs_api.py)",
+            "(server/schemas/models.py)",
+            "(server/web/common.py)",
+            "(server/web/auth.py)",
+            "(server/options/__init__.py)",
             "(server/jsontext.py)",
             "(pydantic",
             "(aiohttp/",
         ),
     ),
-    ("worker, other", ("(server/worker.py)",)),
+    ("worker, other", ("(server/pipeline/worker.py)",)),
     ("PostgreSQL client (asyncpg)", ("(asyncpg/",)),
 ]
 OTHER = "event loop and other"

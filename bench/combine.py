@@ -21,9 +21,10 @@ import psutil
 from playwright.async_api import async_playwright
 
 from bench.common import INVOICE, invoice_data
-from server import combine, templates
-from server.combiner import join_stored
-from server.storage import LocalStorage
+from server.files.storage import LocalStorage
+from server.pipeline.combiner import join_stored
+from server.queue import combine
+from server.render import templates
 
 
 async def invoices(distinct: int, lines: int) -> list[bytes]:

@@ -21,9 +21,9 @@ import asyncpg
 import psutil
 from aiohttp import ClientResponse, ClientSession, web
 
-from server import db
-from server.app import create_app
+from server.queue import db
 from server.settings import Settings
+from server.web.app import create_app
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 #: The render time limit when a benchmark calls Pressroom's renderer directly.

@@ -50,10 +50,10 @@ from aiohttp import ClientSession, web
 
 from bench.common import QUICK, command, machine, running_app, serving, submit_many, with_database
 from bench.noop import NoopRenderer
-from server import db
+from server.delivery.webhooks import Attempt
 from server.keys import WEBHOOKS, WORKERS
+from server.queue import db
 from server.sql import queries
-from server.webhooks import Attempt
 from tests.pgcluster import server_folder
 
 NAME = "bench.dbcost"

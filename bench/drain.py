@@ -31,11 +31,12 @@ import asyncpg
 
 from bench.common import QUICK, ROOT, command, database, machine, postgres, serving
 from bench.noop import NoopRenderer
-from server import db, jobs, outputs
-from server.app import create_app
-from server.jobs import NewJob
+from server.files.storage import LocalStorage, check_complete
+from server.options import outputs
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 from server.settings import Settings
-from server.storage import LocalStorage, check_complete
+from server.web.app import create_app
 
 NAME = "bench.drain"
 TEMPLATE = "<p>Job {{ n }}</p>"

@@ -23,10 +23,10 @@ from aiohttp import web
 
 from bench.common import INVOICE, QUICK, command, invoice_data
 from bench.render import RawLoop
-from server import templates
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
-from server.render import ChromiumRenderer
+from server.render import templates
+from server.render.chromium import ChromiumRenderer
 
 NAME = "bench.egress"
 PNG = bytes.fromhex(

@@ -23,9 +23,10 @@ from typing import Any
 from playwright.async_api import async_playwright
 
 from bench.common import INVOICE, QUICK, command, invoice_data, machine
-from server import options, templates
-from server.finishing import FinishPool, Work
-from server.render import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium, count_pages
+from server import options
+from server.pdf.finishing import FinishPool, Work
+from server.render import templates
+from server.render.chromium import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium, count_pages
 from server.signkey import SigningKey
 
 NAME = "bench.finishing"

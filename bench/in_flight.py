@@ -17,7 +17,7 @@ from unittest import mock
 
 import asyncpg
 
-import server.app
+import server.web.app
 from bench.common import (
     QUICK,
     checkpoint,
@@ -29,8 +29,8 @@ from bench.common import (
 )
 from bench.noop import StartClock
 from bench.queue import WARMUP_JOBS, _submitter, _true, wait_until
-from server import admission
-from server.admission import InFlight
+from server.queue import admission
+from server.queue.admission import InFlight
 from server.settings import Settings
 
 NAME = "bench.in_flight"
@@ -72,9 +72,9 @@ async def one(count: int, interval_s: float, backlog: int, *, background: bool) 
             "renderer_factory": lambda _s: clock,
             "tenant_max_inflight": DEFAULT_CAP,
         }
-        # The app builds its in-flight cap as it starts, from the class server.app names.
+        # The app builds its in-flight cap as it starts, from the class server.web.app names.
         cap = InFlight if background else PerAdmission
-        with mock.patch.object(server.app, "InFlight", cap):
+        with mock.patch.object(server.web.app, "InFlight", cap):
             async with running_app(dsn, **overrides) as (base, _app):
                 await asyncio.sleep(1.0)
                 answers = await _submitter(base, WARMUP_JOBS + count, interval_s)

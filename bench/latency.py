@@ -46,11 +46,11 @@ from bench.common import (
     until_done,
 )
 from bench.render import RawLoop
-from server import templates
 from server.keys import CHROMIUM, METRICS
-from server.metrics import Metrics
 from server.options import RenderOptions
-from server.worker import Phase
+from server.pipeline.worker import Phase
+from server.queue.metrics import Metrics
+from server.render import templates
 
 NAME = "bench.latency"
 #: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.

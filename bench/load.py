@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import ClientSession, TCPConnector
 
 from bench.common import INVOICE, invoice_data
-from server import db
+from server.queue import db
 from server.sql import query
 
 Send = Callable[[], Awaitable[bool]]

@@ -6,10 +6,11 @@ configuration; in --rounds rounds, every configuration in turn starts its app (t
 alive), warms it, prints a burst of --docs invoices at --slots slots (PDFs/s, HTTP submit →
 done on SSE, as bench.render) and --latency-docs invoices one at a time (submit → job.done, as
 bench.latency), beside the raw loop printing the same documents from pages with Pressroom's
-print viewport. Rows report medians of the rounds.
+print viewport. --pages 20 prints documents of about that many pages. Rows report medians
+of the rounds, with the lowest and highest round in brackets.
 
     python -m bench.mechanisms [--docs 150] [--latency-docs 60] [--slots 2] [--rounds 3]
-                               [--configs defaults,no-hand-off,...]
+                               [--pages 1] [--configs defaults,no-hand-off,...]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from bench.common import (
 )
 from bench.latency import raw_latencies, summary
 from bench.render import RawLoop, pressroom
-from server import templates
+from server.render import templates
 
 NAME = "bench.mechanisms"
 
@@ -48,7 +49,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.docs)]
+    lines = 20 if args.pages <= 1 else args.pages * 32  # about 32 table lines fill an A4 page
+    html = [templates.render(INVOICE, invoice_data(n, lines)) for n in range(args.docs)]
     configs = args.configs.split(",")
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*configs, "raw"]}
     async with postgres(), contextlib.AsyncExitStack() as stack:
@@ -78,14 +80,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"config": label, "settings": overrides}
         for key in ("pdfs_per_s", "p50", "p99"):
             row[key] = statistics.median(r[key] for r in rounds[name])
+            row[f"{key}_range"] = (
+                min(r[key] for r in rounds[name]),
+                max(r[key] for r in rounds[name]),
+            )
         row["ratio"] = row["pdfs_per_s"] / raw_row["pdfs_per_s"]
         row["added_p50"] = row["p50"] - raw_row["p50"]
         row["added_p99"] = row["p99"] - raw_row["p99"]
         rows.append(row)
         print(
-            f"mechanisms {label:45} {row['pdfs_per_s']:6.1f} PDF/s (ratio {row['ratio']:.2f}); "
-            f"one at a time p50 {row['p50']:5.1f} ms ({row['added_p50']:+.1f}), p99 "
-            f"{row['p99']:5.1f} ms ({row['added_p99']:+.1f})",
+            f"mechanisms pages={args.pages} {label:45} {row['pdfs_per_s']:6.1f} PDF/s "
+            f"[{_range(row['pdfs_per_s_range'])}] (ratio {row['ratio']:.2f}); one at a time p50 "
+            f"{row['p50']:5.1f} ms [{_range(row['p50_range'])}] ({row['added_p50']:+.1f}), p99 "
+            f"{row['p99']:5.1f} ms [{_range(row['p99_range'])}] ({row['added_p99']:+.1f})",
             flush=True,
         )
     print(
@@ -101,12 +108,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"--latency-docs {args.latency_docs}",
             f"--slots {args.slots}",
             f"--rounds {args.rounds}",
+            f"--pages {args.pages}",
             f"--configs {args.configs}",
         ),
         "raw": raw_row,
         "rows": rows,
         "rounds": rounds,
     }
+
+
+def _range(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.1f} to {pair[1]:.1f}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,6 +129,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-docs", type=int, default=10 if QUICK else 60)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1 if QUICK else 3)
+    parser.add_argument("--pages", type=int, default=1, help="pages per document, about")
     parser.add_argument(
         "--configs", default=",".join(CONFIGS), help=f"a subset of {','.join(CONFIGS)}"
     )

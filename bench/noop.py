@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from server.options import RenderOptions
-from server.render import Assets, RenderResult
+from server.render.chromium import Assets, RenderResult
 from server.settings import Settings
 
 

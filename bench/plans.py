@@ -33,8 +33,9 @@ from bench.common import (
     postgres,
     server_version,
 )
-from server import db, jobs, sql
-from server.jobs import NewJob
+from server import sql
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 
 NAME = "bench.plans"
 HERE = Path(__file__).resolve().parent

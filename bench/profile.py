@@ -24,9 +24,9 @@ from typing import Any
 from bench.common import QUICK, command, database, machine, postgres, run_module, running_app
 from bench.noop import NoopRenderer
 from bench.queue import SETTLE_S, payload
-from server import db, jobs
-from server.jobs import NewJob
 from server.keys import WORKERS
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 
 NAME = "bench.profile"
 BACKLOG_PER_S = 5000

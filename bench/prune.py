@@ -28,7 +28,8 @@ from typing import Any
 import asyncpg
 
 from bench.common import checkpoint, command, database, machine, server_version
-from server import db, events, retention, sql
+from server import events, sql
+from server.queue import db, retention
 from server.sql import query
 
 KEEP_DAYS = 7

@@ -52,9 +52,9 @@ import asyncpg
 import socketio
 
 from bench import plots
-from server import db, jobs
-from server.cli import OPEN_FILES_WITHOUT_LIMIT
-from server.jobs import NewJob
+from server.cli.admin import OPEN_FILES_WITHOUT_LIMIT
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 
 OUT = Path(__file__).resolve().parent / "out" / "push.json"
 # One event at a time to every subscriber, a pause between them; the median is reported. One

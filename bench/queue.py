@@ -52,10 +52,10 @@ from bench.common import (
     serving,
 )
 from bench.noop import PDF, NoopRenderer, StartClock
-from server import db, jobs
-from server.jobs import NewJob
+from server.files.storage import fsync_folder
 from server.keys import WORKERS
-from server.storage import fsync_folder
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 
 NAME = "bench.queue"
 TEMPLATE = "<p>Job {{ n }}</p>"

@@ -54,9 +54,9 @@ from bench.common import (
     submit_many,
     wait_done,
 )
-from server import templates
 from server.options import RenderOptions
-from server.render import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium
+from server.render import templates
+from server.render.chromium import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium
 
 NAME = "bench.render"
 

@@ -34,7 +34,7 @@ from bench.common import (
 )
 from server.events import JobEvent
 from server.keys import CHROMIUM, HUB
-from server.render import browser_processes
+from server.render.chromium import browser_processes
 
 NAME = "bench.soak"
 MIB = 1024 * 1024

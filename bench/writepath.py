@@ -40,7 +40,8 @@ from bench.common import (
     server_version,
     with_database,
 )
-from server import db, sql
+from server import sql
+from server.queue import db
 
 NAME = "bench.writepath"
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from server.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
+from server.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
         add_client_parsers(parser.add_subparsers(dest="command", required=True))
         return run_client_command(parser.parse_args(args))
-    from server.cli import main as server_main
+    from server.cli.admin import main as server_main
 
     return server_main(args)
 

@@ -14,22 +14,22 @@ from aiohttp import web
 if TYPE_CHECKING:
     import asyncpg
 
-    from server.admission import InFlight
-    from server.assets import AssetCache
-    from server.auth import Authenticator
-    from server.combiner import Combiner
-    from server.cors import Cors
-    from server.hub import Hub
-    from server.jobs import GroupCommit
-    from server.listener import Listener
-    from server.metrics import Metrics
+    from server.delivery.webhooks import WebhookSender
+    from server.events.hub import Hub
+    from server.files.assets import AssetCache
+    from server.files.storage import Storage
     from server.netpolicy import NetworkPolicy
-    from server.render import ChromiumRenderer, Renderer
+    from server.pipeline.combiner import Combiner
+    from server.pipeline.worker import Workers
+    from server.queue.admission import InFlight
+    from server.queue.jobs import GroupCommit
+    from server.queue.listener import Listener
+    from server.queue.metrics import Metrics
+    from server.render.chromium import ChromiumRenderer, Renderer
     from server.settings import Settings
-    from server.sse import Streams as SseStreams
-    from server.storage import Storage
-    from server.webhooks import WebhookSender
-    from server.worker import Workers
+    from server.web.auth import Authenticator
+    from server.web.cors import Cors
+    from server.web.sse import Streams as SseStreams
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")

@@ -1,4 +1,4 @@
-"""Whether the renderer (through its egress gate, server/egress.py) or the webhook sender may
+"""Whether the renderer (through its egress gate, server/render/egress.py) or the webhook sender may
 reach a URL or an address.
 
 URLs are read the way Chromium's WHATWG parser reads them (numeric IPv4 forms, backslashes,

@@ -1,7 +1,7 @@
 """The signing key (PRESSROOM_SIGNING_KEY, a PKCS#12 file, and its password): read and checked
 at start, where a key that cannot be opened stops the server with one clear line, and again by
 /readyz, which reports a key that has become unreadable or whose certificate has expired.
-Reading it is `cryptography`'s; signing with it is pyHanko's (server/protect.py)."""
+Reading it is `cryptography`'s; signing with it is pyHanko's (server/pdf/protect.py)."""
 
 from __future__ import annotations
 

@@ -20,10 +20,10 @@ import pytest
 from aiohttp import ClientSession, test_utils, web
 from aiohttp.test_utils import get_port_socket
 
-from server import db
-from server.app import create_app
-from server.protocol import AppRunner
+from server.queue import db
 from server.settings import Settings
+from server.web.app import create_app
+from server.web.protocol import AppRunner
 from tests import pgcluster
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
@@ -163,7 +163,7 @@ def make_settings(dsn: str, tmp_path: Path) -> Callable[..., Settings]:
 
 
 class TestServer(test_utils.TestServer):
-    """aiohttp's test server, running the app as `pressroom serve` does (server.protocol)."""
+    """aiohttp's test server, running the app as `pressroom serve` does (server.web.protocol)."""
 
     async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
         return AppRunner(self.app, **kwargs)

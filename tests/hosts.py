@@ -28,8 +28,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from server import apikeys, db
-from server.listener import CHANNEL
+from server.access import apikeys
+from server.queue import db
+from server.queue.listener import CHANNEL
 from tests.netns import Host, Network, wait_for
 from tests.pgcluster import Cluster
 from tests.sse import messages

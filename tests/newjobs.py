@@ -1,10 +1,10 @@
-"""A submission for tests that write jobs through server.jobs directly (no HTTP)."""
+"""A submission for tests that write jobs through server.queue.jobs directly (no HTTP)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from server.jobs import NewJob
+from server.queue.jobs import NewJob
 
 
 def new_job(**fields: Any) -> NewJob:

@@ -15,8 +15,8 @@ from PIL import Image
 
 from server.errors import RenderError
 from server.options import RenderOptions
-from server.render import Assets, RenderResult
-from server.sources import Document
+from server.render.chromium import Assets, RenderResult
+from server.render.sources import Document
 
 
 def minimal_pdf(text: str = "Pressroom") -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import asyncpg
 
-from server.listener import CHANNEL
+from server.queue.listener import CHANNEL
 
 
 class PressroomProcess:

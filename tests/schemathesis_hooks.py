@@ -19,9 +19,9 @@ from typing import Any
 
 import schemathesis
 
-from server import templates
-from server.models import MAX_WAIT_S
 from server.options import FORBIDDEN_HEADERS
+from server.render import templates
+from server.schemas.models import MAX_WAIT_S
 from tests.pdfs import minimal_pdf
 
 MAX_TEST_WAIT_S = 1.0

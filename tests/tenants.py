@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from server import apikeys
+from server.access import apikeys
 from tests.conftest import RunningApp
 
 SEED = {"template": "<p>{{ n }}</p>", "data": {"n": 1}}

@@ -10,7 +10,7 @@ const EVENT_TYPES = [
   "job.queued", "job.running", "job.progress", "job.retrying",
   "job.done", "job.failed", "job.cancelled", "batch.progress", "batch.done",
 ];
-// The events after which a job's stream ends (server/streams.py FINAL_TYPES).
+// The events after which a job's stream ends (server/events/streams.py FINAL_TYPES).
 const FINAL_TYPES = new Set(["job.done", "job.failed", "job.cancelled"]);
 const FINAL_STATUSES = new Set(["done", "failed", "cancelled"]);
 

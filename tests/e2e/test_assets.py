@@ -14,8 +14,8 @@ import pytest
 from aiohttp import FormData
 from pypdf import PdfReader
 
-from server.egress import DOCUMENT_URL
 from server.keys import ASSET_CACHE
+from server.render.egress import DOCUMENT_URL
 from tests.assetfiles import FONT_FAMILY, font, png
 from tests.conftest import RunningApp
 from tests.e2e.test_render import render

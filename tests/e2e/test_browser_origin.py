@@ -19,8 +19,10 @@ import pytest
 from playwright.async_api import Browser, Page, Request
 from yarl import URL
 
-from server import apikeys, events, jobs
+from server import events
+from server.access import apikeys
 from server.keys import HUB
+from server.queue import jobs
 from tests.browser import (  # noqa: F401 (fixtures)
     FixedPortApp,
     SecondOrigin,

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from pypdf import PdfReader
 
-from server.client import AsyncClient
+from pressroom.client import AsyncClient
 from tests.e2e.test_render import pdf_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -473,4 +473,4 @@ async def test_serve_answers_a_request_it_cannot_parse_with_problem_json(server:
                 break
             await server.logged.wait()
     [line] = [line for line in server.log if "malformed HTTP request" in line]
-    assert " WARNING server.protocol: " in line and "Traceback" not in "".join(server.log)
+    assert " WARNING server.web.protocol: " in line and "Traceback" not in "".join(server.log)

@@ -15,9 +15,9 @@ from playwright.async_api import Browser, Page, Request
 from pypdf import PdfReader
 from yarl import URL
 
-from server import jobs
 from server.errors import PermanentError
-from server.jobs import NewJob
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.browser import FixedPortApp, browser, free_port  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

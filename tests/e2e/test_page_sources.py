@@ -23,8 +23,8 @@ from aiohttp.test_utils import TestServer as SiteServer
 from aiohttp.test_utils import get_port_socket
 from pypdf import PdfReader
 
-from server.app import create_app
 from server.settings import Settings
+from server.web.app import create_app
 from tests.conftest import RunningApp, TestServer, fresh_database
 from tests.e2e.test_render import pdf_text
 from tests.e2e.test_ssrf import png

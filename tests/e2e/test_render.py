@@ -123,7 +123,7 @@ async def test_the_renderer_says_when_a_loaded_page_begins_to_print() -> None:
     before the PDF exists: the worker claims the slot's next job then."""
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
-    from server.render import ChromiumRenderer
+    from server.render.chromium import ChromiumRenderer
 
     renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1)
     await renderer.start()
@@ -175,9 +175,10 @@ async def test_the_print_viewport_does_not_change_the_pdf(raw_options: dict[str,
     1280x720. Printing lays the document out at the paper's width, so a document full of
     viewport units and width media queries comes out as the same bytes either way, and the
     slot switches back and forth between the two."""
-    from server import options, templates
+    from server import options
     from server.netpolicy import NetworkPolicy
-    from server.render import ChromiumRenderer
+    from server.render import templates
+    from server.render.chromium import ChromiumRenderer
 
     html = templates.render(RESPONSIVE, {})
     tiny = options.parse(raw_options)
@@ -197,7 +198,7 @@ async def test_the_print_viewport_does_not_change_the_pdf(raw_options: dict[str,
 async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
-    from server.render import ChromiumRenderer, browser_processes
+    from server.render.chromium import ChromiumRenderer, browser_processes
 
     others = {p.pid for p in browser_processes()}  # other tests' browsers, if any are open
     renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1, recycle_after_jobs=3)
@@ -219,7 +220,7 @@ async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
 async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_renders() -> None:
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
-    from server.render import ChromiumRenderer
+    from server.render.chromium import ChromiumRenderer
 
     # Any browser uses more than 1 MiB: the reading taken in the background marks it, and
     # the render after that starts a new one.
@@ -244,15 +245,15 @@ async def test_a_browser_that_stops_answering_mid_setup_does_not_hold_the_job(
 ) -> None:
     from playwright.async_api import BrowserContext
 
-    from server import render
     from server.errors import TransientError
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
+    from server.render import chromium
 
     async def hang(*_args: Any, **_kwargs: Any) -> None:
         await asyncio.Event().wait()  # a frozen browser: the call never answers
 
-    renderer = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    renderer = chromium.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
     await renderer.start()
     try:
         monkeypatch.setattr(render, "CLOSE_TIMEOUT_S", 0.5)
@@ -278,14 +279,14 @@ async def test_killing_a_hung_browser_spares_other_renderers_of_the_process(
 ) -> None:
     from playwright.async_api import Browser
 
-    from server import render
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
+    from server.render import chromium
 
     async def hang(*_args: Any, **_kwargs: Any) -> None:
         await asyncio.Event().wait()
 
-    def main_process(renderer: render.ChromiumRenderer) -> psutil.Process:
+    def main_process(renderer: chromium.ChromiumRenderer) -> psutil.Process:
         """The browser process itself: its driver's child (its helpers come and go)."""
         assert renderer.driver_pid is not None
         [browser] = [
@@ -298,8 +299,8 @@ async def test_killing_a_hung_browser_spares_other_renderers_of_the_process(
             return process.status() != psutil.STATUS_ZOMBIE
         return False
 
-    hung = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
-    other = render.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    hung = chromium.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
+    other = chromium.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
     await hung.start()
     await other.start()
     try:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from pypdf import PdfReader
 
-from server.cgroups import RenderCgroups
 from server.keys import CHROMIUM
 from server.netpolicy import NetworkPolicy
 from server.options import parse
-from server.render import ChromiumRenderer, browser_memory_mb, browser_processes
+from server.render.cgroups import RenderCgroups
+from server.render.chromium import ChromiumRenderer, browser_memory_mb, browser_processes
 from tests.conftest import RunningApp
 from tests.sse import collect
 

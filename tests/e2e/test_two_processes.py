@@ -7,8 +7,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from server import jobs
-from server.jobs import NewJob
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.processes import PressroomProcess, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

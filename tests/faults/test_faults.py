@@ -19,10 +19,10 @@ import asyncpg
 import psutil
 import pytest
 
-from server import jobs
 from server.errors import TransientError
-from server.jobs import NewJob
-from server.render import browser_processes
+from server.queue import jobs
+from server.queue.jobs import NewJob
+from server.render.chromium import browser_processes
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.pgcluster import Cluster

@@ -125,7 +125,7 @@ async def done_by(server: PressroomHost, http: aiohttp.ClientSession) -> float:
 # commit: the event log's commit watermark waits for it, on every host.
 HOLD_TRANSACTION = """
 import asyncio, sys
-from server import db
+from server.queue import db
 async def main():
     conn = await db.connect(sys.argv[1])
     await conn.execute("BEGIN")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from server import signing
+from server.access import signing
 from server.errors import PermanentError, TransientError
 from server.keys import SETTINGS
 from tests.conftest import RunningApp

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from aiohttp import FormData
 
-from server import apikeys
+from server.access import apikeys
 from server.keys import ASSET_CACHE, SETTINGS, STORAGE
 from tests.assetfiles import asset_id, font, png
 from tests.conftest import RunningApp

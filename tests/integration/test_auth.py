@@ -15,8 +15,9 @@ import standardwebhooks
 from aiohttp import ClientSession
 from yarl import URL
 
-from server import apikeys, auth, signing
+from server.access import apikeys, signing
 from server.keys import SETTINGS
+from server.web import auth
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.processes import admin_cli, run_pressroom

@@ -11,8 +11,9 @@ from typing import Any, cast
 
 import asyncpg
 
-from server import apikeys, auth, signing, tenants
+from server.access import apikeys, signing, tenants
 from server.settings import Settings
+from server.web import auth
 
 CACHE_S = 0.4
 

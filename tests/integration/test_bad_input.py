@@ -330,7 +330,7 @@ async def test_requests_the_http_parser_refuses_get_problem_json_and_one_log_lin
     assert problem["title"] == "Bad request" and problem["detail"].endswith("."), problem
     assert MARK not in body and b"quoted-back" not in body, body
     logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [(r.name, r.levelname) for r in logged] == [("server.protocol", "WARNING")], [
+    assert [(r.name, r.levelname) for r in logged] == [("server.web.protocol", "WARNING")], [
         (r.name, r.levelname, r.getMessage()) for r in logged
     ]
     [line] = logged

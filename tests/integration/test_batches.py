@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from server import apikeys
+from server.access import apikeys
 from server.keys import POOL
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

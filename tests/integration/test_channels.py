@@ -14,10 +14,11 @@ import aiohttp
 import asyncpg
 import pytest
 
-from server import events, jobs
-from server.hub import Hub
-from server.jobs import NewJob
+from server import events
+from server.events.hub import Hub
 from server.keys import HUB
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.conftest import RunningApp
 from tests.sio import SioClient
 from tests.sse import Message, collect, messages

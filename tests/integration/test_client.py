@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestServer
 from pypdf import PdfReader
 from yarl import URL
 
-from server import signing
-from server.client import AsyncClient, Client, PressroomError, PressroomUnavailable
+from pressroom.client import AsyncClient, Client, PressroomError, PressroomUnavailable
+from server.access import signing
 from server.errors import PermanentError
 from server.keys import SETTINGS
 from tests.conftest import RunningApp

@@ -18,11 +18,11 @@ import pikepdf
 import pytest
 from pypdf import PdfReader
 
-from server import retention
 from server.errors import PermanentError
 from server.keys import COMBINER, POOL, SETTINGS, STORAGE
 from server.options import RenderOptions
-from server.render import Assets, RenderResult
+from server.queue import retention
+from server.render.chromium import Assets, RenderResult
 from tests.conftest import RunningApp
 from tests.integration.test_batches import all_events, post_batch, read_until
 from tests.pdfs import FakeRenderer

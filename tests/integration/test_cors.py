@@ -14,7 +14,7 @@ import pytest
 import socketio
 from aiohttp import ClientResponse
 
-from server import apikeys, tenants
+from server.access import apikeys, tenants
 from server.keys import CORS
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

@@ -14,9 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from server import db, events, jobs, retention, sql, streams
-from server.events import JobEvent, Position
-from server.jobs import NewJob
+from server import events, sql
+from server.events import JobEvent, Position, streams
+from server.queue import db, jobs, retention
+from server.queue.jobs import NewJob
 from server.sql import query
 
 BEFORE = "0016_batch_combine"

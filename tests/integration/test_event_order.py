@@ -10,8 +10,9 @@ from typing import Any
 
 import asyncpg
 
-from server import events, jobs
-from server.jobs import NewJob
+from server import events
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.conftest import RunningApp
 from tests.sse import Message, collect, messages
 

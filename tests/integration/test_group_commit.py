@@ -6,8 +6,8 @@ import asyncio
 
 import asyncpg
 
-from server.jobs import GroupCommit, NewJob
-from server.listener import CHANNEL
+from server.queue.jobs import GroupCommit, NewJob
+from server.queue.listener import CHANNEL
 
 
 def new_job(n: int) -> NewJob:

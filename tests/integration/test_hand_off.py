@@ -17,10 +17,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import jobs
-from server.jobs import ClaimedJob, NewJob
 from server.keys import SETTINGS, WORKERS
-from server.worker import Workers
+from server.pipeline.worker import Workers
+from server.queue import jobs
+from server.queue.jobs import ClaimedJob, NewJob
 from tests import newjobs
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

@@ -13,11 +13,13 @@ import aiohttp
 import asyncpg
 import pytest
 
-from server import events, hub, jobs, sockets
-from server.events import JobEvent
-from server.hub import Hub, SubscriberDropped
-from server.jobs import NewJob
+from server import events
+from server.events import JobEvent, hub
+from server.events.hub import Hub, SubscriberDropped
 from server.keys import HUB
+from server.queue import jobs
+from server.queue.jobs import NewJob
+from server.web import sockets
 from tests.conftest import RunningApp
 from tests.sio import SioClient
 from tests.sse import Message, messages

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from server import apikeys
+from server.access import apikeys
 from server.sql import query
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

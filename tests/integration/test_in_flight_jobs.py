@@ -15,9 +15,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server.jobs import ClaimedJob
 from server.keys import SETTINGS, WORKERS
-from server.worker import InFlightJob, Phase, Workers
+from server.pipeline.worker import InFlightJob, Phase, Workers
+from server.queue.jobs import ClaimedJob
 from tests.conftest import RunningApp
 from tests.integration.test_hand_off import idle_workers
 from tests.pdfs import FakeRenderer
@@ -153,7 +153,7 @@ async def test_a_final_write_the_database_refuses_is_logged_and_leaves_the_job_t
     try:
         app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
         workers: Workers = app.app[WORKERS]
-        caplog.set_level(logging.INFO, logger="server.worker")
+        caplog.set_level(logging.INFO, logger="server.pipeline.worker")
         job_id, entry = await in_slot(app, fake_renderer)
         await ended(workers, entry)
         del entry

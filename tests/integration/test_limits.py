@@ -9,8 +9,8 @@ from typing import Any
 
 import asyncpg
 
-from server import apikeys
-from server.admission import RateLimiter
+from server.access import apikeys
+from server.queue.admission import RateLimiter
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from server import jobs
 from server.keys import HUB, POOL
+from server.queue import jobs
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import apikeys
+from server.access import apikeys
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 

@@ -18,7 +18,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import db, events, jobs, retention
+from server import events
+from server.queue import db, jobs, retention
 from server.sql import query
 from tests.newjobs import new_job
 

@@ -9,7 +9,8 @@ import uuid
 import asyncpg
 import pytest
 
-from server import jobs, sql
+from server import sql
+from server.queue import jobs
 from tests.newjobs import new_job
 
 

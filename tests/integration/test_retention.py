@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from server import retention
 from server.errors import PermanentError
 from server.keys import POOL, STORAGE
+from server.queue import retention
 from tests.conftest import RunningApp
 from tests.integration import test_s3_storage as s3
 from tests.integration.test_s3_storage import ACCESS_KEY_ID, SECRET_ACCESS_KEY
@@ -81,7 +81,7 @@ async def test_old_finished_jobs_are_deleted_with_every_file(
     png = await storage.get(thumbnails[0])
     await storage.put(thumbnails[1], png, filename="x.png", content_type="image/png")
     if not storage_env:
-        # And the temp file of a write to it killed midway (server/storage.py names them so).
+        # And the temp file of a write to it killed midway (server/files/storage.py names them so).
         folder = api.app[STORAGE].root / "default" / old_done["id"]  # type: ignore[attr-defined]
         (folder / ".3.pdf.4242.1.tmp").write_bytes(b"%PDF-half")
     old_ids = [old_done["id"], old_image["id"], old_thumbnail["id"], old_failed["id"]]

@@ -16,8 +16,8 @@ import pytest
 import socketio
 from aiohttp import ClientResponse, ClientSession
 
-from server import apikeys
-from server.hub import Hub, Subscription
+from server.access import apikeys
+from server.events.hub import Hub, Subscription
 from server.keys import HUB
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer

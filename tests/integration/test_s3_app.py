@@ -135,7 +135,7 @@ async def test_a_combined_batch_is_kept_in_the_bucket_and_linked_presigned(
 async def test_missing_bucket_fails_readyz_and_says_so_at_start(
     start_app: Callable[..., Any], moto_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="server.app"):
+    with caplog.at_level(logging.ERROR, logger="server.web.app"):
         api: RunningApp = await start_app(
             render_slots=0, env=s3_env(moto_endpoint, "pressroom-missing-bucket")
         )

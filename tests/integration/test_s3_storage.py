@@ -21,7 +21,7 @@ from moto.server import ThreadedMotoServer
 from pypdf import PdfWriter
 
 from server.errors import StorageError
-from server.s3 import S3Storage, open_s3_storage
+from server.files.s3 import S3Storage, open_s3_storage
 from server.settings import Settings
 from tests.pdfs import small_image
 

@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import jobs
-from server.jobs import NewJob
 from server.keys import POOL, WORKERS
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 

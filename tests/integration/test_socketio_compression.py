@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from server import jobs
-from server.jobs import NewJob
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from tests.conftest import RunningApp
 
 

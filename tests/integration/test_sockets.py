@@ -12,8 +12,11 @@ import asyncpg
 import pytest
 import socketio
 
-from server import apikeys, events, jobs, signing, sockets
-from server.jobs import NewJob
+from server import events
+from server.access import apikeys, signing
+from server.queue import jobs
+from server.queue.jobs import NewJob
+from server.web import sockets
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
@@ -204,7 +207,9 @@ async def test_a_handler_that_fails_still_answers_once_and_says_nothing_internal
             "detail": "The server failed; the error was logged.",
         },
     }
-    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    failures = [
+        r for r in caplog.records if r.name == "server.web.sockets" and r.levelname == "ERROR"
+    ]
     assert [r.getMessage() for r in failures] == ["Socket.IO subscribe failed"]
 
     caplog.clear()
@@ -221,7 +226,9 @@ async def test_a_handler_that_fails_still_answers_once_and_says_nothing_internal
     assert refusals == [
         {"message": "internal error", "data": {"status": 500, "detail": ack["error"]["detail"]}}
     ]
-    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    failures = [
+        r for r in caplog.records if r.name == "server.web.sockets" and r.levelname == "ERROR"
+    ]
     assert [r.getMessage() for r in failures] == ["Socket.IO connect failed"]
 
 
@@ -238,7 +245,9 @@ async def test_a_stream_that_fails_is_closed_with_a_reason(
     await client.subscribe(all=True, since=0)  # accepted; the replay then fails
     [(name, data)] = await client.take(1)
     assert name == "closed" and data["reason"].startswith("internal error"), data
-    failures = [r for r in caplog.records if r.name == "server.sockets" and r.levelname == "ERROR"]
+    failures = [
+        r for r in caplog.records if r.name == "server.web.sockets" and r.levelname == "ERROR"
+    ]
     assert [r.getMessage() for r in failures] == ["Socket.IO stream failed"]
 
 

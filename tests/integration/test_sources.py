@@ -13,9 +13,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server import admission
 from server.errors import PermanentError
-from server.sources import PageUrl
+from server.queue import admission
+from server.render.sources import PageUrl
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect

@@ -14,9 +14,10 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from server import jobs, sse
-from server.jobs import NewJob
 from server.keys import HUB, SSE_STREAMS
+from server.queue import jobs
+from server.queue.jobs import NewJob
+from server.web import sse
 from tests.conftest import RunningApp
 from tests.sse import Message, messages
 

@@ -20,12 +20,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from jwt.algorithms import ECAlgorithm
 
-from server import apikeys, auth, cli, token_keys
+from server.access import apikeys, token_keys
+from server.access.signing import MAX_TOKEN_CHANNELS
 from server.channels import MAX_CHANNEL_CHARS
-from server.hub import Hub, Subscription
+from server.cli import admin
+from server.events.hub import Hub, Subscription
 from server.keys import HUB
 from server.settings import Settings
-from server.signing import MAX_TOKEN_CHANNELS
+from server.web import auth
 from tests.conftest import RunningApp
 from tests.processes import admin_cli
 from tests.sio import SioClient
@@ -410,8 +412,8 @@ async def test_the_cli_refuses_what_is_not_a_public_key_and_changes_nothing(
 
     async def pressroom(*argv: str) -> tuple[int, str, str]:
         """The CLI's command, run here (the round trip test runs the real process)."""
-        args = cli.build_parser().parse_args(["tenants", "token-key", *argv])
-        code = await cli.run_tenants(settings, args)
+        args = admin.build_parser().parse_args(["tenants", "token-key", *argv])
+        code = await admin.run_tenants(settings, args)
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -447,10 +449,12 @@ async def test_the_cli_refuses_what_is_not_a_public_key_and_changes_nothing(
     code, out, err = await pressroom("acme", "--list", "--kid", "k3")
     assert (code, out) == (2, "") and "--kid" in err
     with pytest.raises(SystemExit) as exited:
-        cli.build_parser().parse_args(["tenants", "token-key", "acme", "--remove", "k1", "--list"])
+        admin.build_parser().parse_args(
+            ["tenants", "token-key", "acme", "--remove", "k1", "--list"]
+        )
     assert exited.value.code == 2
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(
+        admin.build_parser().parse_args(
             ["tenants", "token-key", "acme", "--add", "key.pem", "--kid", "has space"]
         )
     assert "a kid is 1-64 letters" in capsys.readouterr().err

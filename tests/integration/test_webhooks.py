@@ -20,11 +20,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from server import apikeys, jobs, tenants, webhooks
+from server.access import apikeys, tenants
+from server.delivery import webhooks
+from server.delivery.webhooks import Attempt, BlockedAddress, guarded_connector, sign
 from server.errors import PermanentError
 from server.keys import METRICS, POOL, SETTINGS, WEBHOOKS
 from server.netpolicy import NetworkPolicy
-from server.webhooks import Attempt, BlockedAddress, guarded_connector, sign
+from server.queue import jobs
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.processes import admin_cli

@@ -13,8 +13,8 @@ from typing import Any
 
 import asyncpg
 
-from server import jobs
-from server.jobs import NewJob
+from server.queue import jobs
+from server.queue.jobs import NewJob
 from server.sql import queries
 
 HOOK = "https://example.com/hook"

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from server import assets, models
-from server.assets import AssetCache
 from server.errors import PermanentError
-from server.storage import LocalStorage
+from server.files import assets
+from server.files.assets import AssetCache
+from server.files.storage import LocalStorage
+from server.schemas import models
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from server.client import AsyncClient
+from pressroom.client import AsyncClient
 
 
 def converting_stream(opened: list[str], open_now: asyncio.Event) -> Any:

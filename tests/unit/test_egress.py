@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from server.egress import DOCUMENT_HOST, DOCUMENT_URL, Gate, Site
 from server.netpolicy import NetworkPolicy
+from server.render.egress import DOCUMENT_HOST, DOCUMENT_URL, Gate, Site
 
 
 class Upstream:

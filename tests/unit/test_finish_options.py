@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from server import options, vault
+from server import options
 from server.errors import PermanentError
-from server.finish_options import page_numbers
+from server.options.finishing import page_numbers
+from server.pipeline import vault
 from server.settings import Settings, SettingsError
 from server.signkey import SigningKey, SigningKeyError
 from tests import testca

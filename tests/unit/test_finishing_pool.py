@@ -8,7 +8,7 @@ import pytest
 
 from server import options
 from server.errors import PermanentError, TransientError
-from server.finishing import FinishPool, Work
+from server.pdf.finishing import FinishPool, Work
 from tests.pdfs import minimal_pdf
 
 

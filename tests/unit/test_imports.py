@@ -28,10 +28,10 @@ def loaded_by(statement: str) -> set[str]:
 
 
 def test_importing_the_api_loads_neither_the_browser_nor_s3_nor_pdf_libraries() -> None:
-    assert loaded_by("import server.api") & HEAVY == set()
+    assert loaded_by("import server.web.jobs_api") & HEAVY == set()
     # The same check sees them where they belong.
-    assert {"playwright", "pypdf", "pypdfium2"} <= loaded_by("import server.render")
-    assert {"botocore", "aiobotocore"} <= loaded_by("import server.s3")
+    assert {"playwright", "pypdf", "pypdfium2"} <= loaded_by("import server.render.chromium")
+    assert {"botocore", "aiobotocore"} <= loaded_by("import server.files.s3")
 
 
 def test_the_app_keys_import_none_of_the_modules_they_name() -> None:
@@ -64,17 +64,93 @@ def runtime_imports(path: Path) -> set[str]:
     return found
 
 
-def test_server_modules_import_each_other_without_a_cycle() -> None:
-    files = {f"server.{p.stem}": p for p in (ROOT / "server").glob("*.py")}
-    graph = {
+#: server/'s packages from the bottom up: a module imports only modules of its own package or of
+#: one listed before it. The top-level modules (errors, settings, problems…) are the ground floor.
+LAYERS = (
+    "server",
+    "server.options",
+    "server.access",
+    "server.files",
+    "server.queue",
+    "server.events",
+    "server.pdf",
+    "server.render",
+    "server.delivery",
+    "server.schemas",
+    "server.pipeline",
+    "server.web",
+    "server.cli",
+)
+#: Handlers: what they share lives below them (server.web.common, server.pipeline), never in
+#: another handler. app.py is the one module that names them all.
+HANDLERS = {
+    f"server.web.{name}"
+    for name in ("jobs_api", "assets_api", "templates_api", "batches_api", "sse", "sockets")
+}
+
+
+def server_modules() -> dict[str, Path]:
+    found = {}
+    for path in (ROOT / "server").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def layer_of(module: str) -> int:
+    package = module if module in PACKAGES else module.rpartition(".")[0]
+    return LAYERS.index(package) if package in LAYERS else 0
+
+
+PACKAGES = set(LAYERS)
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = server_modules()
+    return {
         name: {m for m in runtime_imports(path) if m in files and m != name}
         for name, path in files.items()
     }
+
+
+def test_server_modules_import_each_other_without_a_cycle() -> None:
     try:
-        order = list(graphlib.TopologicalSorter(graph).static_order())
+        order = list(graphlib.TopologicalSorter(import_graph()).static_order())
     except graphlib.CycleError as exc:
         pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
-    assert order.index("server.keys") < order.index("server.metrics")
+    assert order.index("server.keys") < order.index("server.queue.metrics")
+
+
+def test_every_package_is_declared_in_the_layers() -> None:
+    packages = {name for name, path in server_modules().items() if path.name == "__init__.py"}
+    assert packages - {"server.sql", "server.sql.migrations"} == PACKAGES
+
+
+def test_no_module_imports_a_package_above_its_own() -> None:
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        if not name.startswith("server.__main__")
+        for target in targets
+        if layer_of(target) > layer_of(name)
+    )
+    assert upward == []
+
+
+def test_handlers_never_import_handlers() -> None:
+    borrowed = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        if name in HANDLERS
+        for target in targets
+        if target in HANDLERS
+    )
+    assert borrowed == []
+
+
+def test_the_client_package_imports_nothing_of_the_server() -> None:
+    for path in (ROOT / "pressroom").rglob("*.py"):
+        assert not {m for m in runtime_imports(path) if m.split(".")[0] == "server"}, path
 
 
 async def test_a_failed_periodic_pass_is_logged_and_tried_again(

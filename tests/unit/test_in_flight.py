@@ -10,8 +10,8 @@ from typing import Any, cast
 import asyncpg
 import pytest
 
-from server.admission import InFlight
 from server.problems import Problem
+from server.queue.admission import InFlight
 
 
 class CountingPool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from server.errors import StorageError
-from server.storage import LocalStorage
+from server.files.storage import LocalStorage
 from tests.pdfs import minimal_pdf, small_image
 
 

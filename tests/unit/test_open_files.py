@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     code = (
-        "import resource; from server import cli; N = resource.RLIMIT_NOFILE; "
+        "import resource; from server.cli import admin as cli; N = resource.RLIMIT_NOFILE; "
         "resource.setrlimit(N, (256, resource.getrlimit(N)[1])); "
         "cli.raise_open_files_limit(); print(resource.getrlimit(N)[0])"
     )

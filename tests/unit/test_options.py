@@ -99,7 +99,7 @@ def test_field_errors_name_nested_places() -> None:
     from pydantic import ValidationError
 
     from server.fields import field_errors
-    from server.models import BatchRequest, Checks
+    from server.schemas.models import BatchRequest, Checks
     from server.settings import Settings
 
     body = {"items": [{"key": "a", "template": "x", "options": {"scale": 9, "dpi": 1}}], "x": 1}

@@ -9,8 +9,8 @@ import pikepdf
 import pytest
 from pypdf import PdfReader
 
-from server.combiner import JoinError, run_join
-from server.pdfjoin import Part, UnreadablePart, join
+from server.pdf.join import Part, UnreadablePart, join
+from server.pipeline.combiner import JoinError, run_join
 from tests.pdfs import minimal_pdf
 
 

@@ -8,8 +8,8 @@ import uuid
 
 import jwt
 
-from server import signing
-from server.signing import Scope
+from server.access import signing
+from server.access.signing import Scope
 
 SECRET = "a signing secret, 64 characters long, as HS512 wants its keys..."
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from server import markdown, navigation, options, sources
-from server.sources import PageUrl
+from server import options
+from server.render import markdown, navigation, sources
+from server.render.sources import PageUrl
 
 
 async def test_markdown_is_jinja2_first_then_commonmark_in_the_stylesheet() -> None:

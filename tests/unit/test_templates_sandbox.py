@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from server import templates
 from server.errors import PermanentError
+from server.render import templates
 
 ESCAPES = [
     "{{ ''.__class__.__mro__ }}",

@@ -1,4 +1,4 @@
-"""Token keys (server/token_keys.py): which PEMs are public keys a token may be signed with,
+"""Token keys (server/access/token_keys.py): which PEMs are public keys a token may be signed with,
 each key's one algorithm and kid, and the tokens each key checks (signing.check_token)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x25519
 from cryptography.x509.oid import NameOID
 
-from server import signing, token_keys
-from server.signing import Scope
+from server.access import signing, token_keys
+from server.access.signing import Scope
 from tests.tokenkeys import (
     ALGORITHM,
     claims,

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from server import signing, sql
+from server import sql
+from server.access import signing
 from server.errors import backoff_s
-from server.render import count_pages
+from server.render.chromium import count_pages
 from tests.pdfs import minimal_pdf
 
 
@@ -58,10 +59,10 @@ def test_json_log_lines_carry_job_id_and_tenant() -> None:
     import json
     import logging
 
-    from server.cli import JsonFormatter
+    from server.cli.admin import JsonFormatter
 
     record = logging.LogRecord(
-        "server.worker", logging.INFO, __file__, 1, "job %s", ("done",), None
+        "server.pipeline.worker", logging.INFO, __file__, 1, "job %s", ("done",), None
     )
     record.job_id = "5b0c"
     record.tenant = "acme"
@@ -103,9 +104,10 @@ def test_json_from_the_database_reads_as_json_loads_reads_it(text: str) -> None:
 def test_request_bodies_read_with_the_same_verdicts_as_the_exact_reader(text: str) -> None:
     import json
 
-    from server import http_common, jsontext
+    from server import jsontext
+    from server.web import common
 
-    hooks = {"parse_constant": http_common._no_constant, "parse_float": http_common._finite}
+    hooks = {"parse_constant": common._no_constant, "parse_float": common._finite}
 
     def verdict(read: Any) -> str:
         try:

@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 
-from server import options, vault
+from server import options
 from server.errors import PermanentError
+from server.pipeline import vault
 
 SECRET = "server-secret"
 GIVEN = {

@@ -15,7 +15,7 @@ import pytest
 import standardwebhooks
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from server.webhooks import next_try_in_s, retry_after_s, sign, sign_all
+from server.delivery.webhooks import next_try_in_s, retry_after_s, sign, sign_all
 
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 OTHER = "whsec_" + base64.b64encode(b"another secret of 24 byte").decode()

@@ -1,0 +1,1 @@
+"""The `pressroom` command: the operator's commands (admin) and the client's (commands)."""

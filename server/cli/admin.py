@@ -1,0 +1,512 @@
+"""pressroom serve | web | worker | migrate | keys | tenants | submit | jobs | watch | batch."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import resource
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from server.access import apikeys, tenants, token_keys
+from server.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
+from server.queue import db
+from server.settings import Settings, SettingsError, check_origin
+
+log = logging.getLogger("server")
+
+# The soft limit to ask for where the hard one is unlimited (the kernel's nr_open is often
+# 1048576; asking for more fails).
+OPEN_FILES_WITHOUT_LIMIT = 1_048_576
+
+_STANDARD_RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, with the `extra={...}` fields (job_id, tenant) at top level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "at": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD_RECORD_FIELDS})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines that still carry the job id and tenant."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD_RECORD_FIELDS}
+        if extra:
+            line += " " + " ".join(f"{k}={v}" for k, v in extra.items())
+        return line
+
+
+def setup_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_json:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(os.environ.get("PRESSROOM_LOG_LEVEL", "INFO").upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def raise_open_files_limit() -> None:
+    """Every stream holds a socket: the soft open-file limit (often 1024) goes up to the hard
+    one, the most an unprivileged process may have (`ulimit -Hn` shows it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, OPEN_FILES_WITHOUT_LIMIT)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %s to %s: %s", soft, hard, exc)
+            return
+    log.info("open-file limit %s: at most about that many streams in this process", hard)
+
+
+async def run_server(settings: Settings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    # The app (aiohttp's server, Playwright, S3, the PDF libraries) is loaded by the commands
+    # that serve only: `keys`, `tenants` and `migrate` start in a third of the time without it.
+    from aiohttp import web
+
+    from server.keys import CHROMIUM, WORKERS
+    from server.web.app import create_app
+    from server.web.protocol import AppRunner
+
+    raise_open_files_limit()
+    app = create_app(settings)
+    runner = AppRunner(app, handle_signals=False, shutdown_timeout=settings.shutdown_grace_s)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await runner.setup()
+    except BaseException:
+        await runner.cleanup()  # what did start (the embedded database) stops again
+        raise
+    if settings.webhook_secret_generated:
+        # Where it is, never what it is: a log is read by more people than a secret may be.
+        log.warning(
+            "generated a webhook signing secret for dev mode; give your receivers the contents "
+            "of %s. Tenants with API keys have their own: pressroom tenants webhook-secret TENANT",
+            settings.data_dir / "webhook_secret",
+        )
+    try:
+        if settings.run_web:
+            site = web.TCPSite(runner, settings.host, settings.port)
+            await site.start()
+            log.info(
+                "Pressroom listening on http://%s:%s; links name %s",
+                settings.host,
+                settings.port,
+                settings.public_base_url,
+            )
+            if settings.listens_everywhere and not settings.public_url:
+                log.warning(
+                    "links name %s, which only this machine reaches: set PRESSROOM_PUBLIC_URL "
+                    "to the URL clients use",
+                    settings.public_base_url,
+                )
+        if WORKERS in app:
+            chromium = (
+                f" with {app[CHROMIUM].executable or 'Playwright Chromium'}"
+                if CHROMIUM in app
+                else ""
+            )
+            log.info("%s render slots%s", settings.render_slots, chromium)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()
+
+
+async def run_migrate(settings: Settings) -> None:
+    async with db.server(settings) as dsn:
+        applied = await db.migrate_at(dsn)
+    print(f"applied {len(applied)} migrations" + (f": {', '.join(applied)}" if applied else ""))
+
+
+@contextlib.asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    """A migrated connection to the database `pressroom serve` would use."""
+    async with db.server(settings) as dsn:
+        conn = await db.connect(dsn)
+        try:
+            await db.migrate(conn)
+            yield conn
+        finally:
+            await conn.close()
+
+
+async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
+    """keys create | list | revoke, on the database `pressroom serve` would use."""
+    async with _database(settings) as conn:
+        if args.keys_command == "create":
+            row, key, token_secret = await apikeys.create_key_and_tenant(
+                conn, args.tenant, args.name
+            )
+            if token_secret is not None:
+                print(
+                    f"tenant {row.tenant!r} is new; its token signing secret, for minting "
+                    "subscription tokens in its own backend (HS256 JWTs), is shown only now:\n"
+                    f"{token_secret}\n(a new one: pressroom tenants secret {row.tenant} "
+                    "--rotate)",
+                    file=sys.stderr,
+                )
+            print(
+                f"created API key {row.id} for tenant {row.tenant!r} ({row.prefix}...); "
+                "it is shown only now:",
+                file=sys.stderr,
+            )
+            print(key)  # alone on stdout, so `KEY=$(pressroom keys create ...)` works
+        elif args.keys_command == "list":
+            print("id\ttenant\tname\tprefix\tcreated\trevoked\tlast_used")
+            for row in await apikeys.list_keys(conn):
+                cells = (row.id, row.tenant, row.name, row.prefix, row.created_at, row.revoked_at)
+                shown = [_cell(value) for value in (*cells, row.last_used_at)]
+                print("\t".join(shown))
+        else:
+            revoked = await apikeys.revoke_key(conn, args.id)
+            if revoked is None:
+                print(f"pressroom: no API key with id {args.id}", file=sys.stderr)
+                return 1
+            print(
+                f"revoked API key {revoked.id} of tenant {revoked.tenant!r}; servers refuse "
+                "it, its tokens and links, and close its streams within PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+    return 0
+
+
+async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate | token-key | origins."""
+    if args.tenants_command == "secret":
+        return await run_token_secret(settings, args)
+    if args.tenants_command == "token-key":
+        return await run_token_keys(settings, args)
+    if args.tenants_command == "origins":
+        return await run_origins(settings, args)
+    overlap_s = settings.webhook_rotation_overlap_s
+    async with _database(settings) as conn:
+        if args.rotate:
+            found = await tenants.rotate_webhook_secret(conn, args.tenant, overlap_s=overlap_s)
+        else:
+            found = await tenants.webhook_secrets(conn, args.tenant, overlap_s=overlap_s)
+    if found is None:
+        print(
+            f"pressroom: tenant {args.tenant!r} has no API key, so no webhook secret of its "
+            "own (the dev-mode tenant's webhooks are signed with PRESSROOM_WEBHOOK_SECRET); "
+            f"create a key first: pressroom keys create --tenant {args.tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.rotate:
+        print(
+            f"rotated the webhook signing secret of tenant {args.tenant!r}; give the new one "
+            "to its receivers:",
+            file=sys.stderr,
+        )
+    if found.previous_until is not None:
+        print(
+            f"deliveries carry a signature with the previous secret too until "
+            f"{_cell(found.previous_until)} (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S={overlap_s:g})",
+            file=sys.stderr,
+        )
+    print(found.current)  # alone on stdout, as with keys create
+    return 0
+
+
+async def run_token_secret(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants secret TENANT --rotate: a new token signing secret, shown once."""
+    if not args.rotate:
+        print(
+            "pressroom: a token signing secret is shown only when it is made; "
+            f"`pressroom tenants secret {args.tenant} --rotate` makes a new one (the tokens "
+            "signed with the current one stop working)",
+            file=sys.stderr,
+        )
+        return 2
+    async with _database(settings) as conn:
+        secret = await tenants.set_token_secret(conn, args.tenant, rotate=True)
+    if secret is None:
+        print(
+            f"pressroom: tenant {args.tenant!r} has no API key, so no token secret of its own "
+            "(the dev-mode tenant's tokens are signed with PRESSROOM_SECRET); create a key "
+            f"first: pressroom keys create --tenant {args.tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"rotated the token signing secret of tenant {args.tenant!r}: servers refuse the "
+        "tokens signed with the old one, and close the streams they opened, within "
+        "PRESSROOM_AUTH_CACHE_S; mint new ones with this (shown only now):",
+        file=sys.stderr,
+    )
+    print(secret)  # alone on stdout, as with keys create
+    return 0
+
+
+async def run_token_keys(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants token-key TENANT --add FILE.pem [--kid KID] | --list | --remove KID: the public
+    keys its backend may sign subscription tokens with."""
+    tenant = args.tenant
+    if args.kid is not None and args.add is None:
+        print("pressroom: --kid names the key --add adds", file=sys.stderr)
+        return 2
+    key = None
+    if args.add is not None:
+        # Read and checked before the database is touched: a refused file changes nothing.
+        try:
+            pem = await asyncio.to_thread(Path(args.add).read_bytes)
+            key = token_keys.read_public_key(pem)
+        except OSError as exc:
+            print(f"pressroom: cannot read {args.add}: {exc.strerror}", file=sys.stderr)
+            return 2
+        except token_keys.TokenKeyError as exc:
+            print(f"pressroom: {args.add}: {exc}", file=sys.stderr)
+            return 2
+        if args.kid is not None:
+            key = dataclasses.replace(key, kid=args.kid)
+    async with _database(settings) as conn:
+        if await tenants.webhook_secrets(conn, tenant, overlap_s=0) is None:
+            print(
+                f"pressroom: tenant {tenant!r} has no API key, so no token keys; create a key "
+                f"first: pressroom keys create --tenant {tenant}",
+                file=sys.stderr,
+            )
+            return 1
+        if args.list:
+            print("kid\talgorithm\tadded")
+            for listed in await token_keys.list_keys(conn, tenant):
+                print(f"{listed.kid}\t{listed.algorithm}\t{_cell(listed.added_at)}")
+            return 0
+        if key is None:
+            if not await token_keys.remove(conn, tenant, args.remove):
+                missing = f"tenant {tenant!r} has no token key {args.remove!r}"
+                print(f"pressroom: {missing}", file=sys.stderr)
+                return 1
+            print(
+                f"removed token key {args.remove!r} of tenant {tenant!r}: servers refuse the "
+                "tokens signed with it, and close the streams they opened, within "
+                "PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+            return 0
+        try:
+            added = await token_keys.add(conn, tenant, key)
+        except token_keys.TokenKeyError as exc:
+            print(f"pressroom: {args.add}: {exc}", file=sys.stderr)  # nothing changed
+            return 1
+    print(
+        f"added token key {added.kid!r} ({added.algorithm}) for tenant {tenant!r}: its backend "
+        f'signs tokens with the private key, "alg": "{added.algorithm}" and "kid": '
+        f'"{added.kid}" in their header',
+        file=sys.stderr,
+    )
+    print(added.kid)  # alone on stdout, as with keys create
+    return 0
+
+
+def _kid(raw: str) -> str:
+    why = token_keys.check_kid(raw)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return raw
+
+
+async def run_origins(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants origins TENANT --add ORIGIN | --remove ORIGIN | --list (server/web/cors.py)."""
+    tenant, given = args.tenant, args.add or args.remove
+    origin = ""
+    if given is not None:
+        try:
+            origin = check_origin(given)
+        except ValueError as exc:
+            print(f"pressroom: {given!r} {exc}", file=sys.stderr)  # nothing changed
+            return 2
+    also = ""
+    if origin in settings.cors_origins:
+        also = " (PRESSROOM_CORS_ORIGINS allows it for every tenant as well)"
+    async with _database(settings) as conn:
+        if args.list:
+            for own in await tenants.origins(conn, tenant):
+                print(own)  # one per line on stdout, for scripts
+            if settings.cors_origins:
+                shown = ", ".join(settings.cors_origins)
+                print(f"and for every tenant: {shown} (PRESSROOM_CORS_ORIGINS)", file=sys.stderr)
+            return 0
+        if args.remove is not None:
+            if not await tenants.remove_origin(conn, tenant, origin):
+                print(
+                    f"pressroom: tenant {tenant!r} does not allow {origin}{also}", file=sys.stderr
+                )
+                return 1
+            print(
+                f"tenant {tenant!r} no longer allows {origin}{also}; servers stop answering "
+                "its pages within PRESSROOM_AUTH_CACHE_S",
+                file=sys.stderr,
+            )
+            return 0
+        added = await tenants.add_origin(conn, tenant, origin)
+    if added is None:
+        print(
+            f"pressroom: tenant {tenant!r} has no API key, so no origins of its own "
+            "(PRESSROOM_CORS_ORIGINS allows origins for every tenant, the dev-mode one too); "
+            f"create a key first: pressroom keys create --tenant {tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    done = "now allows" if added else "already allowed"
+    print(
+        f"tenant {tenant!r} {done} {origin}{also}; servers answer its pages within "
+        "PRESSROOM_AUTH_CACHE_S",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(timespec="seconds"))
+    return str(value) or "-"
+
+
+def _tenant(raw: str) -> str:
+    why = tenants.check_tenant(raw)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="web app and render workers in one process")
+    web_cmd = commands.add_parser("web", help="web app only (no render workers, no joins)")
+    worker = commands.add_parser("worker", help="render workers only (no web app)")
+    for command in (serve, web_cmd, worker):
+        command.add_argument("--host", help="listen address (PRESSROOM_HOST)")
+        command.add_argument("--port", type=int, help="listen port (PRESSROOM_PORT)")
+        command.add_argument("--slots", type=int, help="render slots (PRESSROOM_RENDER_SLOTS)")
+    commands.add_parser("migrate", help="apply database migrations and exit")
+    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_commands.add_parser("create", help="print a new key for a tenant, once")
+    create.add_argument("--tenant", required=True, type=_tenant, help="the key's tenant")
+    create.add_argument("--name", default="", help="a label to tell keys apart")
+    keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
+    revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("id", type=int, help="the key's id (see keys list)")
+    tenants_cmd = commands.add_parser("tenants", help="a tenant's secrets, token keys and origins")
+    tenants_commands = tenants_cmd.add_subparsers(dest="tenants_command", required=True)
+    secret = tenants_commands.add_parser(
+        "webhook-secret", help="print the secret that signs a tenant's webhooks"
+    )
+    secret.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    secret.add_argument(
+        "--rotate",
+        action="store_true",
+        help="make a new secret and print it; the old one also signs for "
+        "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S (24 h)",
+    )
+    token_secret = tenants_commands.add_parser(
+        "secret", help="make a new secret that signs a tenant's subscription tokens"
+    )
+    token_secret.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    token_secret.add_argument(
+        "--rotate",
+        action="store_true",
+        help="required: print a new secret; tokens signed with the old one stop working",
+    )
+    token_key = tenants_commands.add_parser(
+        "token-key", help="the public keys a tenant's backend signs subscription tokens with"
+    )
+    token_key.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    key_change = token_key.add_mutually_exclusive_group(required=True)
+    key_change.add_argument(
+        "--add",
+        metavar="FILE.pem",
+        help="register a public key (RSA 2048-4096 bits: RS256, EC P-256: ES256, Ed25519: "
+        "EdDSA); prints its kid",
+    )
+    key_change.add_argument("--list", action="store_true", help="kid, algorithm, added at")
+    key_change.add_argument(
+        "--remove", metavar="KID", help="remove a key: its tokens stop working, their streams end"
+    )
+    token_key.add_argument(
+        "--kid", type=_kid, help="with --add: the key's id (default: from its thumbprint)"
+    )
+    origins = tenants_commands.add_parser(
+        "origins", help="the browser origins a tenant's pages call Pressroom from (CORS)"
+    )
+    origins.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    change = origins.add_mutually_exclusive_group(required=True)
+    change.add_argument("--add", metavar="ORIGIN", help="allow an origin: https://app.example.com")
+    change.add_argument("--remove", metavar="ORIGIN", help="stop allowing an origin")
+    change.add_argument("--list", action="store_true", help="print the tenant's own origins")
+    add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in CLIENT_COMMANDS:
+        return run_client_command(args)
+    overrides: dict[str, Any] = {}
+    for name, field in (("host", "host"), ("port", "port"), ("slots", "render_slots")):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[field] = value
+    if args.command == "web":
+        overrides["render_slots"] = 0
+        overrides["combine_slots"] = 0
+    if args.command == "worker":
+        overrides["run_web"] = False
+    try:
+        settings = Settings.from_env(os.environ, **overrides)
+    except SettingsError as exc:
+        print(f"pressroom: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings)
+    with contextlib.suppress(KeyboardInterrupt):
+        if args.command == "migrate":
+            asyncio.run(run_migrate(settings))
+        elif args.command == "keys":
+            return asyncio.run(run_keys(settings, args))
+        elif args.command == "tenants":
+            return asyncio.run(run_tenants(settings, args))
+        else:
+            from server.web.auth import DevModeRefused
+
+            try:
+                asyncio.run(run_server(settings))
+            except DevModeRefused as exc:
+                print(f"pressroom: {exc}", file=sys.stderr)
+                return 2
+    return 0

@@ -1,0 +1,196 @@
+"""Where rendered files live: a Storage protocol and the local folder (S3 buckets: s3.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import glob
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import urlencode
+
+from server.access import signing
+from server.errors import StorageError
+from server.options import outputs
+
+IO_THREADS = 32
+T = TypeVar("T")
+
+
+class Storage(Protocol):
+    """A durable home for rendered files. `put` returns only once the bytes are durable."""
+
+    #: True when a job's download route should redirect to `url()` instead of streaming `get()`.
+    redirects: bool
+
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
+    ) -> None:
+        """Store `data`; a rendered file (a PDF, an image) must be whole (check_complete)."""
+        ...
+
+    async def get(self, key: str) -> bytes: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def url(
+        self,
+        key: str,
+        *,
+        job_id: str,
+        filename: str,
+        ttl_s: int,
+        minted_by: int,
+        content_type: str = outputs.PDF.content_type,
+        route: str = signing.DOCUMENT,
+    ) -> str:
+        """A download URL valid for ttl_s seconds (relative to the API for local storage: the
+        job's `route`, /v1/jobs/{id}/pdf or /thumbnail, or with signing.COMBINED the combined
+        PDF of the batch `job_id`); one Pressroom serves names the API key it is minted for
+        (`minted_by`, signing.NO_KEY for none) and stops working when that key is revoked."""
+        ...
+
+    async def check(self) -> None:
+        """Raise StorageError when the store cannot be written (readiness)."""
+        ...
+
+
+def check_complete(data: bytes, content_type: str) -> None:
+    """Refuse to store a rendered file that is not whole (outputs.incomplete)."""
+    if (why := outputs.incomplete(data, content_type)) is not None:
+        raise StorageError(why)
+
+
+class LocalStorage:
+    """Files in a folder; written to a temp file, fsynced and renamed, so readers never see half."""
+
+    redirects = False
+
+    def __init__(self, root: Path, secret: str) -> None:
+        self.root = root
+        self._resolved_root = root.resolve()
+        self._secret = secret
+        # Writes wait on fsync, not on the CPU: a pool of their own lets many renders store at
+        # once without starving template rendering in the default pool.
+        self._io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=IO_THREADS, thread_name_prefix="storage"
+        )
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, func, *args)
+
+    def close(self) -> None:
+        self._io.shutdown(wait=True)
+
+    def _path(self, key: str) -> Path:
+        # A lexical check, no filesystem call: this runs on the event loop for every file.
+        parts = key.split("/")
+        if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
+            raise StorageError(f"object key escapes the storage folder: {key!r}")
+        return self._resolved_root.joinpath(*parts)
+
+    async def put(
+        self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
+    ) -> None:
+        check_complete(data, content_type)
+        path = self._path(key)
+        try:
+            await self._run(_atomic_write, path, data)
+        except OSError as exc:
+            raise StorageError(f"could not write {key}: {exc}") from exc
+
+    async def get(self, key: str) -> bytes:
+        try:
+            return await self._run(self._path(key).read_bytes)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"could not read {key}: {exc}") from exc
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._run(_delete, self._path(key))
+        except OSError as exc:
+            raise StorageError(f"could not delete {key}: {exc}") from exc
+
+    async def url(
+        self,
+        key: str,
+        *,
+        job_id: str,
+        filename: str,
+        ttl_s: int,
+        minted_by: int,
+        content_type: str = outputs.PDF.content_type,
+        route: str = signing.DOCUMENT,
+    ) -> str:
+        expires = int(time.time()) + ttl_s
+        signature = signing.sign_download(self._secret, job_id, expires, minted_by, route=route)
+        query = {"expires": expires, "key": minted_by, "sig": signature}
+        return signing.download_path(job_id, route) + "?" + urlencode(query)
+
+    async def check(self) -> None:
+        try:
+            await self._run(_probe_writable, self.root)
+        except OSError as exc:
+            raise StorageError(f"storage folder {self.root} is not writable: {exc}") from exc
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """The file is whole and durable when this returns: its bytes, its name in its folder,
+    and the name of every folder created for it (each job's first file gets a folder)."""
+    _make_folder(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_folder(path.parent)
+
+
+def _make_folder(folder: Path) -> None:
+    """mkdir -p, where each folder created is made durable in its parent (fsync of the parent):
+    a folder's name, like a file's, survives a crash only once its parent is synced."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        _make_folder(folder.parent)
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            return
+    fsync_folder(folder.parent)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the names in `folder` durable (new, renamed or removed entries)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _delete(path: Path) -> None:
+    """The file, and the temp files of writes to it that a killed process left behind (a key
+    is only deleted once nobody writes it any more)."""
+    path.unlink(missing_ok=True)
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
+def _probe_writable(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    probe = root / f".ready.{os.getpid()}"
+    probe.write_bytes(b"ok")
+    probe.unlink()

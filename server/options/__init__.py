@@ -1,0 +1,878 @@
+"""Render options: the pydantic model a submission is validated with, stored as JSON on the
+job and read back by the renderer, and what each option means to Chromium.
+
+A job prints a PDF (the default) or, with `output`, takes a PNG, JPEG or WebP screenshot of
+the page (`screenshot` says how). Options that only mean something to a printed PDF are
+refused beside an image output, and the image's own beside a PDF, each naming its field."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from server.fields import field_errors
+from server.options.finishing import (
+    MAX_ATTACHMENTS,
+    Attachment,
+    Encrypt,
+    FacturX,
+    Sign,
+    Stamp,
+)
+from server.options.outputs import IMAGES, OUTPUTS
+
+PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
+LENGTH_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?(px|in|cm|mm)?\s*$"
+PAGE_RANGES_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]*)?(\s*,\s*[0-9]+(\s*-\s*[0-9]*)?)*\s*$"
+MARGIN_SIDES = ("top", "right", "bottom", "left")
+MAX_TEXT_OPTION = 64 * 1024
+MAX_METADATA_CHARS = 4096
+MAX_WAIT_DELAY_MS = 10_000
+MAX_COOKIES = 50
+MAX_HEADERS = 50
+MAX_COOKIE_VALUE_CHARS = 4096
+MAX_HEADER_VALUE_CHARS = 8192
+MAX_USER_AGENT_CHARS = 1024
+# RFC 9110 token (header and cookie names) and RFC 6265 cookie-octets.
+TOKEN_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
+COOKIE_VALUE_PATTERN = r'^"?[\x21\x23-\x2B\x2D-\x3A\x3C-\x5B\x5D-\x7E]*"?$'
+HEADER_VALUE_PATTERN = r"^[\t\x20-\x7E]*$"
+COOKIE_PATH_PATTERN = r"^/[\x21-\x3A\x3C-\x7E]*$"
+# What the page's own requests may not be given: the browser and the proxy own these, and
+# cookies go in `cookies`.
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "connection",
+        "content-length",
+        "cookie",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+#: media_features: each CSS media feature and the argument of Playwright's emulate_media.
+MEDIA_FEATURES = {
+    "prefers-color-scheme": "color_scheme",
+    "prefers-reduced-motion": "reduced_motion",
+    "forced-colors": "forced_colors",
+    "prefers-contrast": "contrast",
+}
+# Chromium prints a header or footer into the page margin; with no margin it is cut away.
+HEADER_FOOTER_MARGIN = "15mm"
+_LENGTH = re.compile(LENGTH_PATTERN)
+_PAGE_RANGES = re.compile(PAGE_RANGES_PATTERN)
+_LENGTH_HINT = "must be a length such as 210mm, 8.5in or 800px"
+# A screenshot's viewport (CSS pixels) and scale (device pixels per CSS pixel); Playwright's
+# own default viewport, 1280x720, unless the job says otherwise.
+SCREENSHOT_MIN_SIDE, SCREENSHOT_MAX_SIDE = 16, 4096
+SCREENSHOT_WIDTH, SCREENSHOT_HEIGHT = 1280, 720
+SCREENSHOT_MAX_SCALE = 4.0
+THUMBNAIL_MIN_WIDTH, THUMBNAIL_MAX_WIDTH = 16, 2000
+# The image formats that have a compression quality, and those that have transparency.
+WITH_QUALITY, WITH_ALPHA = ("jpeg", "webp"), ("png", "webp")
+#: Options that only a printed PDF has: refused beside an image output.
+PDF_ONLY = (
+    "format",
+    "landscape",
+    "margin",
+    "scale",
+    "print_background",
+    "page_ranges",
+    "prefer_css_page_size",
+    "header_html",
+    "footer_html",
+    "title",
+    "author",
+    "subject",
+    "keywords",
+    "thumbnail",
+    "height",
+    "width",
+    "pdfa",
+    "tagged",
+    "outline",
+    "attachments",
+    "facturx",
+    "stamp",
+    "encrypt",
+    "sign",
+)
+_TOKEN = re.compile(TOKEN_PATTERN)
+_HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
+
+
+#: The options that a finishing step applies after Chromium (server/pdf/finishing.py).
+FINISHED_BY = ("attachments", "facturx", "stamp", "pdfa", "encrypt", "sign")
+
+
+class OptionsError(ValueError):
+    """Invalid options; `errors` lists (field, message) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in errors))
+        self.errors = errors
+
+
+def _length(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(_LENGTH_HINT)
+    text = value if isinstance(value, str) else str(value)
+    if "e" in text and not isinstance(value, str):  # 1e-05: write the number out
+        text = f"{value:.6f}".rstrip("0").rstrip(".")
+    if not _LENGTH.match(text):
+        raise ValueError(_LENGTH_HINT)
+    return text.strip()
+
+
+def _margin(value: Any) -> Any:
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        side = _length(value)
+        return {name: side for name in MARGIN_SIDES}
+    if not isinstance(value, dict):
+        raise ValueError("must be a length or an object with top, right, bottom, left")
+    unknown = set(value) - set(MARGIN_SIDES)
+    if unknown:
+        raise ValueError(f"unknown side {sorted(unknown)[0]!r}")
+    return {name: _length(length) for name, length in value.items()}
+
+
+def _paper(value: Any) -> Any:
+    for name in PAPER_FORMATS:
+        if isinstance(value, str) and value.lower() == name.lower():
+            return name
+    raise ValueError(f"must be one of {', '.join(PAPER_FORMATS)}")
+
+
+def _page_ranges(value: Any) -> Any:
+    if not isinstance(value, str) or not _PAGE_RANGES.match(value):
+        raise ValueError("must look like 1-3, 5")
+    return value.replace(" ", "")
+
+
+def _scale(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    if not 0.1 <= value <= 2:
+        raise ValueError("must be between 0.1 and 2")
+    return float(value)
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema counts 800.0 as an integer; so do the options.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _output(value: Any) -> Any:
+    if not isinstance(value, str) or value not in OUTPUTS:
+        raise ValueError(f"must be one of {', '.join(OUTPUTS)}")
+    return value
+
+
+def _keywords(value: Any) -> Any:
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return ", ".join(value)
+    if not isinstance(value, str):
+        raise ValueError("must be a string or a list of strings")
+    return value
+
+
+_LENGTH_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": LENGTH_PATTERN},
+        {"type": "number", "minimum": 0},
+    ],
+    "description": "A length such as 210mm, 8.5in or 800px (a number is in pixels).",
+}
+Length = Annotated[str, BeforeValidator(_length), WithJsonSchema(_LENGTH_SCHEMA)]
+Margin = Annotated[
+    dict[str, str],
+    BeforeValidator(_margin),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                _LENGTH_SCHEMA,
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {side: _LENGTH_SCHEMA for side in MARGIN_SIDES},
+                },
+            ],
+            "description": "Page margins: one length for every side, or one per side.",
+        }
+    ),
+]
+PaperFormat = Annotated[
+    str,
+    BeforeValidator(_paper),
+    WithJsonSchema({"type": "string", "enum": list(PAPER_FORMATS)}),
+]
+PageRanges = Annotated[
+    str,
+    BeforeValidator(_page_ranges),
+    WithJsonSchema({"type": "string", "pattern": PAGE_RANGES_PATTERN}),
+]
+Text = Annotated[str, Field(max_length=MAX_TEXT_OPTION)]
+OutputName = Annotated[
+    str, BeforeValidator(_output), WithJsonSchema({"type": "string", "enum": list(OUTPUTS)})
+]
+# After the bounds, so that they stay JSON Schema keywords.
+Side = Annotated[
+    int, Field(ge=SCREENSHOT_MIN_SIDE, le=SCREENSHOT_MAX_SIDE), BeforeValidator(_integral)
+]
+Info = Annotated[str, Field(max_length=MAX_METADATA_CHARS)]
+Keywords = Annotated[
+    str,
+    BeforeValidator(_keywords),
+    Field(max_length=MAX_METADATA_CHARS),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": MAX_METADATA_CHARS},
+                {"type": "array", "items": {"type": "string"}},
+            ]
+        }
+    ),
+]
+
+
+def _null(name: str) -> dict[str, Any]:
+    """`name` is absent or null."""
+    return {"properties": {name: {"type": "null"}}}
+
+
+def integral(value: Any) -> Any:
+    """JSON Schema counts 131.0 as an integer; so does the API."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _headers(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError("must be an object of header names and values")
+    if len(value) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers")
+    seen: set[str] = set()
+    # Messages name the header, never its value: values are secrets (server/pipeline/vault.py).
+    for name, text in value.items():
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            raise ValueError(f"{name[:64]!r} is not a header name")
+        if name.lower() in FORBIDDEN_HEADERS:
+            why = "use cookies" if name.lower() == "cookie" else "the browser sets it"
+            raise ValueError(f"{name} cannot be set ({why})")
+        if name.lower() in seen:
+            raise ValueError(f"{name} is given twice")
+        seen.add(name.lower())
+        if not isinstance(text, str):
+            raise ValueError(f"the value of {name} must be a string")
+        if len(text) > MAX_HEADER_VALUE_CHARS or not _HEADER_VALUE.match(text):
+            raise ValueError(
+                f"the value of {name} must be printable ASCII of at most "
+                f"{MAX_HEADER_VALUE_CHARS} characters"
+            )
+    return value
+
+
+class FailOn(BaseModel):
+    """What fails a render instead of printing what came."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    http_status: bool = Field(
+        default=True,
+        description="A page_url whose response is 4xx or 5xx fails the job at once, naming "
+        "the status.",
+    )
+    console_errors: bool = Field(
+        default=False,
+        description="An uncaught exception or console.error fails the job, quoting it "
+        "(scripts run).",
+    )
+    resource_errors: bool = Field(
+        default=False,
+        description="A subresource that failed or was blocked fails the job (otherwise it is "
+        "listed in the job's warnings).",
+    )
+
+
+def _text_matching(
+    pattern: str, hint: str, *, max_chars: int, min_chars: int = 0
+) -> tuple[BeforeValidator, WithJsonSchema]:
+    """A string validated against `pattern`, refused with `hint` (the value itself is never
+    repeated: cookie values are secrets), and documented with the pattern."""
+    compiled = re.compile(pattern)
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str) or not min_chars <= len(value) <= max_chars:
+            raise ValueError(f"must be {hint}, at most {max_chars} characters")
+        if not compiled.match(value):
+            raise ValueError(f"must be {hint}")
+        return value
+
+    schema: dict[str, Any] = {"type": "string", "pattern": pattern, "maxLength": max_chars}
+    if min_chars:
+        schema["minLength"] = min_chars
+    return BeforeValidator(check), WithJsonSchema(schema)
+
+
+CookieName = Annotated[
+    str, *_text_matching(TOKEN_PATTERN, "a cookie name (a token)", max_chars=256, min_chars=1)
+]
+CookieValue = Annotated[
+    str,
+    *_text_matching(
+        COOKIE_VALUE_PATTERN,
+        "a cookie value: printable ASCII without spaces, quotes, commas, semicolons or backslashes",
+        max_chars=MAX_COOKIE_VALUE_CHARS,
+    ),
+]
+CookiePath = Annotated[
+    str,
+    *_text_matching(
+        COOKIE_PATH_PATTERN, "a path starting with / (no spaces or semicolons)", max_chars=1024
+    ),
+]
+CookieDomain = Annotated[
+    str,
+    *_text_matching(r"^\.?[A-Za-z0-9._-]+$", "a host or domain name", max_chars=253, min_chars=1),
+]
+UserAgent = Annotated[
+    str,
+    *_text_matching(
+        r"^[\x20-\x7E]+$", "printable ASCII", max_chars=MAX_USER_AGENT_CHARS, min_chars=1
+    ),
+]
+
+
+class MediaFeatures(BaseModel):
+    """CSS media features to emulate; those not given stay as the browser has them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, serialize_by_alias=True)
+
+    prefers_color_scheme: Literal["light", "dark", "no-preference"] | None = Field(
+        default=None, alias="prefers-color-scheme", description="CSS prefers-color-scheme."
+    )
+    prefers_reduced_motion: Literal["reduce", "no-preference"] | None = Field(
+        default=None, alias="prefers-reduced-motion", description="CSS prefers-reduced-motion."
+    )
+    forced_colors: Literal["active", "none"] | None = Field(
+        default=None, alias="forced-colors", description="CSS forced-colors."
+    )
+    prefers_contrast: Literal["more", "no-preference"] | None = Field(
+        default=None, alias="prefers-contrast", description="CSS prefers-contrast."
+    )
+
+
+class Cookie(BaseModel):
+    """A cookie sent with the requests to the page_url's own origin, and nowhere else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: CookieName = Field(description="The cookie's name.")
+    value: CookieValue = Field(description="The cookie's value: a secret, never shown back.")
+    domain: CookieDomain | None = Field(
+        default=None, description="The page_url's host, or a domain it is in (the default)."
+    )
+    path: CookiePath | None = Field(
+        default=None, description="Sent only to paths under this one (default: every path)."
+    )
+    secure: bool = Field(default=False, description="Sent over https only.")
+    http_only: bool = Field(
+        default=False, description="Hidden from scripts (every such cookie is: it is a header)."
+    )
+
+
+Headers = Annotated[
+    dict[str, str],
+    BeforeValidator(_headers),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_HEADERS,
+            "propertyNames": {"pattern": TOKEN_PATTERN},
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": MAX_HEADER_VALUE_CHARS,
+                "pattern": HEADER_VALUE_PATTERN,
+            },
+        }
+    ),
+]
+_NO_FAILURES = FailOn()
+
+
+def _screenshot_has(field: str, absent: dict[str, Any]) -> dict[str, Any]:
+    """The screenshot's `field` is absent, or matches `absent` (its value that asks nothing)."""
+    return {"properties": {"screenshot": {"properties": {field: absent}}}}
+
+
+def _output_in(*names: str) -> dict[str, Any]:
+    return {"required": ["output"], "properties": {"output": {"enum": list(names)}}}
+
+
+def _nullable(schema: dict[str, Any]) -> None:
+    """Every field may be sent as null, which leaves it at its default (see _drop_nulls)."""
+    for name, prop in schema["properties"].items():
+        if {"type": "null"} in prop.get("anyOf", ()):
+            continue
+        described = {key: prop.pop(key) for key in ("description", "default") if key in prop}
+        schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **described}
+
+
+def _options_schema(schema: dict[str, Any]) -> None:
+    """Null means the default; width and height go together (see _with_height); PDF options
+    go with a PDF and screenshot with an image, whose quality and transparency need a format
+    that has them (see _for_pdf and _for_image)."""
+    _nullable(schema)
+    pdf = {"output": {"anyOf": [{"type": "null"}, {"const": "pdf"}]}}
+    depends: dict[str, Any] = {
+        name: {"anyOf": [_null(name), {"properties": pdf}]} for name in PDF_ONLY
+    }
+    for one, other in (("width", "height"), ("height", "width")):
+        given = {"required": [other], "properties": {other: {"not": {"type": "null"}}, **pdf}}
+        depends[one] = {"anyOf": [_null(one), given]}
+    depends["screenshot"] = {"anyOf": [_null("screenshot"), _output_in(*IMAGES)]}
+    schema["dependentSchemas"] = depends
+    schema["allOf"] = [
+        {"anyOf": [_screenshot_has("quality", {"type": "null"}), _output_in(*WITH_QUALITY)]},
+        {
+            "anyOf": [
+                _screenshot_has("omit_background", {"anyOf": [{"type": "null"}, {"const": False}]}),
+                _output_in(*WITH_ALPHA),
+            ]
+        },
+        *_finishing_schema(),
+    ]
+
+
+def _finishing_schema() -> list[dict[str, Any]]:
+    """What cannot be finished together (see _finishable): PDF/A and encryption (Factur-X is a
+    PDF/A), Factur-X or attachments with PDF/A-2, a thumbnail of a PDF that needs a password."""
+    pdfa_3b = {"properties": {"pdfa": {"anyOf": [{"type": "null"}, {"const": "3b"}]}}}
+    no_user_password = {"properties": {"encrypt": {"properties": {"user_password": {"const": ""}}}}}
+    return [
+        {"anyOf": [_null("pdfa"), _null("encrypt")]},
+        {"anyOf": [_null("facturx"), _null("encrypt")]},
+        {"anyOf": [_null("facturx"), pdfa_3b]},
+        {"anyOf": [_null("attachments"), pdfa_3b]},
+        {"anyOf": [_null("thumbnail"), _null("encrypt"), no_user_password]},
+    ]
+
+
+def _screenshot_schema(schema: dict[str, Any]) -> None:
+    """Null means the default; a selector or the full page, not both (see _not_both)."""
+    _nullable(schema)
+    not_full = {"properties": {"full_page": {"anyOf": [{"type": "null"}, {"const": False}]}}}
+    schema["dependentSchemas"] = {"selector": {"anyOf": [_null("selector"), not_full]}}
+
+
+def _drop_null_fields(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: value for key, value in data.items() if value is not None}
+    return data
+
+
+class Screenshot(BaseModel):
+    """How an image output is taken: the viewport, what part of the page, at what scale."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_screenshot_schema
+    )
+
+    full_page: bool = Field(
+        default=False, description="The whole scrollable page, not only the viewport."
+    )
+    width: Side = Field(default=SCREENSHOT_WIDTH, description="Viewport width in CSS pixels.")
+    height: Side = Field(default=SCREENSHOT_HEIGHT, description="Viewport height in CSS pixels.")
+    scale: Annotated[float, Field(ge=0.1, le=SCREENSHOT_MAX_SCALE)] = Field(
+        default=1.0, description="Image pixels per CSS pixel (2 for a sharp, retina image)."
+    )
+    quality: Annotated[int, Field(ge=0, le=100), BeforeValidator(_integral)] | None = Field(
+        default=None, description="Compression quality, jpeg and webp only (Chromium's default)."
+    )
+    omit_background: bool = Field(
+        default=False,
+        description="A transparent background where the page sets none (png and webp only).",
+    )
+    # Last: its check reads full_page.
+    selector: Annotated[Text, Field(min_length=1)] | None = Field(
+        default=None, description="Only the first element this CSS selector matches."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        return _drop_null_fields(data)
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    @field_validator("selector")
+    @classmethod
+    def _not_both(cls, selector: str | None, info: ValidationInfo) -> str | None:
+        if selector is not None and info.data.get("full_page"):
+            raise ValueError("give either selector or full_page, not both")
+        return selector
+
+
+class Thumbnail(BaseModel):
+    """A PNG of the PDF's first page, stored beside it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    width: Annotated[
+        int, Field(ge=THUMBNAIL_MIN_WIDTH, le=THUMBNAIL_MAX_WIDTH), BeforeValidator(_integral)
+    ] = Field(description="Its width in pixels; the height follows the page's proportions.")
+
+
+class RenderOptions(BaseModel):
+    """How the page is printed; every field is optional."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_options_schema
+    )
+
+    # First: the checks of the fields after it read it.
+    output: OutputName = Field(
+        default="pdf", description="A PDF, or a screenshot of the page as png, jpeg or webp."
+    )
+    screenshot: Screenshot | None = Field(
+        default=None, description="How an image output is taken (image outputs only)."
+    )
+    thumbnail: Thumbnail | None = Field(
+        default=None, description="Also store a PNG of the PDF's first page (PDF only)."
+    )
+    format: PaperFormat = Field(
+        default="A4", description="Paper size, unless width and height are set."
+    )
+    landscape: bool = Field(default=False, description="Print in landscape orientation.")
+    margin: Margin = Field(default_factory=dict, description="Page margins.")
+    scale: Annotated[float, Field(ge=0.1, le=2), BeforeValidator(_scale)] = Field(
+        default=1.0, description="Rendering scale."
+    )
+    print_background: bool = Field(default=True, description="Print background colours and images.")
+    page_ranges: PageRanges = Field(
+        default="", description="Pages to print, e.g. 1-3, 5 (all if empty)."
+    )
+    prefer_css_page_size: bool = Field(
+        default=False, description="Let CSS @page size win over format."
+    )
+    header_html: Text | None = Field(
+        default=None, description="HTML printed at the top of each page."
+    )
+    footer_html: Text | None = Field(
+        default=None, description="HTML printed at the bottom of each page."
+    )
+    media: Literal["print", "screen"] = Field(
+        default="print", description="CSS media type to emulate (an image's default: screen)."
+    )
+    wait_for_selector: Text | None = Field(
+        default=None, description="Print once this selector exists."
+    )
+    wait_for_expression: Text | None = Field(
+        default=None, description="Print once this JavaScript expression is true."
+    )
+    javascript: bool | None = Field(
+        default=None, description="Run scripts (default: when the page has any)."
+    )
+    title: Info | None = Field(default=None, description="The PDF's document title.")
+    author: Info | None = Field(default=None, description="The PDF's author.")
+    subject: Info | None = Field(default=None, description="The PDF's subject.")
+    keywords: Keywords | None = Field(
+        default=None, description="The PDF's keywords: a string or a list of words."
+    )
+    css: Text | None = Field(
+        default=None, description="A stylesheet added to the page, after its own styles."
+    )
+    wait_until: Literal["load", "networkidle"] = Field(
+        default="load",
+        description="Print after the load event, or once the network has been idle for 500 ms.",
+    )
+    wait_delay_ms: Annotated[int, Field(ge=0, le=MAX_WAIT_DELAY_MS), BeforeValidator(integral)] = (
+        Field(default=0, description="Then wait this many milliseconds more.")
+    )
+    lazy_load: bool = Field(
+        default=False,
+        description="Scroll the page to its end before printing, so lazy images load "
+        "(scripts run).",
+    )
+    fail_on: FailOn = Field(
+        default=_NO_FAILURES, description="What fails the job instead of printing."
+    )
+    cookies: Annotated[list[Cookie], Field(max_length=MAX_COOKIES)] | None = Field(
+        default=None,
+        description="Cookies for the page_url's own origin only (page_url jobs); values are "
+        "secrets, shown as ***.",
+    )
+    headers: Headers | None = Field(
+        default=None,
+        description="HTTP headers for the page_url's own origin only (page_url jobs); values "
+        "are secrets, shown as ***.",
+    )
+    user_agent: UserAgent | None = Field(
+        default=None, description="The User-Agent the page sees (navigator.userAgent too)."
+    )
+    media_features: MediaFeatures | None = Field(
+        default=None,
+        description='CSS media features to emulate, e.g. {"prefers-color-scheme": "dark"}.',
+    )
+    # Finishing (server/pdf/finishing.py), in the order the steps run; the checks of the later
+    # ones read the earlier ones.
+    tagged: bool = Field(
+        default=False,
+        description="A tagged PDF: a structure tree, and the language of <html lang>.",
+    )
+    outline: bool = Field(
+        default=False, description="Bookmarks from the page's headings (a tagged PDF too)."
+    )
+    pdfa: Literal["2b", "3b"] | None = Field(
+        default=None, description="PDF/A-2b or PDF/A-3b, for archives."
+    )
+    attachments: Annotated[list[Attachment], Field(max_length=MAX_ATTACHMENTS)] | None = Field(
+        default=None,
+        description=f"Files embedded as associated files (at most {MAX_ATTACHMENTS}).",
+    )
+    facturx: FacturX | None = Field(
+        default=None, description="A Factur-X / ZUGFeRD invoice (implies pdfa 3b)."
+    )
+    stamp: Stamp | None = Field(default=None, description="A stamp or watermark on the pages.")
+    encrypt: Encrypt | None = Field(
+        default=None, description="AES-256 encryption with passwords (not with pdfa)."
+    )
+    sign: Sign | None = Field(
+        default=None, description="A PAdES signature with the server's signing key."
+    )
+    # Last: their check needs the height (validated before the width), and is reported last.
+    height: Length | None = Field(default=None, description="Page height; goes with width.")
+    width: Length | None = Field(
+        default=None, validate_default=True, description="Page width; goes with height."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        data = _drop_null_fields(data)
+        # A screenshot shows the page as a screen does, unless the job asks for print.
+        if isinstance(data, dict) and data.get("output") in IMAGES and "media" not in data:
+            data = {**data, "media": "screen"}
+        return data
+
+    @field_validator(*PDF_ONLY)
+    @classmethod
+    def _for_pdf(cls, value: Any, info: ValidationInfo) -> Any:
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if value is not None and output not in (None, "pdf"):
+            raise ValueError(f"applies to a PDF only, and output is {output}")
+        return value
+
+    @field_validator("screenshot")
+    @classmethod
+    def _for_image(cls, shot: Screenshot | None, info: ValidationInfo) -> Screenshot | None:
+        output = info.data.get("output")  # absent: itself invalid, and reported
+        if shot is None or output is None:
+            return shot
+        if output == "pdf":
+            raise ValueError(f"applies to an image only: set output to {' or '.join(IMAGES)}")
+        if shot.quality is not None and output not in WITH_QUALITY:
+            formats = " and ".join(WITH_QUALITY)
+            raise ValueError(f"quality applies to {formats} only, and output is {output}")
+        if shot.omit_background and output not in WITH_ALPHA:
+            formats = " or ".join(WITH_ALPHA)
+            raise ValueError(f"omit_background needs {formats}: {output} has no transparency")
+        return shot
+
+    @field_validator("attachments", "facturx", "encrypt")
+    @classmethod
+    def _finishable(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return value
+        pdfa, field = info.data.get("pdfa"), info.field_name
+        if field == "attachments":
+            names = [attachment.name for attachment in value]
+            if twice := next((name for name in names if names.count(name) > 1), None):
+                raise ValueError(f"two attachments are named {twice!r}")
+            if pdfa == "2b":
+                raise ValueError("PDF/A-2 embeds PDF/A files only: use pdfa 3b")
+        elif field == "facturx":
+            if pdfa == "2b":
+                raise ValueError("a Factur-X invoice is a PDF/A-3b: use pdfa 3b, or none")
+            if any(a.name == "factur-x.xml" for a in info.data.get("attachments") or ()):
+                raise ValueError("an attachment is named factur-x.xml, the invoice's name")
+        elif pdfa is not None or info.data.get("facturx") is not None:
+            raise ValueError("PDF/A forbids encryption: give pdfa (or facturx) or encrypt")
+        elif value.user_password and info.data.get("thumbnail") is not None:
+            raise ValueError("a thumbnail would show page 1 of a PDF its user_password protects")
+        return value
+
+    @field_validator("width")
+    @classmethod
+    def _with_height(cls, width: str | None, info: ValidationInfo) -> str | None:
+        if (width is None) != (info.data.get("height") is None):
+            raise ValueError("width and height go together")
+        return width
+
+    @property
+    def image(self) -> bool:
+        """Whether the output is a screenshot rather than a PDF."""
+        return self.output != "pdf"
+
+    @property
+    def finishing(self) -> bool:
+        """Whether the printed PDF goes through a finishing step (server/pdf/finishing.py)."""
+        return any(getattr(self, name) is not None for name in FINISHED_BY)
+
+    def screenshot_or_default(self) -> Screenshot:
+        """How to take the screenshot (an image output)."""
+        return self.screenshot or _DEFAULT_SCREENSHOT
+
+    def metadata(self) -> dict[str, str]:
+        """PDF document information to set after printing (Chromium sets only the title)."""
+        fields = {
+            "/Title": self.title,
+            "/Author": self.author,
+            "/Subject": self.subject,
+            "/Keywords": self.keywords,
+        }
+        return {name: value for name, value in fields.items() if value is not None}
+
+    def pdf_arguments(self, max_pages: int | None = None) -> dict[str, Any]:
+        """Keyword arguments for Playwright's page.pdf(); with `max_pages`, Chromium prints at
+        most one page more than that (enough to tell the document is too long)."""
+        args: dict[str, Any] = {
+            "landscape": self.landscape,
+            "scale": self.scale,
+            "print_background": self.print_background,
+            "prefer_css_page_size": self.prefer_css_page_size,
+            "outline": self.outline,
+            # Chromium builds the outline from the structure of a tagged PDF.
+            "tagged": self.tagged or self.outline,
+        }
+        if self.width or self.height:
+            args["width"] = self.width
+            args["height"] = self.height
+        elif self.format:
+            args["format"] = self.format
+        margin = dict(self.margin)
+        if self.header_html is not None:
+            margin.setdefault("top", HEADER_FOOTER_MARGIN)
+        if self.footer_html is not None:
+            margin.setdefault("bottom", HEADER_FOOTER_MARGIN)
+        if margin:
+            args["margin"] = margin
+        ranges = self.page_ranges
+        if max_pages is not None:
+            ranges = capped_ranges(ranges, max_pages + 1)
+        if ranges:
+            args["page_ranges"] = ranges
+        if self.header_html is not None or self.footer_html is not None:
+            args["display_header_footer"] = True
+            # Chromium prints its own date/title header when a template is empty; a blank span
+            # keeps the side the user did not ask for empty.
+            args["header_template"] = self.header_html or "<span></span>"
+            args["footer_template"] = self.footer_html or "<span></span>"
+        return args
+
+    def needs_javascript(self, html: str) -> bool:
+        """Scripts run only in a fresh browser context; pages without them share one safely.
+        Scrolling for lazy images and catching script errors are done by scripts."""
+        if self.javascript is not None:
+            return self.javascript
+        return (
+            self.wait_for_expression is not None
+            or self.lazy_load
+            or self.fail_on.console_errors
+            or "<script" in html.lower()
+        )
+
+    def emulated_media(self) -> dict[str, str]:
+        """Keyword arguments for Playwright's page.emulate_media(): the media type and every
+        media feature ("null" leaves a feature as the browser has it)."""
+        features = self.media_features
+        emulated: dict[str, str] = {"media": self.media}
+        for name, argument in MEDIA_FEATURES.items():
+            value = None if features is None else getattr(features, name.replace("-", "_"))
+            emulated[argument] = value or "null"
+        return emulated
+
+
+def capped_ranges(ranges: str, pages: int) -> str:
+    """Chromium's `ranges` ("" for all) cut to the first `pages` pages they select. Chromium
+    prints the pages of its ranges in document order, each once, so that is the order here."""
+    spans: list[tuple[int, float]] = []
+    for part in ranges.split(",") if ranges else ["1-"]:
+        first, dash, last = part.partition("-")
+        start, end = int(first), float(last) if last else (math.inf if dash else float(first))
+        if start < 1 or end < start:
+            return ranges  # Chromium refuses it, and says why
+        spans.append((start, end))
+    kept: list[str] = []
+    next_page, left = 1, pages
+    for start, end in sorted(spans):
+        start = max(start, next_page)
+        if end < start:
+            continue
+        if left == 0:
+            break
+        stop = int(min(end, start + left - 1))
+        kept.append(str(start) if stop == start else f"{start}-{stop}")
+        left -= stop - start + 1
+        next_page = stop + 1
+    return ",".join(kept)
+
+
+#: Frozen, so one instance serves every job that asks for nothing else.
+_DEFAULT = RenderOptions()
+_DEFAULT_SCREENSHOT = Screenshot()
+
+
+def parse(raw: Any) -> RenderOptions:
+    """Options as stored on a job (or given by a caller); OptionsError lists every problem."""
+    if raw is None or raw == {}:  # most jobs: the defaults, with no walk over the fields
+        return _DEFAULT
+    try:
+        return RenderOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise OptionsError(field_errors(exc, ("options",))) from None
+
+
+def to_json(options: RenderOptions) -> dict[str, Any]:
+    """The options as stored on the job (only what differs from the defaults, an image's own
+    default media included: a template's stays its output's when a job changes the output)."""
+    if options is _DEFAULT:
+        return {}
+    stored = options.model_dump(exclude_defaults=True)
+    if options.image and options.media == "screen":
+        del stored["media"]
+    return stored
+
+
+def layered(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """A job's own options on top of its stored template's. A job that names another output
+    leaves behind the template's options for the output it does not want (a print's margins
+    under a screenshot, a screenshot's viewport under a PDF); its own are checked as given."""
+    merged = {**base, **own}
+    if "output" not in own:
+        return merged
+    unwanted = PDF_ONLY if (own["output"] or "pdf") in IMAGES else ("screenshot",)
+    return {name: value for name, value in merged.items() if name in own or name not in unwanted}

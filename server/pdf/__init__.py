@@ -1,0 +1,1 @@
+"""PDF work after Chromium prints: finishing (PDF/A, invoices, stamps, encryption), joins."""

@@ -1,0 +1,105 @@
+"""The archive steps: attachments (associated files), a Factur-X invoice, and PDF/A.
+
+PDF/A is built with pikepdf on Chromium's own file, not by rewriting it: Chromium already
+embeds every font (subset TrueType, with widths and an identity CID map) and writes no
+encryption, JavaScript or external content, so what PDF/A-2b/3b still asks for is an sRGB
+output intent with its ICC profile, XMP metadata that states the part and conformance and
+repeats the document information, and a document ID. Everything else stays as Chromium made
+it: the text layer, links, the outline and the structure tree of a tagged PDF. (Ghostscript's
+pdfwrite, the other candidate, rewrites every page and drops the structure tree and /Lang;
+docs/performance.md has the comparison.) The sRGB profile is made by Little CMS through
+Pillow, so no profile file has to be shipped or found.
+
+Runs in a finishing process (server/pdf/finishing.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+
+import pikepdf
+from PIL import ImageCms
+
+from server.options.finishing import Attachment
+from server.pdf.invoices import FILENAME, MIME_TYPE, Invoice
+
+SRGB = "sRGB IEC61966-2.1"
+_PRINT_FLAG = 4
+_HIDING_FLAGS = 2 | 32 | 256  # Hidden, NoView, ToggleNoView: PDF/A wants every annotation shown
+_INFO_FIELDS = {"/Title": "title", "/Author": "author", "/Subject": "subject"}
+
+
+@functools.lru_cache(maxsize=1)
+def srgb_profile() -> bytes:
+    """An sRGB ICC profile (Little CMS's, via Pillow)."""
+    data: bytes = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    return data
+
+
+def _pdf_date(now: dt.datetime) -> str:
+    return now.strftime("D:%Y%m%d%H%M%S+00'00'")
+
+
+def attach(
+    pdf: pikepdf.Pdf, name: str, data: bytes, mime_type: str, relationship: str, description: str
+) -> None:
+    """Embed `data` as `name`, an associated file of the document (its /AF), as PDF/A-3 wants:
+    with its MIME type, modification date and relationship."""
+    now = _pdf_date(dt.datetime.now(dt.UTC))
+    spec = pikepdf.AttachedFileSpec(
+        pdf,
+        data,
+        description=description,
+        filename=name,
+        mime_type=mime_type,
+        creation_date=now,
+        mod_date=now,
+        relationship=pikepdf.Name("/" + relationship),
+    )
+    pdf.attachments[name] = spec  # pikepdf lists a file with a relationship in /AF too
+
+
+def attachments(
+    pdf: pikepdf.Pdf, files: list[Attachment], contents: dict[str, tuple[str, bytes]]
+) -> None:
+    """The job's attachments; `contents` holds each asset's (content type, bytes) by id."""
+    for file in files:
+        mime_type, data = contents[file.asset]
+        attach(pdf, file.name, data, mime_type, file.relationship, file.description or "")
+
+
+def facturx(pdf: pikepdf.Pdf, invoice: Invoice) -> None:
+    """Embed the invoice's XML as factur-x.xml, and the XMP of a Factur-X invoice (its
+    extension schema included); the PDF/A step that follows completes it."""
+    attach(pdf, FILENAME, invoice.xml, MIME_TYPE, invoice.relationship, "Factur-X invoice")
+    info = {
+        key: str(pdf.docinfo[name]) if name in pdf.docinfo else ""
+        for name, key in _INFO_FIELDS.items()
+    }
+    pdf.Root.Metadata = pdf.make_stream(invoice.xmp(info), Type=pikepdf.Name.Metadata)
+    pdf.Root.Metadata.Subtype = pikepdf.Name.XML
+
+
+def pdfa(pdf: pikepdf.Pdf, level: str) -> None:
+    """Make the document PDF/A-`level` ("2b" or "3b")."""
+    if "/OutputIntents" not in pdf.Root:
+        profile = pdf.make_stream(srgb_profile(), N=3)
+        intent = pikepdf.Dictionary(
+            Type=pikepdf.Name.OutputIntent,
+            S=pikepdf.Name.GTS_PDFA1,
+            OutputConditionIdentifier=pikepdf.String(SRGB),
+            Info=pikepdf.String(SRGB),
+            DestOutputProfile=profile,
+        )
+        pdf.Root.OutputIntents = pikepdf.Array([pdf.make_indirect(intent)])
+    for page in pdf.pages:
+        for annotation in page.obj.get("/Annots", ()):
+            flags = int(annotation.get("/F", 0))
+            if flags & _PRINT_FLAG == 0 or flags & _HIDING_FLAGS:
+                annotation.F = (flags | _PRINT_FLAG) & ~_HIDING_FLAGS
+    # Also updates the document information to match (pikepdf keeps the two in step).
+    with pdf.open_metadata(set_pikepdf_as_editor=False) as meta:
+        meta.load_from_docinfo(pdf.docinfo)
+        meta["pdfaid:part"] = level[0]
+        meta["pdfaid:conformance"] = level[1].upper()

@@ -1,0 +1,126 @@
+"""Join PDFs into one, in order, with one outline entry per part: the combined file of a batch.
+
+Runs as a child process (`python -m server.pdf.join`), off Pressroom's event loop, so a join of
+a thousand parts uses another core and its memory goes back to the system when it ends. It
+imports nothing of the server: the child loads pikepdf (qpdf) and nothing else. The manifest
+comes on stdin as JSON, `{"parts": [{"path", "title"}], "output", "outline"}`; the answer on
+stdout, `{"pages", "max_rss_kb"}`. Exit status 0, or UNREADABLE when a part is not a PDF qpdf
+can read (its title is named on stderr: the same parts would fail again), anything else for a
+failure that may pass (no disk space, killed).
+
+One part is open at a time: pikepdf copies a page with its streams' data as it is stored
+(compressed, never decoded), so each part is closed once its pages are in, and memory holds
+the output's objects until they are written (docs/performance.md, "Combined batches").
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pikepdf
+
+#: The exit status of a join whose parts cannot be read: trying again would not help.
+UNREADABLE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    path: Path
+    title: str
+
+
+class UnreadablePart(Exception):
+    """A part is not a PDF qpdf can read."""
+
+    def __init__(self, part: Part, why: str) -> None:
+        super().__init__(f"{part.title!r} is not a readable PDF: {why}")
+        self.part = part
+
+
+def join(parts: Sequence[Part], output: Path, *, outline: bool) -> int:
+    """Write the parts' pages, in order, to `output`; with `outline`, one outline entry per
+    part (its title, at its first page) holding the part's own outline, if it has one. What
+    each part holds for its pages (named destinations of its links, form fields, layers, its
+    outline) comes along with them (pikepdf's add_pages_from). Returns the page count."""
+    with pikepdf.new() as joined:
+        firsts: list[int] = []
+        # The last top-level outline item once each part is in: the items after the one of
+        # the part before are the part's own.
+        lasts: list[tuple[int, int] | None] = []
+        for part in parts:
+            firsts.append(len(joined.pages))
+            try:
+                with pikepdf.open(part.path) as source:
+                    joined.add_pages_from(source, outlines="preserve" if outline else "ignore")
+            except pikepdf.PdfError as exc:
+                raise UnreadablePart(part, str(exc)) from None
+            if outline:
+                lasts.append(_last_top_level(joined))
+        if outline:
+            _outline_by_part(joined, [p.title for p in parts], firsts, lasts)
+        joined.save(output)
+        return len(joined.pages)
+
+
+def _last_top_level(pdf: pikepdf.Pdf) -> tuple[int, int] | None:
+    outlines = pdf.Root.get("/Outlines")
+    last = outlines.get("/Last") if isinstance(outlines, pikepdf.Dictionary) else None
+    return last.objgen if isinstance(last, pikepdf.Dictionary) else None
+
+
+def _outline_by_part(
+    pdf: pikepdf.Pdf,
+    titles: list[str],
+    firsts: list[int],
+    lasts: list[tuple[int, int] | None],
+) -> None:
+    """One top-level entry per part, at its first page, with the part's own items below it."""
+    with pdf.open_outline() as tree:
+        carried = iter(list(tree.root))
+        entries = []
+        previous: tuple[int, int] | None = None
+        for title, first, last in zip(titles, firsts, lasts, strict=True):
+            entry = pikepdf.OutlineItem(title, first)
+            if last != previous:
+                for item in carried:
+                    entry.children.append(item)
+                    if item.obj is not None and item.obj.objgen == last:
+                        break
+            previous = last
+            entries.append(entry)
+        tree.root[:] = entries
+    pdf.Root.PageMode = pikepdf.Name.UseOutlines
+
+
+def main() -> int:
+    manifest = json.load(sys.stdin)
+    parts = [Part(Path(part["path"]), part["title"]) for part in manifest["parts"]]
+    try:
+        pages = join(parts, Path(manifest["output"]), outline=manifest["outline"])
+    except UnreadablePart as exc:
+        print(exc, file=sys.stderr)
+        return UNREADABLE
+    json.dump({"pages": pages, "max_rss_kb": peak_rss_kb()}, sys.stdout)
+    return 0
+
+
+def peak_rss_kb() -> int:
+    """This process's peak resident memory since it started: Linux's VmHWM (ru_maxrss would
+    count the parent's pages this process shared between its fork and its exec)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""A job's source → what Chromium loads: HTML (a template, or Markdown, through Jinja2 with the
+job's data) or a page to open (page_url). `options.css` joins any of them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from server.options import RenderOptions
+from server.render import markdown, templates
+
+#: A job's sources, as the jobs_source_known CHECK names them.
+TEMPLATE, MARKDOWN, PAGE_URL = "template", "markdown", "page_url"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PageUrl:
+    """A page Chromium opens (and the render then prints) instead of HTML it is given."""
+
+    url: str
+
+
+#: What the renderer prints: HTML, or a page to open.
+Document = str | PageUrl
+
+
+async def load(
+    source: str, text: str, data: dict[str, Any], options: RenderOptions, *, timeout_s: float
+) -> Document:
+    """The document for a job's source; template failures are PermanentError."""
+    if source == PAGE_URL:
+        return PageUrl(text)  # its stylesheet is added once the page has loaded
+    html = await templates.render_async(text, data, timeout_s=timeout_s)
+    if source == MARKDOWN:
+        html = await asyncio.to_thread(markdown.to_html, html)
+    if options.css:
+        html = with_css(html, options.css)
+    return html
+
+
+def with_css(html: str, css: str) -> str:
+    """`html` with `css` after its own styles (a style element at the end still applies to the
+    whole document, and wins over the document's own rules of the same weight)."""
+    # "</style" would end the element early; in CSS "<\/style" reads the same.
+    escaped = css.replace("</", "<\\/")
+    return f"{html}<style>{escaped}</style>"

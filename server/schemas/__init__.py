@@ -1,0 +1,1 @@
+"""The API's bodies: every request and response as pydantic models."""

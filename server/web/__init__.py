@@ -1,0 +1,1 @@
+"""HTTP: the application, its middleware, the handlers and the streams (SSE, Socket.IO)."""

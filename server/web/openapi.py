@@ -1,0 +1,489 @@
+"""The OpenAPI 3.1 description of the HTTP API, served at /v1/openapi.json: the operations
+are a table below, every body and query schema comes from server/schemas/models.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from server import events
+from server.channels import CHANNEL_PATTERN
+from server.files import assets
+from server.options import RenderOptions, outputs
+from server.queue import admission
+from server.schemas import models as m
+
+JsonSchema = dict[str, Any]
+# A model, a media type (its bytes), media types (bytes of one of them), or no body.
+Body = type[BaseModel] | str | tuple[str, ...] | None
+PROBLEM = "application/problem+json"
+REF = "#/components/schemas/{model}"
+
+PATH_PARAMETERS = {
+    "job_id": ("uuid", "The job's id. Another tenant's job answers 404, as an unknown id."),
+    "batch_id": ("uuid", "The batch's id. Another tenant's batch answers 404, as an unknown id."),
+    "template_id": (None, "A template name (latest version) or name@version."),
+    "asset_id": (
+        None,
+        "The asset's id, sha256:<hex>. Another tenant's asset answers 404, as an unknown id.",
+    ),
+}
+TOKEN_PARAMETER: JsonSchema = {
+    "name": "token",
+    "in": "query",
+    "schema": {"type": "string"},
+    "description": "A subscription token (POST /v1/tokens, links.events of a new job, or "
+    "minted by the tenant's backend) instead of the Authorization header, which "
+    "EventSource cannot send. It opens its scope only: the tenant's streams, one job's, "
+    "or one channel's.",
+}
+STREAM_PARAMETERS: list[JsonSchema] = [
+    {
+        "name": "Last-Event-ID",
+        "in": "header",
+        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+        "description": "Resume after this event id: every missed event, then live ones.",
+    },
+    {
+        "name": "last_event_id",
+        "in": "query",
+        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+        "description": "Last-Event-ID for clients that cannot set headers (a new EventSource).",
+    },
+    TOKEN_PARAMETER,
+    {
+        "name": "type",
+        "in": "query",
+        "schema": {"type": "array", "items": {"type": "string", "enum": sorted(events.TYPES)}},
+        "style": "form",
+        "explode": True,
+        "description": "Only events of these types (repeat the parameter, or separate types "
+        "with commas); a job's stream still ends after the job's final event, sent or not.",
+    },
+]
+CHANNEL_PARAMETER: JsonSchema = {
+    "name": "channel",
+    "in": "query",
+    "schema": {"type": "string", "pattern": f"^{CHANNEL_PATTERN}$"},
+    "description": "Only the events of this channel's jobs and batches (see `channel` of a "
+    "job), with the same cursors and resets as the tenant's stream.",
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "schema": {"type": "string", "minLength": 1, "maxLength": admission.MAX_IDEMPOTENCY_KEY_CHARS},
+    "description": "Retries with the same key and body return the original job; keys are "
+    "kept PRESSROOM_IDEMPOTENCY_TTL_S seconds, per tenant.",
+}
+DOWNLOAD_PARAMETERS: list[JsonSchema] = [
+    {"name": "expires", "in": "query", "schema": {"type": "string"}},
+    {
+        "name": "key",
+        "in": "query",
+        "schema": {"type": "string"},
+        "description": "The id of the API key the link was minted for (0: none, as in webhook "
+        "deliveries); signed with the rest.",
+    },
+    {"name": "sig", "in": "query", "schema": {"type": "string"}},
+]
+SSE: JsonSchema = {
+    "description": "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as "
+    "JSON; `reset` when the cursor is no longer kept, `closed` (then the stream ends) when the "
+    "server drops a slow consumer, shuts down, or the API key behind the stream is revoked.",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+
+# Problems any operation can answer; the table adds each operation's own.
+COMMON_ERRORS = {
+    "400": "A malformed request: a NUL character in the URL, or HTTP the server cannot parse.",
+    "401": "No, unknown or revoked credentials.",
+    "429": "The key's rate limit or the tenant's jobs-in-flight cap.",
+    "503": "The database is unreachable.",
+}
+BODY_ERRORS = {
+    "400": "The body is not JSON or not UTF-8.",
+    "413": "The body is over PRESSROOM_MAX_BODY_BYTES.",
+    "415": "The body is not application/json.",
+    "422": "Invalid fields (see errors).",
+}
+PREVIEW_ERRORS = {
+    **BODY_ERRORS,
+    "422": "Invalid fields, or the template cannot be rendered (see detail), as the same "
+    "template's job would fail.",
+    "503": "No renderer in this process (PRESSROOM_RENDER_SLOTS=0), the database is "
+    "unreachable, or the browser failed or had no slot free: try again.",
+}
+HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
+NO_JOB = {"404": "No such job (or another tenant's)."}
+NO_ASSET = {"404": "No such asset (or another tenant's)."}
+STORAGE_DOWN = {"503": "The database or the file storage is unreachable."}
+BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary"}}
+#: A JSON asset is stored as sent, whatever JSON (or bytes) it is.
+ANY_JSON: JsonSchema = {"schema": {}}
+#: A job as multipart/form-data, as Gotenberg takes one: parts that are files are known by
+#: their file names, which OpenAPI cannot name, so the schema lists the named parts.
+MULTIPART_JOB: JsonSchema = {
+    "schema": {
+        "type": "object",
+        "description": "The page as a part named or with the file name index.html (or index.md: "
+        "Markdown); every other part with a file name becomes an asset of the job, mapped by "
+        "its file name (img/logo.png, say); the part named job holds the job's other fields "
+        "as JSON (data, options, webhook_url, assets, …, but no template). Nothing is stored "
+        "unless the whole job is valid.",
+        "properties": {
+            "index.html": {"type": "string", "format": "binary"},
+            "job": {"type": "string", "contentMediaType": "application/json"},
+        },
+        "required": ["index.html"],
+    },
+    "encoding": {"job": {"contentType": "application/json"}},
+}
+OUT_OF_SCOPE = {"403": "The subscription token opens another scope (job, channel) only."}
+BAD_QUERY = {"422": "A query parameter is not valid (see errors)."}
+PDF = outputs.PDF.content_type
+# A job's document, or a preview: a PDF, or the image options.output asks for.
+DOCUMENT = (PDF, *(outputs.OUTPUTS[name].content_type for name in outputs.IMAGES))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Op:
+    """One operation: what it reads, what it answers."""
+
+    method: str
+    path: str
+    summary: str
+    tag: str
+    ok: Mapping[str, tuple[str, Body]]
+    errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    body: type[BaseModel] | None = None
+    #: Request bodies other than JSON: media type → its media type object.
+    media: Mapping[str, JsonSchema] = dataclasses.field(default_factory=dict)
+    body_required: bool = True
+    query: type[BaseModel] | None = None
+    parameters: tuple[JsonSchema, ...] = ()
+    security: tuple[str, ...] | None = None  # None: the API key; () none at all
+    headers: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+OPERATIONS = (
+    Op("post", "/v1/jobs", "Submit a job (JSON, or multipart/form-data with its files)", "jobs",
+       {"202": ("Queued.", m.Job),
+        "200": ("An earlier request with this Idempotency-Key and body made this job.", m.Job)},
+       {**BODY_ERRORS, "400": "The body is not JSON, not UTF-8, or the key is malformed.",
+        "409": "A request with this Idempotency-Key is still in progress.",
+        "413": "The body is over PRESSROOM_MAX_BODY_BYTES; a multipart body over "
+        "PRESSROOM_MAX_UPLOAD_BYTES, a file over PRESSROOM_MAX_ASSET_BYTES, or its files over "
+        "the tenant's asset quota.",
+        "415": "The body is neither application/json nor multipart/form-data, or a file's "
+        "type is not one an asset may have.",
+        "422": "Invalid fields (see errors), or the Idempotency-Key was used with another body.",
+        **STORAGE_DOWN},
+       body=m.JobRequest, media={"multipart/form-data": MULTIPART_JOB},
+       parameters=(IDEMPOTENCY_KEY,),
+       headers={"202": ("Location",), "200": ("Location",), "409": ("Retry-After",)}),
+    Op("get", "/v1/jobs", "List jobs, newest first", "jobs", {"200": ("A page.", m.JobList)},
+       BAD_QUERY, query=m.JobListQuery),
+    Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
+       {"200": ("The job.", m.Job), "304": ("Unchanged since If-None-Match.", None)},
+       {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=m.JobWaitQuery,
+       parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
+       headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
+    Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
+       {"200": ("Cancelled.", m.Job)}, {**NO_JOB, "409": "The job is final."}),
+    Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
+       {"202": ("Queued again.", m.Job)}, {**NO_JOB, "409": "The job has not failed."}),
+    Op("get", "/v1/jobs/{job_id}/pdf",
+       "Download the job's file: the PDF, or its image (with an API key, or with the signed "
+       "url of the job)", "jobs",
+       {"200": ("The PDF, or the image options.output asked for.", DOCUMENT),
+        "302": ("Redirect to a presigned S3 URL.", None)},
+       {**NO_JOB, "401": "The signed link was minted for an API key since revoked.",
+        "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
+        "410": "The file was deleted (retention)."},
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+    Op("get", "/v1/jobs/{job_id}/thumbnail",
+       "Download the PNG of the PDF's first page (with an API key, or with the signed "
+       "thumbnail_url of the job)", "jobs",
+       {"200": ("The thumbnail.", outputs.THUMBNAIL.content_type),
+        "302": ("Redirect to a presigned S3 URL.", None)},
+       {"404": "No such job (or another tenant's), or the job asked for no thumbnail.",
+        "401": "The signed link was minted for an API key since revoked.",
+        "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
+        "410": "The file was deleted (retention)."},
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+    Op("get", "/v1/jobs/{job_id}/events", "Server-Sent Events of one job; ends after its "
+       "final event", "events",
+       {"200": ("", "text/event-stream"),
+        "204": ("The job is final and the cursor is at or after its final event: nothing "
+                "more will come (EventSource stops reconnecting).", None)},
+       {**NO_JOB, **OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, or a type is unknown."},
+       parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
+    Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel; "
+       "with ?wait=, a long-poll answering the same events as JSON", "events",
+       {"200": ("The stream; with ?wait=, an EventPoll.",
+                ("text/event-stream", "application/json"))},
+       {**OUT_OF_SCOPE,
+        "422": "Last-Event-ID is not an event id, a type is unknown, the channel is "
+        "malformed, or wait is not a number of seconds from 0 to 60."},
+       query=m.EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
+       security=("bearer", "subscriptionToken")),
+    Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
+       "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
+       {"200": ("The token.", m.Token)},
+       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors), or both job_id and "
+        "channel."},
+       body=m.TokenRequest, body_required=False),
+    Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
+       {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},
+       {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},
+       body=m.BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
+    Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts, its items' jobs and "
+       "its combined PDF", "batches", {"200": ("The batch.", m.Batch)}, {"404": "No such batch."}),
+    Op("get", "/v1/batches/{batch_id}/pdf",
+       "Download the batch's combined PDF (with an API key, or with the signed combined.url "
+       "of the batch)", "batches",
+       {"200": ("The items' PDFs joined in item order.", PDF),
+        "302": ("Redirect to a presigned S3 URL.", None)},
+       {"404": "No such batch (or another tenant's), or the batch asked for no combine.",
+        "401": "The signed link was minted for an API key since revoked.",
+        "403": "The signed link is invalid or has expired.",
+        "409": "The combined PDF is not done (pending, running or failed).",
+        "410": "The file was deleted (retention)."},
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+    Op("post", "/v1/assets", "Upload an asset: the body is the file, of its Content-Type",
+       "assets",
+       {"201": ("Stored.", m.Asset), "200": ("The same bytes were stored before.", m.Asset)},
+       {"413": "The asset is over PRESSROOM_MAX_ASSET_BYTES, or would take the tenant's "
+        "assets over PRESSROOM_TENANT_MAX_ASSET_BYTES (type …/asset-quota).",
+        "415": "The Content-Type is not one an asset may have.",
+        "422": "A PDF asset that is not a whole PDF.", **STORAGE_DOWN},
+       media={kind: ANY_JSON if kind == "application/json" else BINARY
+              for kind in assets.CONTENT_TYPES},
+       headers={"201": ("Location",), "200": ("Location",)}),
+    Op("get", "/v1/assets", "The tenant's assets, by id, with what they take of its quota",
+       "assets", {"200": ("A page.", m.AssetList)}, BAD_QUERY, query=m.AssetListQuery),
+    Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
+       {"200": ("The asset.", m.Asset)}, NO_ASSET),
+    Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",
+       {"200": ("The bytes, with the asset's content type.", tuple(assets.CONTENT_TYPES))},
+       {**NO_ASSET, "410": "The bytes are no longer stored.", **STORAGE_DOWN}),
+    Op("delete", "/v1/assets/{asset_id}", "Delete an asset no queued or running job uses",
+       "assets", {"204": ("Deleted.", None)},
+       {**NO_ASSET, "409": "Queued or running jobs use it (jobs: a few of their ids).",
+        **STORAGE_DOWN}),
+    Op("post", "/v1/templates", "Store a new version of a named template", "templates",
+       {"201": ("Stored.", m.Template)}, BODY_ERRORS, body=m.TemplateRequest,
+       headers={"201": ("Location",)}),
+    Op("get", "/v1/templates", "The latest version of each template, by name", "templates",
+       {"200": ("A page.", m.TemplateList)}, BAD_QUERY, query=m.TemplateListQuery),
+    Op("post", "/v1/templates/preview", "Render template html to PDF now, without storing it",
+       "templates", {"200": ("The PDF (header Pressroom-Pages: its pages), or the image "
+                             "options.output asks for.", DOCUMENT)},
+       PREVIEW_ERRORS, body=m.InlinePreviewRequest),
+    Op("get", "/v1/templates/{template_id}", "A stored template (latest, or name@version) "
+       "and its versions", "templates", {"200": ("The template.", m.Template)},
+       {"404": "No such template."}),
+    Op("post", "/v1/templates/{template_id}/preview", "Render a stored template with its "
+       "sample data (or data given) to PDF now", "templates",
+       {"200": ("The PDF (header Pressroom-Pages: its pages), or the image options.output "
+                "asks for.", DOCUMENT)},
+       {**PREVIEW_ERRORS, "404": "No such template."}, body=m.PreviewRequest,
+       body_required=False),
+    Op("get", "/v1/openapi.json", "This document", "meta",
+       {"200": ("OpenAPI 3.1.", "application/json")}, security=()),
+    Op("get", "/healthz", "Liveness", "meta", {"200": ("The process answers.", m.Health)},
+       security=()),
+    Op("get", "/readyz", "Readiness: database, LISTEN connection, storage, browser", "meta",
+       {"200": ("Ready.", m.Readiness), "503": ("Not ready; checks say why.", m.Readiness)},
+       security=()),
+    Op("get", "/metrics", "Prometheus metrics", "meta",
+       {"200": ("The Prometheus text format.", "text/plain")}, security=()),
+)  # fmt: skip
+# What a created job or batch links to (schemathesis' stateful phase follows these).
+LINKS = {
+    ("/v1/jobs", "post"): ("job_id", ("getJobsJobId", "postJobsJobIdCancel",
+                                     "postJobsJobIdRetry", "getJobsJobIdPdf")),
+    ("/v1/batches", "post"): ("batch_id", ("getBatchesBatchId", "getBatchesBatchIdPdf")),
+    ("/v1/assets", "post"): ("asset_id", ("getAssetsAssetId", "getAssetsAssetIdContent",
+                                         "deleteAssetsAssetId")),
+}  # fmt: skip
+
+
+@functools.cache
+def schemas() -> dict[str, JsonSchema]:
+    """components.schemas: every model the table names, with the models they use."""
+    named: set[type[BaseModel]] = {RenderOptions, m.Problem, *m.EXTRA_SCHEMAS}
+    for op in OPERATIONS:
+        named.update(x for x in (op.body, op.query) if x is not None)
+        named.update(body for _, body in op.ok.values() if isinstance(body, type))
+    _, document = models_json_schema(
+        [(model, "validation") for model in sorted(named, key=lambda model: model.__name__)],
+        ref_template=REF,
+    )
+    found: dict[str, JsonSchema] = document["$defs"]
+    return found
+
+
+def _ref(model: type[BaseModel]) -> JsonSchema:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _content(media: str, schema: JsonSchema) -> JsonSchema:
+    return {media: {"schema": schema}}
+
+
+def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSchema:
+    response: JsonSchema = {"description": description or "OK."}
+    if isinstance(body, type):
+        response["content"] = _content("application/json", _ref(body))
+    elif isinstance(body, tuple):
+        response["content"] = {media: {"schema": {}} for media in body}
+    elif body == "application/json":
+        response["content"] = _content(body, {"type": "object"})
+    elif body is not None:
+        response["content"] = _content(body, {"type": "string"})
+    if headers:
+        response["headers"] = {name: {"$ref": f"#/components/headers/{name}"} for name in headers}
+    return response
+
+
+def _problem(description: str, headers: tuple[str, ...] = ()) -> JsonSchema:
+    return {
+        **_response(description, None, headers),
+        "content": _content(PROBLEM, _ref(m.Problem)),
+    }
+
+
+def _parameters(op: Op) -> list[JsonSchema]:
+    found = [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", **({"format": kind} if kind else {})},
+            "description": description,
+        }
+        for name, (kind, description) in PATH_PARAMETERS.items()
+        if f"{{{name}}}" in op.path
+    ]
+    if op.query is not None:
+        query = schemas()[op.query.__name__]
+        for name, shown in query["properties"].items():
+            prop = dict(shown)  # the cached schema stays as it is
+            branches = [s for s in prop.get("anyOf", ()) if s != {"type": "null"}]
+            if len(branches) == 1:  # a parameter left out is None; it cannot be null
+                del prop["anyOf"]
+                prop.pop("default", None)
+                prop = {**branches[0], **prop}
+            described = {"description": prop.pop("description")} if "description" in prop else {}
+            found.append(
+                {
+                    "name": name,
+                    "in": "query",
+                    "required": name in query.get("required", ()),
+                    "schema": prop,
+                    **described,
+                }
+            )
+    return [*found, *op.parameters]
+
+
+def operation_id(op: Op) -> str:
+    words = [w.strip("{}") for w in op.path.removeprefix("/v1").split("/") if w]
+    name = op.method + "".join(w.replace("_", " ").title().replace(" ", "") for w in words)
+    return name.replace(".", "")
+
+
+def _operation(op: Op) -> JsonSchema:
+    if op.path.startswith("/v1/") and op.path != "/v1/openapi.json":
+        errors = {**COMMON_ERRORS, **op.errors}
+    else:
+        errors = dict(op.errors)
+    responses: JsonSchema = {
+        status: (
+            SSE
+            if body == "text/event-stream"
+            else _response(description, body, op.headers.get(status, ()))
+        )
+        for status, (description, body) in op.ok.items()
+    }
+    for status, description in errors.items():
+        headers = op.headers.get(status, ("Retry-After",) if status in ("429", "503") else ())
+        if status == "401":
+            headers = ("WWW-Authenticate",)
+        responses.setdefault(status, _problem(description, headers))
+    operation: JsonSchema = {
+        "summary": op.summary,
+        "tags": [op.tag],
+        "operationId": operation_id(op),
+        "responses": responses,
+    }
+    if parameters := _parameters(op):
+        operation["parameters"] = parameters
+    content = _content("application/json", _ref(op.body)) if op.body is not None else {}
+    content.update(op.media)
+    if content:
+        operation["requestBody"] = {"required": op.body_required, "content": content}
+    if op.security is not None:
+        operation["security"] = [{name: []} if name else {} for name in op.security]
+    if (op.path, op.method) in LINKS:
+        parameter, targets = LINKS[(op.path, op.method)]
+        links = {
+            target: {"operationId": target, "parameters": {parameter: "$response.body#/id"}}
+            for target in targets
+        }
+        for status in op.ok:
+            responses[status]["links"] = links
+    return operation
+
+
+def build(served: set[str] | None = None) -> JsonSchema:
+    """The whole document; with `served`, only those paths (a trimmed app serves fewer)."""
+    paths: dict[str, JsonSchema] = {}
+    for op in OPERATIONS:
+        if served is None or op.path in served:
+            paths.setdefault(op.path, {})[op.method] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Pressroom",
+            "version": "1",
+            "description": "HTML templates + JSON data in, PDFs out, every state change pushed "
+            "(SSE, Socket.IO at /socket.io/, webhooks). Errors are RFC 9457 problem+json.",
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API key from `pressroom keys create --tenant NAME`. "
+                    "With no key created the server runs open on 127.0.0.1 (dev mode).",
+                },
+                "subscriptionToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "token",
+                    "description": "A JWT (HS256) signed with the tenant's token secret: "
+                    '`sub` the tenant, `iat`, `exp`, and `pressroom: {"scope": "tenant" | '
+                    '"job" | "channel", "job_id", "channel"}`.',
+                },
+            },
+            "headers": {name: {"schema": {"type": "string"}} for name in sorted(HEADERS)},
+        },
+    }
+
+
+async def handler(request: web.Request) -> web.Response:
+    """GET /v1/openapi.json: the routes this app serves (a worker-only or trimmed app has fewer)."""
+    served = {route.resource.canonical for route in request.app.router.routes() if route.resource}
+    return web.json_response(build(served))

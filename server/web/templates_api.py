@@ -1,0 +1,311 @@
+"""Stored templates: named, immutable versions that jobs name as `template_id` (`name` for the
+latest, `name@version` for one), and a preview that renders one to PDF synchronously."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from server import options
+from server.errors import PermanentError, RenderError
+from server.files import assets
+from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
+from server.options import outputs
+from server.problems import Problem, invalid, not_found
+from server.render import sources, templates
+from server.schemas.models import (
+    InlinePreviewRequest,
+    PreviewRequest,
+    Ref,
+    TemplateListQuery,
+    TemplateRequest,
+    parse_template_id,
+)
+from server.sql import query
+from server.web import assets_api
+from server.web.common import (
+    checks,
+    json_response,
+    optional_body,
+    query_of,
+    read_json,
+    tenant_of,
+    validated,
+)
+
+PREVIEW_RETRY_S = 2
+
+# Previews share the browser with the render slots; this bounds how many run at once.
+PREVIEWS = web.AppKey("template_previews", asyncio.Semaphore)
+
+routes = web.RouteTableDef()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredTemplate:
+    name: str
+    version: int
+    html: str
+    options: dict[str, Any]
+    sample_data: dict[str, Any]
+    assets: dict[str, str]
+    created_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> StoredTemplate:
+        return cls(
+            name=row["name"],
+            version=row["version"],
+            html=row["html"],
+            options=row["options"],
+            sample_data=row["sample_data"],
+            assets=row["assets"],
+            created_at=row["created_at"],
+        )
+
+    def public(self) -> dict[str, Any]:
+        """The version as the API shows it."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "template_id": f"{self.name}@{self.version}",
+            "html": self.html,
+            "options": self.options,
+            "sample_data": self.sample_data,
+            "assets": self.assets,
+            "created_at": self.created_at.isoformat(),
+            "links": {
+                "self": f"/v1/templates/{self.name}@{self.version}",
+                "latest": f"/v1/templates/{self.name}",
+                "preview": f"/v1/templates/{self.name}/preview",
+            },
+        }
+
+
+async def find(
+    conn: asyncpg.Pool | asyncpg.Connection, tenant: str, refs: Iterable[Ref]
+) -> dict[Ref, StoredTemplate]:
+    """The stored versions these references name, in one query; unknown ones are missing."""
+    wanted = sorted(set(refs), key=lambda ref: (ref[0], ref[1] or 0))
+    if not wanted:
+        return {}
+    rows = await conn.fetch(
+        query("template_find"), tenant, [name for name, _ in wanted], [v for _, v in wanted]
+    )
+    return {
+        (row["wanted_name"], row["wanted_version"]): StoredTemplate.from_row(row) for row in rows
+    }
+
+
+async def named(request: web.Request, bodies: Iterable[Any]) -> dict[Ref, StoredTemplate]:
+    """The stored templates these job bodies name with template_id (unknown ones are missing:
+    validation reports them with the bodies' other problems)."""
+    refs = [
+        ref
+        for body in bodies
+        if isinstance(body, dict) and (ref := parse_template_id(body.get("template_id")))
+    ]
+    return await find(request.app[POOL], tenant_of(request), refs)
+
+
+def setup(app: web.Application) -> None:
+    """Add the template routes and the preview limit to the app."""
+    app[PREVIEWS] = asyncio.Semaphore(max(app[SETTINGS].render_slots, 1))
+    app.add_routes(routes)
+
+
+@routes.post("/v1/templates")
+async def create_template(request: web.Request) -> web.Response:
+    """Store a new version of a template (the first one is version 1)."""
+    body = await read_json(request)
+    if isinstance(body, dict):
+        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+    new = validated(
+        TemplateRequest, body, checks(request, {}, await assets_api.named(request, [body]))
+    )
+    tenant = tenant_of(request)
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        await conn.execute(query("template_lock"), tenant, new.name)
+        row = await conn.fetchrow(
+            query("template_insert"),
+            tenant,
+            new.name,
+            new.html,
+            options.to_json(new.options) if new.options else {},
+            new.sample_data,
+            new.assets,
+        )
+    stored = StoredTemplate.from_row(row)
+    shown = stored.public()
+    return json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
+
+
+@routes.get("/v1/templates")
+async def list_templates(request: web.Request) -> web.Response:
+    """The latest version of each template, by name; `cursor` is the last name of a page."""
+    page = query_of(request, TemplateListQuery)
+    limit = page.limit
+    rows = await request.app[POOL].fetch(
+        query("template_list"), tenant_of(request), page.cursor, limit + 1
+    )
+    items = [
+        {
+            "name": row["name"],
+            "version": row["version"],
+            "versions": row["versions"],
+            "created_at": row["created_at"].isoformat(),
+            "links": {"self": f"/v1/templates/{row['name']}"},
+        }
+        for row in rows[:limit]
+    ]
+    next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
+    return json_response({"items": items, "next_cursor": next_cursor})
+
+
+async def _stored(request: web.Request, template_id: str) -> StoredTemplate:
+    ref = parse_template_id(template_id)
+    if ref is None:
+        raise not_found("template")
+    found = await find(request.app[POOL], tenant_of(request), [ref])
+    if ref not in found:
+        raise not_found("template")
+    return found[ref]
+
+
+@routes.get("/v1/templates/{template_id}")
+async def get_template(request: web.Request) -> web.Response:
+    """A template's latest version (or `name@version`), with the list of its versions."""
+    stored = await _stored(request, request.match_info["template_id"])
+    rows = await request.app[POOL].fetch(
+        query("template_versions"), tenant_of(request), stored.name
+    )
+    shown = stored.public()
+    shown["versions"] = [
+        {"version": row["version"], "created_at": row["created_at"].isoformat()} for row in rows
+    ]
+    return json_response(shown)
+
+
+@routes.post("/v1/templates/{template_id}/preview")
+async def preview_stored(request: web.Request) -> web.Response:
+    """Render a stored template with its sample data (or the `data` given) to PDF, now."""
+    stored = await _stored(request, request.match_info["template_id"])
+    body = await optional_body(request)
+    asked = validated(PreviewRequest, body, checks(request, {}, await _named(request, body)))
+    if asked.version is not None and asked.version != stored.version:
+        stored = await _stored(request, f"{stored.name}@{asked.version}")
+    data = stored.sample_data if asked.data is None else asked.data
+    render_options = options.parse(stored.options)
+    if asked.options is not None:  # the body's own options on top of the template's
+        try:
+            render_options = options.parse(
+                options.layered(stored.options, asked.options.model_dump(exclude_unset=True))
+            )
+        except options.OptionsError as exc:
+            raise invalid(exc.errors) from None
+    name = f"{stored.name}-v{stored.version}-preview"
+    return await _preview(request, stored.html, data, render_options, name, stored.assets)
+
+
+@routes.post("/v1/templates/preview")
+async def preview_inline(request: web.Request) -> web.Response:
+    """Render template html sent in the body to PDF, now (for editors, before storing it)."""
+    body = await optional_body(request)
+    if isinstance(body, dict):
+        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+    asked = validated(InlinePreviewRequest, body, checks(request, {}, await _named(request, body)))
+    render_options = asked.options or options.parse(None)
+    return await _preview(request, asked.html, asked.data, render_options, "preview")
+
+
+async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
+    """The assets a preview's finishing options name (a preview shows Chromium's print: its
+    finishing steps are a job's), so that its options validate as a job's do."""
+    return await assets_api.named(request, [body])
+
+
+async def _preview(
+    request: web.Request,
+    html: str,
+    data: dict[str, Any],
+    render_options: options.RenderOptions,
+    name: str,
+    mapped: dict[str, str] | None = None,
+) -> web.Response:
+    """Template + data → PDF (or the image options.output asks for) through this process's
+    renderer, within the render time limit; the file is called `name` and its extension.
+    `mapped` are a stored template's assets, path → id."""
+    app = request.app
+    settings = app[SETTINGS]
+    if RENDERER not in app:
+        raise Problem(
+            503,
+            "No renderer",
+            "This process renders nothing (PRESSROOM_RENDER_SLOTS=0); preview on one that does.",
+            kind="no-renderer",
+        )
+    timeout_s = settings.render_timeout_s
+    previews = app[PREVIEWS]
+    try:
+        async with asyncio.timeout(timeout_s):
+            await previews.acquire()
+    except TimeoutError:
+        raise _try_again(f"no render slot came free within {timeout_s:g} s") from None
+    try:
+        # The template meets its own deadline (its sandbox's): a template that runs too long
+        # is then the template limit its job would fail with, not a timeout worth retrying.
+        page = await sources.load(sources.TEMPLATE, html, data, render_options, timeout_s=timeout_s)
+        files = await _files(request, mapped) if mapped else None
+        async with asyncio.timeout(timeout_s):
+            result = await app[RENDERER].render(
+                page, render_options, timeout_s=timeout_s, assets=files
+            )
+    except PermanentError as exc:
+        raise Problem(422, "Cannot render", str(exc), kind="render-failed") from None
+    except (RenderError, TimeoutError) as exc:
+        raise _try_again(str(exc) or f"the preview took longer than {timeout_s:g} s") from None
+    finally:
+        previews.release()
+    if result.pages is not None and result.pages > settings.max_pages:
+        raise Problem(
+            422,
+            "Cannot render",
+            f"the PDF has more than {settings.max_pages} pages, the limit",
+            kind="render-failed",
+        )
+    output = outputs.OUTPUTS[render_options.output]
+    headers = {
+        "Content-Disposition": f'inline; filename="{name}.{output.extension}"',
+        "Cache-Control": "no-store",
+    }
+    if result.pages is not None:
+        headers["Pressroom-Pages"] = str(result.pages)
+    return web.Response(body=result.data, content_type=output.content_type, headers=headers)
+
+
+async def _files(request: web.Request, mapped: dict[str, str]) -> dict[str, tuple[str, bytes]]:
+    """A stored template's assets for its preview; PermanentError names one no longer stored."""
+    tenant = tenant_of(request)
+    known = await assets.find(request.app[POOL], tenant, mapped.values())
+    for path, asset_id in mapped.items():
+        if asset_id not in known:
+            raise PermanentError(f"the asset {path} ({asset_id}) is no longer stored")
+    refs = assets.job_assets(mapped, known) or {}
+    return await request.app[ASSET_CACHE].files(tenant, refs)
+
+
+def _try_again(detail: str) -> Problem:
+    """503 for a preview that may well work next time (a busy or failing browser)."""
+    return Problem(
+        503,
+        "Preview failed",
+        f"{detail}; try again.",
+        kind="preview-failed",
+        headers={"Retry-After": str(PREVIEW_RETRY_S)},
+    )
