@@ -86,7 +86,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         "HTTP accept and validation",
         (
             "(server/web/jobs_api.py)",
-            "(server/schemas/models.py)",
+            "(server/schemas/",
             "(server/web/common.py)",
             "(server/web/auth.py)",
             "(server/options/__init__.py)",

@@ -21,7 +21,7 @@ import schemathesis
 
 from server.options import FORBIDDEN_HEADERS
 from server.render import templates
-from server.schemas.models import MAX_WAIT_S
+from server.schemas.common import MAX_WAIT_S
 from tests.pdfs import minimal_pdf
 
 MAX_TEST_WAIT_S = 1.0

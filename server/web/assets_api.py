@@ -20,7 +20,7 @@ from server.files.assets import Asset, QuotaExceeded, Upload
 from server.keys import POOL, SETTINGS, STORAGE
 from server.options import finishing
 from server.problems import Problem, invalid, not_found
-from server.schemas.models import MAX_JOB_ASSETS, AssetListQuery, asset_path_problem
+from server.schemas.assets import MAX_JOB_ASSETS, AssetListQuery, asset_path_problem
 from server.sql import query
 from server.web.common import json_response, parse_json, query_of, tenant_of
 

@@ -27,7 +27,7 @@ from server.problems import Problem, invalid, not_found
 from server.queue import admission, combine
 from server.queue.jobs import NewJob, job_columns, source_columns
 from server.render import templates
-from server.schemas.models import BatchItem, BatchRequest, CombineOptions
+from server.schemas.batches import BatchItem, BatchRequest, CombineOptions
 from server.sql import query
 from server.web import assets_api, auth, jobs_api, templates_api
 from server.web.common import (

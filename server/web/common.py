@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from server import jsontext
 from server.keys import POLICY, SETTINGS
 from server.problems import Problem, invalid_input
-from server.schemas.models import Checks, Ref
+from server.schemas.common import Checks, Ref
 from server.web import auth
 
 M = TypeVar("M", bound=BaseModel)

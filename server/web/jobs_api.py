@@ -27,15 +27,9 @@ from server.problems import Problem, invalid, not_found
 from server.queue import admission, jobs
 from server.queue.jobs import JobState, NewJob, StoredJob
 from server.render import templates
-from server.schemas.models import (
-    Checks,
-    JobListQuery,
-    JobRequest,
-    JobWaitQuery,
-    TokenRequest,
-    encode_cursor,
-    parse_template_id,
-)
+from server.schemas.common import Checks, parse_template_id
+from server.schemas.jobs import JobListQuery, JobRequest, JobWaitQuery, encode_cursor
+from server.schemas.streams import TokenRequest
 from server.web import assets_api, auth, templates_api
 from server.web.common import (
     checks,

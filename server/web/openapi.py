@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 description of the HTTP API, served at /v1/openapi.json: the operations
-are a table below, every body and query schema comes from server/schemas/models.py."""
+are a table below, every body and query schema comes from the models of server/schemas/."""
 
 from __future__ import annotations
 
@@ -17,7 +17,19 @@ from server.channels import CHANNEL_PATTERN
 from server.files import assets
 from server.options import RenderOptions, outputs
 from server.queue import admission
-from server.schemas import models as m
+from server.schemas.assets import Asset, AssetList, AssetListQuery
+from server.schemas.batches import Batch, BatchRequest
+from server.schemas.common import Health, Problem, Readiness
+from server.schemas.jobs import Job, JobList, JobListQuery, JobRequest, JobWaitQuery
+from server.schemas.streams import EXTRA_SCHEMAS, EventPollQuery, Token, TokenRequest
+from server.schemas.templates import (
+    InlinePreviewRequest,
+    PreviewRequest,
+    Template,
+    TemplateList,
+    TemplateListQuery,
+    TemplateRequest,
+)
 
 JsonSchema = dict[str, Any]
 # A model, a media type (its bytes), media types (bytes of one of them), or no body.
@@ -173,8 +185,8 @@ class Op:
 
 OPERATIONS = (
     Op("post", "/v1/jobs", "Submit a job (JSON, or multipart/form-data with its files)", "jobs",
-       {"202": ("Queued.", m.Job),
-        "200": ("An earlier request with this Idempotency-Key and body made this job.", m.Job)},
+       {"202": ("Queued.", Job),
+        "200": ("An earlier request with this Idempotency-Key and body made this job.", Job)},
        {**BODY_ERRORS, "400": "The body is not JSON, not UTF-8, or the key is malformed.",
         "409": "A request with this Idempotency-Key is still in progress.",
         "413": "The body is over PRESSROOM_MAX_BODY_BYTES; a multipart body over "
@@ -184,20 +196,20 @@ OPERATIONS = (
         "type is not one an asset may have.",
         "422": "Invalid fields (see errors), or the Idempotency-Key was used with another body.",
         **STORAGE_DOWN},
-       body=m.JobRequest, media={"multipart/form-data": MULTIPART_JOB},
+       body=JobRequest, media={"multipart/form-data": MULTIPART_JOB},
        parameters=(IDEMPOTENCY_KEY,),
        headers={"202": ("Location",), "200": ("Location",), "409": ("Retry-After",)}),
-    Op("get", "/v1/jobs", "List jobs, newest first", "jobs", {"200": ("A page.", m.JobList)},
-       BAD_QUERY, query=m.JobListQuery),
+    Op("get", "/v1/jobs", "List jobs, newest first", "jobs", {"200": ("A page.", JobList)},
+       BAD_QUERY, query=JobListQuery),
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
-       {"200": ("The job.", m.Job), "304": ("Unchanged since If-None-Match.", None)},
-       {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=m.JobWaitQuery,
+       {"200": ("The job.", Job), "304": ("Unchanged since If-None-Match.", None)},
+       {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=JobWaitQuery,
        parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
        headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
     Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
-       {"200": ("Cancelled.", m.Job)}, {**NO_JOB, "409": "The job is final."}),
+       {"200": ("Cancelled.", Job)}, {**NO_JOB, "409": "The job is final."}),
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
-       {"202": ("Queued again.", m.Job)}, {**NO_JOB, "409": "The job has not failed."}),
+       {"202": ("Queued again.", Job)}, {**NO_JOB, "409": "The job has not failed."}),
     Op("get", "/v1/jobs/{job_id}/pdf",
        "Download the job's file: the PDF, or its image (with an API key, or with the signed "
        "url of the job)", "jobs",
@@ -232,20 +244,20 @@ OPERATIONS = (
        {**OUT_OF_SCOPE,
         "422": "Last-Event-ID is not an event id, a type is unknown, the channel is "
         "malformed, or wait is not a number of seconds from 0 to 60."},
-       query=m.EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
+       query=EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
        security=("bearer", "subscriptionToken")),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
        "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
-       {"200": ("The token.", m.Token)},
+       {"200": ("The token.", Token)},
        {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors), or both job_id and "
         "channel."},
-       body=m.TokenRequest, body_required=False),
+       body=TokenRequest, body_required=False),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
-       {"202": ("Accepted.", m.Batch), "200": ("The same request was made before.", m.Batch)},
+       {"202": ("Accepted.", Batch), "200": ("The same request was made before.", Batch)},
        {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},
-       body=m.BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
+       body=BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
     Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts, its items' jobs and "
-       "its combined PDF", "batches", {"200": ("The batch.", m.Batch)}, {"404": "No such batch."}),
+       "its combined PDF", "batches", {"200": ("The batch.", Batch)}, {"404": "No such batch."}),
     Op("get", "/v1/batches/{batch_id}/pdf",
        "Download the batch's combined PDF (with an API key, or with the signed combined.url "
        "of the batch)", "batches",
@@ -259,7 +271,7 @@ OPERATIONS = (
        parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
     Op("post", "/v1/assets", "Upload an asset: the body is the file, of its Content-Type",
        "assets",
-       {"201": ("Stored.", m.Asset), "200": ("The same bytes were stored before.", m.Asset)},
+       {"201": ("Stored.", Asset), "200": ("The same bytes were stored before.", Asset)},
        {"413": "The asset is over PRESSROOM_MAX_ASSET_BYTES, or would take the tenant's "
         "assets over PRESSROOM_TENANT_MAX_ASSET_BYTES (type …/asset-quota).",
         "415": "The Content-Type is not one an asset may have.",
@@ -268,9 +280,9 @@ OPERATIONS = (
               for kind in assets.CONTENT_TYPES},
        headers={"201": ("Location",), "200": ("Location",)}),
     Op("get", "/v1/assets", "The tenant's assets, by id, with what they take of its quota",
-       "assets", {"200": ("A page.", m.AssetList)}, BAD_QUERY, query=m.AssetListQuery),
+       "assets", {"200": ("A page.", AssetList)}, BAD_QUERY, query=AssetListQuery),
     Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
-       {"200": ("The asset.", m.Asset)}, NO_ASSET),
+       {"200": ("The asset.", Asset)}, NO_ASSET),
     Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",
        {"200": ("The bytes, with the asset's content type.", tuple(assets.CONTENT_TYPES))},
        {**NO_ASSET, "410": "The bytes are no longer stored.", **STORAGE_DOWN}),
@@ -279,29 +291,29 @@ OPERATIONS = (
        {**NO_ASSET, "409": "Queued or running jobs use it (jobs: a few of their ids).",
         **STORAGE_DOWN}),
     Op("post", "/v1/templates", "Store a new version of a named template", "templates",
-       {"201": ("Stored.", m.Template)}, BODY_ERRORS, body=m.TemplateRequest,
+       {"201": ("Stored.", Template)}, BODY_ERRORS, body=TemplateRequest,
        headers={"201": ("Location",)}),
     Op("get", "/v1/templates", "The latest version of each template, by name", "templates",
-       {"200": ("A page.", m.TemplateList)}, BAD_QUERY, query=m.TemplateListQuery),
+       {"200": ("A page.", TemplateList)}, BAD_QUERY, query=TemplateListQuery),
     Op("post", "/v1/templates/preview", "Render template html to PDF now, without storing it",
        "templates", {"200": ("The PDF (header Pressroom-Pages: its pages), or the image "
                              "options.output asks for.", DOCUMENT)},
-       PREVIEW_ERRORS, body=m.InlinePreviewRequest),
+       PREVIEW_ERRORS, body=InlinePreviewRequest),
     Op("get", "/v1/templates/{template_id}", "A stored template (latest, or name@version) "
-       "and its versions", "templates", {"200": ("The template.", m.Template)},
+       "and its versions", "templates", {"200": ("The template.", Template)},
        {"404": "No such template."}),
     Op("post", "/v1/templates/{template_id}/preview", "Render a stored template with its "
        "sample data (or data given) to PDF now", "templates",
        {"200": ("The PDF (header Pressroom-Pages: its pages), or the image options.output "
                 "asks for.", DOCUMENT)},
-       {**PREVIEW_ERRORS, "404": "No such template."}, body=m.PreviewRequest,
+       {**PREVIEW_ERRORS, "404": "No such template."}, body=PreviewRequest,
        body_required=False),
     Op("get", "/v1/openapi.json", "This document", "meta",
        {"200": ("OpenAPI 3.1.", "application/json")}, security=()),
-    Op("get", "/healthz", "Liveness", "meta", {"200": ("The process answers.", m.Health)},
+    Op("get", "/healthz", "Liveness", "meta", {"200": ("The process answers.", Health)},
        security=()),
     Op("get", "/readyz", "Readiness: database, LISTEN connection, storage, browser", "meta",
-       {"200": ("Ready.", m.Readiness), "503": ("Not ready; checks say why.", m.Readiness)},
+       {"200": ("Ready.", Readiness), "503": ("Not ready; checks say why.", Readiness)},
        security=()),
     Op("get", "/metrics", "Prometheus metrics", "meta",
        {"200": ("The Prometheus text format.", "text/plain")}, security=()),
@@ -319,7 +331,7 @@ LINKS = {
 @functools.cache
 def schemas() -> dict[str, JsonSchema]:
     """components.schemas: every model the table names, with the models they use."""
-    named: set[type[BaseModel]] = {RenderOptions, m.Problem, *m.EXTRA_SCHEMAS}
+    named: set[type[BaseModel]] = {RenderOptions, Problem, *EXTRA_SCHEMAS}
     for op in OPERATIONS:
         named.update(x for x in (op.body, op.query) if x is not None)
         named.update(body for _, body in op.ok.values() if isinstance(body, type))
@@ -357,7 +369,7 @@ def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSch
 def _problem(description: str, headers: tuple[str, ...] = ()) -> JsonSchema:
     return {
         **_response(description, None, headers),
-        "content": _content(PROBLEM, _ref(m.Problem)),
+        "content": _content(PROBLEM, _ref(Problem)),
     }
 
 

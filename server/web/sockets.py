@@ -42,7 +42,7 @@ from server.events.hub import (
 from server.keys import AUTH, CORS, DSN, HUB, POOL, SETTINGS
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
 from server.queue import jobs, listener
-from server.schemas.models import RefreshRequest, SubscribeRequest
+from server.schemas.streams import RefreshRequest, SubscribeRequest
 from server.web import auth, jobs_api
 
 log = logging.getLogger(__name__)

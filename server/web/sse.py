@@ -28,7 +28,8 @@ from server.events.hub import Subscription
 from server.keys import AUTH, HUB, POOL, SSE_STREAMS
 from server.problems import invalid, not_found
 from server.queue import jobs
-from server.schemas.models import EventPollQuery, event_id
+from server.schemas.common import event_id
+from server.schemas.streams import EventPollQuery
 from server.web import auth, jobs_api
 from server.web.common import json_response, query_of, tenant_of
 

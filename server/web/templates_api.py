@@ -19,13 +19,12 @@ from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
 from server.options import outputs
 from server.problems import Problem, invalid, not_found
 from server.render import sources, templates
-from server.schemas.models import (
+from server.schemas.common import Ref, parse_template_id
+from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
-    Ref,
     TemplateListQuery,
     TemplateRequest,
-    parse_template_id,
 )
 from server.sql import query
 from server.web import assets_api

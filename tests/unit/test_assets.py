@@ -14,7 +14,7 @@ from server.errors import PermanentError
 from server.files import assets
 from server.files.assets import AssetCache
 from server.files.storage import LocalStorage
-from server.schemas import models
+from server.schemas.assets import ASSET_PATH_PATTERN, MAX_ASSET_PATH_CHARS, asset_path_problem
 
 
 @pytest.mark.parametrize(
@@ -48,13 +48,13 @@ PATHS_REFUSED = ["../a", "a/../b", "/a", "http://x/a", "c:x", "a//b", "./a", "a/
 
 
 def test_the_path_rule_and_its_json_schema_pattern_agree() -> None:
-    pattern = re.compile(f"^{models.ASSET_PATH_PATTERN}$")
+    pattern = re.compile(f"^{ASSET_PATH_PATTERN}$")
     for path in PATHS_OK:
-        assert models.asset_path_problem(path) is None, path
+        assert asset_path_problem(path) is None, path
         assert pattern.match(path), path
     for path in PATHS_REFUSED:
-        assert models.asset_path_problem(path) is not None, path
-        assert len(path) > models.MAX_ASSET_PATH_CHARS or not pattern.match(path), path
+        assert asset_path_problem(path) is not None, path
+        assert len(path) > MAX_ASSET_PATH_CHARS or not pattern.match(path), path
 
 
 @pytest.fixture

@@ -99,7 +99,8 @@ def test_field_errors_name_nested_places() -> None:
     from pydantic import ValidationError
 
     from server.fields import field_errors
-    from server.schemas.models import BatchRequest, Checks
+    from server.schemas.batches import BatchRequest
+    from server.schemas.common import Checks
     from server.settings import Settings
 
     body = {"items": [{"key": "a", "template": "x", "options": {"scale": 9, "dpi": 1}}], "x": 1}

@@ -1,0 +1,328 @@
+"""A job's bodies: the submission (one source, its data and options), the list and
+long-poll queries, and the job as every route and stream shows it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from server.channels import CHANNEL_RULE
+from server.options import RenderOptions, layered
+from server.queue.jobs import JobState
+from server.schemas.assets import MAX_JOB_ASSETS, AssetMap
+from server.schemas.common import (
+    MAX_METADATA_BYTES,
+    NO_PAGE_SECRETS,
+    QUERY,
+    Channel,
+    EventId,
+    Integral,
+    JsonObject,
+    Limit,
+    Markdown,
+    Metadata,
+    PageUrl,
+    TemplateHtml,
+    TemplateId,
+    Timestamp,
+    WaitSeconds,
+    WebhookUrl,
+    checks_of,
+    no_cookies_or_headers,
+    parse_template_id,
+    parse_time,
+)
+
+#: A job's sources: it names exactly one.
+SOURCES = ("template", "template_id", "page_url", "markdown")
+_NO_SOURCE = object()  # put in place of a missing template by JobRequest._one_source
+
+
+def _source_given(value: Any) -> Any:
+    if value is _NO_SOURCE:
+        raise PydanticCustomError(
+            "no_source", "give one of template, template_id, page_url or markdown"
+        )
+    return value
+
+
+#: A job's template: the field a missing source is reported on (see JobRequest._one_source).
+JobTemplate = Annotated[TemplateHtml, BeforeValidator(_source_given)]
+
+
+def _one_source(schema: dict[str, Any]) -> None:
+    """Exactly one source, not null (see JobRequest._one_source); cookies and headers only
+    with page_url (see JobRequest._page_secrets)."""
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in SOURCES
+    ]
+    schema["anyOf"] = [
+        {"required": ["page_url"], "properties": {"page_url": {"not": {"type": "null"}}}},
+        NO_PAGE_SECRETS,
+    ]
+
+
+class JobRequest(BaseModel):
+    """A job: exactly one source (template, template_id, page_url or markdown), with its data
+    and options."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
+
+    template: JobTemplate | None = Field(
+        None,
+        description="Jinja2 HTML template, rendered in a sandbox (at most "
+        "PRESSROOM_MAX_TEMPLATE_BYTES bytes).",
+    )
+    template_id: TemplateId | None = Field(
+        None, description="A stored template: name (its latest version) or name@version."
+    )
+    page_url: PageUrl | None = Field(
+        None,
+        description="An http(s) page that Chromium opens and prints, under the renderer's "
+        "network policy (PRESSROOM_ALLOW_HOSTS).",
+    )
+    markdown: Markdown | None = Field(
+        None,
+        description="Markdown (CommonMark, GitHub tables, strikethrough, task lists), Jinja2 "
+        "applied first with data, printed in a built-in stylesheet.",
+    )
+    data: JsonObject = Field(
+        default_factory=dict,
+        description="Template variables, as sent (at most PRESSROOM_MAX_DATA_BYTES as JSON).",
+    )
+    options: RenderOptions | None = Field(
+        None, description="How to print; with template_id, on top of the template's own."
+    )
+    webhook_url: WebhookUrl | None = Field(None, description="Where to POST the job's events.")
+    priority: Annotated[int, Field(ge=-1000, le=1000), Integral] = Field(
+        0, description="Higher runs first."
+    )
+    max_attempts: Annotated[int, Field(ge=1, le=25), Integral] | None = Field(
+        None, description="Attempts before the job fails (default PRESSROOM_MAX_ATTEMPTS)."
+    )
+    run_at: Timestamp | None = Field(None, description="Run no earlier than this time.")
+    metadata: Metadata = Field(
+        default_factory=dict,
+        description=f"Returned as given (at most {MAX_METADATA_BYTES} bytes as JSON).",
+    )
+    assets: AssetMap = Field(
+        default_factory=dict,
+        description="The files the page names by relative path (img/logo.png), each an asset "
+        "id from POST /v1/assets; the page then loads those paths, and only those, from "
+        f"storage. At most {MAX_JOB_ASSETS}; with template_id, on top of the template's own.",
+    )
+    channel: Channel | None = Field(
+        None,
+        description="The channel the job belongs to (one end user's documents, say): "
+        f"{CHANNEL_RULE}. Streams and subscription tokens can be scoped to it.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: Any, info: ValidationInfo) -> Any:
+        """A missing source is reported with the other fields' problems; a stored
+        template's options and assets lie under the job's own."""
+        if not isinstance(data, dict):
+            return data
+        if not any(data.get(name) is not None for name in SOURCES):
+            return {**data, "template": _NO_SOURCE}
+        if data.get("template_id") is None:
+            return data
+        ref = parse_template_id(data["template_id"])
+        stored = checks_of(info).templates.get(ref) if ref else None
+        if stored is None:
+            return data
+        merged = dict(data)
+        for name, under in (("options", stored.options), ("assets", stored.assets)):
+            given = data.get(name)
+            if given is None or isinstance(given, dict):
+                own = given or {}
+                merged[name] = layered(under, own) if name == "options" else {**under, **own}
+        return merged
+
+    @field_validator("template_id", "page_url", "markdown")
+    @classmethod
+    def _only_one(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        for other in SOURCES[: SOURCES.index(info.field_name or "")]:
+            if info.data.get(other) is not None:
+                raise ValueError(
+                    f"give only one of template, template_id, page_url and markdown "
+                    f"({other} is given too)"
+                )
+        return value
+
+    @field_validator("template_id")
+    @classmethod
+    def _known(cls, template_id: str | None, info: ValidationInfo) -> str | None:
+        if template_id is None:
+            return None
+        ref = parse_template_id(template_id)
+        if ref not in checks_of(info).templates:
+            raise ValueError(f"no template {template_id!r}")
+        return template_id
+
+    @field_validator("options")
+    @classmethod
+    def _page_secrets(cls, given: RenderOptions | None, info: ValidationInfo) -> Any:
+        no_cookies_or_headers(given, info.data.get("page_url"))
+        return given
+
+    @field_validator("assets")
+    @classmethod
+    def _not_for_a_page_url(cls, mapped: dict[str, str], info: ValidationInfo) -> Any:
+        if mapped and info.data.get("page_url") is not None:
+            raise ValueError(
+                "a page_url loads its files from its own site; assets are for template, "
+                "template_id and markdown jobs"
+            )
+        return mapped
+
+
+def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
+    created, _, job_id = value.partition("~") if isinstance(value, str) else ("", "", "")
+    parsed = parse_time(created)
+    try:
+        if parsed is not None:
+            return parsed, uuid.UUID(job_id)
+    except ValueError:
+        pass
+    raise ValueError("is not a cursor this server gave out")
+
+
+def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
+    return f"{created_at.isoformat()}~{job_id}"
+
+
+class JobListQuery(BaseModel):
+    """GET /v1/jobs: filters and the page."""
+
+    model_config = QUERY
+
+    status: JobState | None = Field(None, description="Only jobs in this state.")
+    channel: Channel | None = Field(None, description="Only the jobs of this channel.")
+    limit: Limit = Field(50, description="Jobs per page.")
+    created_from: Timestamp | None = Field(None, description="Created at or after this time.")
+    created_to: Timestamp | None = Field(None, description="Created before this time.")
+    cursor: (
+        Annotated[
+            tuple[dt.datetime, uuid.UUID],
+            PlainValidator(_cursor),
+            WithJsonSchema({"type": "string"}),
+        ]
+        | None
+    ) = Field(None, description="next_cursor of the previous page.")
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _state(cls, value: Any) -> Any:
+        try:
+            return JobState(value)
+        except ValueError:
+            raise ValueError(f"must be one of {', '.join(s.value for s in JobState)}") from None
+
+
+class JobWaitQuery(BaseModel):
+    """GET /v1/jobs/{job_id}: the long-poll."""
+
+    model_config = QUERY
+
+    wait: WaitSeconds | None = Field(
+        None,
+        description="Hold the answer up to this many seconds until the job changes; a wait "
+        "whose API key is revoked meanwhile is answered 401.",
+    )
+    since: EventId | None = Field(None, description="Answer once the job has events after this.")
+
+
+class JobLinks(BaseModel):
+    self: str = Field(description="The job.")
+    events: str = Field(
+        description="The job's SSE stream; for requests made with an API key it carries a "
+        "subscription token for this job (?token=)."
+    )
+    pdf: str = Field(description="The job's file once done: the PDF, or the image (output).")
+    thumbnail: str | None = Field(
+        None, description="The PNG of the PDF's first page, once done (options.thumbnail)."
+    )
+
+
+class WebhookDelivery(BaseModel):
+    id: uuid.UUID = Field(description="The delivery (its webhook-id).")
+    type: str = Field(description="The event delivered.")
+    status: str = Field(description="pending, delivered or failed.")
+    attempts: int = Field(description="Attempts made so far.")
+    last_status_code: int | None = Field(description="The last answer's HTTP status.")
+    last_error: str | None = Field(description="The last attempt's error.")
+    next_attempt_at: dt.datetime | None = Field(description="When it is tried next (pending).")
+    created_at: dt.datetime = Field(description="When the event happened.")
+    delivered_at: dt.datetime | None = Field(description="When it was delivered.")
+
+
+class StreamReset(BaseModel):
+    """A `reset`: the cursor a client sent cannot be resumed from; reload state."""
+
+    type: Literal["reset"] = Field(description="Always reset.")
+    reason: str = Field(description="Why, for a person.")
+    code: Literal["pruned", "unknown_cursor"] = Field(
+        description="pruned: the event is no longer kept; unknown_cursor: this server never "
+        "gave out that event (to this tenant)."
+    )
+
+
+class Job(BaseModel):
+    """A job as every route and stream shows it."""
+
+    id: uuid.UUID = Field(description="The job's id.")
+    status: JobState = Field(description="Where the job stands.")
+    attempts: Annotated[int, Field(ge=0)] = Field(description="Attempts started.")
+    max_attempts: Annotated[int, Field(ge=1)] = Field(description="Attempts allowed.")
+    priority: int = Field(description="Higher runs first.")
+    progress: Annotated[int, Field(ge=0, le=100)] | None = Field(description="Percent done.")
+    error: str | None = Field(description="The last attempt's error.")
+    errors: list[dict[str, Any]] = Field(description="Every attempt's error, oldest first.")
+    warnings: list[str] = Field(description="What the render noticed but did not fail on.")
+    options: dict[str, Any] = Field(description="The render options that differ from defaults.")
+    metadata: dict[str, Any] = Field(description="As submitted.")
+    channel: str | None = Field(description="Its channel, as submitted.")
+    webhook_url: str | None = Field(description="Where its events are POSTed.")
+    pages: int | None = Field(description="Pages of the PDF, once done; null for an image.")
+    bytes: int | None = Field(description="Size of the file (PDF or image), once done.")
+    run_after: dt.datetime = Field(description="Not claimed before this time.")
+    created_at: dt.datetime = Field(description="Submitted at.")
+    updated_at: dt.datetime = Field(description="Last changed at.")
+    started_at: dt.datetime | None = Field(description="The last attempt started at.")
+    finished_at: dt.datetime | None = Field(description="Finished at.")
+    links: JobLinks = Field(description="What can be done with it.")
+    url: str | None = Field(None, description="Signed, expiring download URL (once done).")
+    thumbnail_url: str | None = Field(
+        None, description="Signed, expiring URL of the thumbnail (once done, if asked for)."
+    )
+    webhooks: list[WebhookDelivery] | None = Field(
+        None, description="Webhook deliveries (GET /v1/jobs/{job_id} only)."
+    )
+    reset: StreamReset | None = Field(
+        None,
+        description="A long-poll's `since` could not be resumed from (pruned, or never given "
+        "out): this is the job's state; continue from its events.",
+    )
+
+
+class JobList(BaseModel):
+    items: list[Job] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")

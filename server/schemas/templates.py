@@ -1,0 +1,148 @@
+"""Named, versioned templates: a new version, previews (stored or inline), the list query
+and the template as the routes show it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from server.options import RenderOptions
+from server.schemas.assets import AssetMap
+from server.schemas.common import (
+    NAME_PATTERN,
+    QUERY,
+    Integral,
+    JsonObject,
+    Limit,
+    TemplateHtml,
+    no_cookies_or_headers,
+    no_page_secrets,
+)
+
+
+class _OpensNoPage(BaseModel):
+    """A body with options but no page_url: its options carry no cookies or headers."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=no_page_secrets)
+
+    @field_validator("options", check_fields=False)
+    @classmethod
+    def _no_page_secrets(cls, given: RenderOptions | None) -> RenderOptions | None:
+        no_cookies_or_headers(given, None)
+        return given
+
+
+def _no_template_secrets(schema: dict[str, Any]) -> None:
+    """No cookies, headers or PDF passwords (see TemplateRequest._no_passwords)."""
+    no_page_secrets(schema)
+    no_encrypt = {"properties": {"encrypt": {"type": "null"}}}
+    schema["allOf"].append({"properties": {"options": {"anyOf": [{"type": "null"}, no_encrypt]}}})
+
+
+class TemplateRequest(_OpensNoPage):
+    """A new version of a named template."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_no_template_secrets)
+
+    name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] = Field(
+        description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
+    )
+    html: TemplateHtml = Field(description="Jinja2 HTML template.")
+    options: RenderOptions | None = Field(
+        None, description="Options for the jobs that name it (all but encrypt)."
+    )
+    sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
+    assets: AssetMap = Field(
+        default_factory=dict,
+        description="Relative path → asset id, as a job's assets: the version keeps this map, "
+        "and a job's own map lies over it.",
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _no_passwords(cls, given: RenderOptions | None) -> RenderOptions | None:
+        # A template keeps its options for good; PDF passwords are kept only while a job may
+        # run (server/pipeline/vault.py).
+        if given is not None and given.encrypt is not None:
+            raise ValueError("encrypt is a job's own: PDF passwords are not kept in a template")
+        return given
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, name: Any) -> Any:
+        if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(
+                "must be 1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol"
+            )
+        return name
+
+
+class PreviewRequest(_OpensNoPage):
+    """A preview of a stored template."""
+
+    data: JsonObject | None = Field(None, description="Template variables (default: sample).")
+    options: RenderOptions | None = Field(None, description="On top of the template's own.")
+    version: Annotated[int, Field(ge=1), Integral] | None = Field(
+        None, description="The version to preview (default: the one in the path)."
+    )
+
+
+class InlinePreviewRequest(_OpensNoPage):
+    """A preview of template html sent in the body."""
+
+    html: TemplateHtml = Field(description="Jinja2 HTML template.")
+    data: JsonObject = Field(default_factory=dict, description="Template variables.")
+    options: RenderOptions | None = Field(None, description="How to print.")
+
+
+class TemplateListQuery(BaseModel):
+    """GET /v1/templates: the page."""
+
+    model_config = QUERY
+
+    limit: Limit = Field(50, description="Templates per page.")
+    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+
+
+class TemplateLinks(BaseModel):
+    self: str = Field(description="This version.")
+    latest: str = Field(description="The latest version.")
+    preview: str = Field(description="Render it to PDF now.")
+
+
+class TemplateVersion(BaseModel):
+    version: int = Field(description="The version.")
+    created_at: dt.datetime = Field(description="Stored at.")
+
+
+class Template(BaseModel):
+    name: str = Field(description="The template's name.")
+    version: Annotated[int, Field(ge=1)] = Field(description="This version.")
+    template_id: str = Field(description="name@version, for jobs.")
+    html: str = Field(description="The Jinja2 HTML.")
+    options: dict[str, Any] = Field(description="Its render options.")
+    sample_data: dict[str, Any] = Field(description="Data for previews.")
+    assets: dict[str, str] = Field(description="Relative path → asset id, for its jobs.")
+    created_at: dt.datetime = Field(description="Stored at.")
+    links: TemplateLinks = Field(description="What can be done with it.")
+    versions: list[TemplateVersion] | None = Field(None, description="Every version (GET only).")
+
+
+class TemplateSummaryLinks(BaseModel):
+    self: str = Field(description="The template's latest version.")
+
+
+class TemplateSummary(BaseModel):
+    name: str = Field(description="The template's name.")
+    version: int = Field(description="Its latest version.")
+    versions: int = Field(description="How many versions it has.")
+    created_at: dt.datetime = Field(description="The latest version was stored at.")
+    links: TemplateSummaryLinks = Field(description="Where it is.")
+
+
+class TemplateList(BaseModel):
+    items: list[TemplateSummary] = Field(description="By name.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
