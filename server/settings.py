@@ -15,7 +15,7 @@ import secrets
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -162,6 +162,10 @@ NonNegativeFloat = Annotated[float, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Storage = Annotated[str, AfterValidator(_one_of("local", "s3"))]
 AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_allow_list)]
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+    BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
+]
 Schedule = Annotated[tuple[float, ...], BeforeValidator(_comma_list), AfterValidator(_schedule)]
 WebhookSecret = Annotated[str, AfterValidator(_webhook_secret)]
 PublicUrl = Annotated[str, AfterValidator(_public_url)]
@@ -400,6 +404,9 @@ class Settings(BaseSettings):
     )
     shutdown_grace_s: PositiveFloat = setting(20.0, "how long SIGTERM lets running renders finish")
     log_json: bool = setting(False, "JSON log lines (with `job_id` and `tenant`)")
+    log_level: LogLevel = setting(
+        "INFO", "the least severe log lines written: `DEBUG`, `INFO`, `WARNING` or `ERROR`"
+    )
     public_url: PublicUrl = setting(
         "",
         "the origin clients reach this server at (`https://pdf.example.com`: no path, query or "

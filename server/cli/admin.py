@@ -67,7 +67,7 @@ def setup_logging(settings: Settings) -> None:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("PRESSROOM_LOG_LEVEL", "INFO").upper())
+    root.setLevel(settings.log_level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 

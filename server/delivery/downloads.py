@@ -4,7 +4,9 @@ links.thumbnail); and a batch's combined PDF (`combined.url`) the same way."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
+from urllib.parse import urlencode
 
 from server.access import signing
 from server.files.storage import Storage
@@ -42,14 +44,15 @@ async def present(
     if job["status"] != JobState.DONE:
         return shown
     for file in jobs.job_files(tenant, job["id"], job["attempts"], options):
-        url = await storage.url(
+        url = await file_url(
+            storage,
+            settings,
             file.key,
-            job_id=job["id"],
+            subject_id=job["id"],
             filename=file.filename,
-            ttl_s=settings.url_ttl_s,
-            minted_by=minted_by,
             content_type=file.output.content_type,
             route=file.route,
+            minted_by=minted_by,
         )
         shown[URL_FIELDS[file.route]] = _absolute(url, settings)
     return shown
@@ -62,15 +65,44 @@ async def present_batch(
     combined = batch.get("combined")
     if not isinstance(combined, dict) or combined.get("status") != "done":
         return batch
-    url = await storage.url(
+    url = await file_url(
+        storage,
+        settings,
         combine.object_key(tenant, batch["id"], combined["attempts"]),
-        job_id=batch["id"],
+        subject_id=batch["id"],
         filename=combine.filename(batch["id"]),
-        ttl_s=settings.url_ttl_s,
-        minted_by=minted_by,
+        content_type=outputs.PDF.content_type,
         route=signing.COMBINED,
+        minted_by=minted_by,
     )
     return {**batch, "combined": {**combined, "url": _absolute(url, settings)}}
+
+
+async def file_url(
+    storage: Storage,
+    settings: Settings,
+    key: str,
+    *,
+    subject_id: str,
+    filename: str,
+    content_type: str,
+    route: str,
+    minted_by: int,
+) -> str:
+    """A download URL valid for PRESSROOM_URL_TTL_S: the store's own (a bucket's presigned
+    GET), or else the API's `route` for the subject (a job's /pdf or /thumbnail, a batch's
+    combined PDF) signed for the API key `minted_by` (signing.NO_KEY for none), relative to
+    the API, which stops honouring it when that key is revoked."""
+    ttl_s = settings.url_ttl_s
+    presigned = await storage.presign(
+        key, filename=filename, content_type=content_type, ttl_s=ttl_s
+    )
+    if presigned is not None:
+        return presigned
+    expires = int(time.time()) + ttl_s
+    signature = signing.sign_download(settings.secret, subject_id, expires, minted_by, route=route)
+    query = {"expires": expires, "key": minted_by, "sig": signature}
+    return signing.download_path(subject_id, route) + "?" + urlencode(query)
 
 
 def _absolute(url: str, settings: Settings) -> str:

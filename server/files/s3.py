@@ -15,7 +15,6 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
-from server.access import signing
 from server.errors import StorageError
 from server.files.storage import check_complete
 from server.options import outputs
@@ -60,8 +59,6 @@ def content_disposition(filename: str) -> str:
 
 class S3Storage:
     """Objects in one bucket under an optional prefix; downloads go straight to presigned URLs."""
-
-    redirects = True
 
     def __init__(
         self, client: Any, *, bucket: str, prefix: str = "", redact: Iterable[str] = ()
@@ -118,20 +115,12 @@ class S3Storage:
         except _S3_ERRORS as exc:
             raise self._error(f"could not delete {object_key}", exc) from exc
 
-    async def url(
-        self,
-        key: str,
-        *,
-        job_id: str,
-        filename: str,
-        ttl_s: int,
-        minted_by: int,
-        content_type: str = outputs.PDF.content_type,
-        route: str = signing.DOCUMENT,
-    ) -> str:
-        """A presigned GET URL with `content_type` and `filename` signed in as response headers
-        (`route` names Pressroom's own route for the file, which a bucket's URL needs not).
-        The bucket checks it, not Pressroom: it lasts ttl_s whatever becomes of `minted_by`."""
+    async def presign(
+        self, key: str, *, filename: str, content_type: str, ttl_s: int
+    ) -> str | None:
+        """A presigned GET URL with `content_type` and `filename` signed in as response headers.
+        The bucket checks it, not Pressroom: it lasts ttl_s whatever becomes of the API key the
+        link was made for."""
         if not 1 <= ttl_s <= S3_MAX_URL_TTL_S:
             raise StorageError(f"presigned URL lifetime must be 1 to {S3_MAX_URL_TTL_S} s: {ttl_s}")
         object_key = self.object_key(key)

@@ -10,9 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlencode
 
-from server.access import signing
 from server.errors import StorageError
 from server.options import outputs
 
@@ -22,9 +20,6 @@ T = TypeVar("T")
 
 class Storage(Protocol):
     """A durable home for rendered files. `put` returns only once the bytes are durable."""
-
-    #: True when a job's download route should redirect to `url()` instead of streaming `get()`.
-    redirects: bool
 
     async def put(
         self, key: str, data: bytes, *, filename: str, content_type: str = outputs.PDF.content_type
@@ -36,21 +31,11 @@ class Storage(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
-    async def url(
-        self,
-        key: str,
-        *,
-        job_id: str,
-        filename: str,
-        ttl_s: int,
-        minted_by: int,
-        content_type: str = outputs.PDF.content_type,
-        route: str = signing.DOCUMENT,
-    ) -> str:
-        """A download URL valid for ttl_s seconds (relative to the API for local storage: the
-        job's `route`, /v1/jobs/{id}/pdf or /thumbnail, or with signing.COMBINED the combined
-        PDF of the batch `job_id`); one Pressroom serves names the API key it is minted for
-        (`minted_by`, signing.NO_KEY for none) and stops working when that key is revoked."""
+    async def presign(
+        self, key: str, *, filename: str, content_type: str, ttl_s: int
+    ) -> str | None:
+        """A URL the store itself serves the file at for ttl_s seconds (a bucket's presigned
+        GET), or None when it serves none and Pressroom streams `get()` instead."""
         ...
 
     async def check(self) -> None:
@@ -67,12 +52,9 @@ def check_complete(data: bytes, content_type: str) -> None:
 class LocalStorage:
     """Files in a folder; written to a temp file, fsynced and renamed, so readers never see half."""
 
-    redirects = False
-
-    def __init__(self, root: Path, secret: str) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
         self._resolved_root = root.resolve()
-        self._secret = secret
         # Writes wait on fsync, not on the CPU: a pool of their own lets many renders store at
         # once without starving template rendering in the default pool.
         self._io = concurrent.futures.ThreadPoolExecutor(
@@ -116,21 +98,10 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
-    async def url(
-        self,
-        key: str,
-        *,
-        job_id: str,
-        filename: str,
-        ttl_s: int,
-        minted_by: int,
-        content_type: str = outputs.PDF.content_type,
-        route: str = signing.DOCUMENT,
-    ) -> str:
-        expires = int(time.time()) + ttl_s
-        signature = signing.sign_download(self._secret, job_id, expires, minted_by, route=route)
-        query = {"expires": expires, "key": minted_by, "sig": signature}
-        return signing.download_path(job_id, route) + "?" + urlencode(query)
+    async def presign(
+        self, key: str, *, filename: str, content_type: str, ttl_s: int
+    ) -> str | None:
+        return None  # the folder serves nothing itself: the API's download route streams it
 
     async def check(self) -> None:
         try:

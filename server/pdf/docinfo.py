@@ -1,7 +1,7 @@
 """PDF document information (title, author, subject, keywords) set after Chromium prints.
 
 Chromium's page.pdf() takes the title from the page and has no way to set the other fields,
-so the finished bytes are rewritten with pypdf, in a thread (it is CPU work).
+so the finished bytes are rewritten with pikepdf, in a thread (it is CPU work).
 """
 
 from __future__ import annotations
@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import io
 
-from pypdf import PdfReader, PdfWriter
+import pikepdf
 
 from server.options import RenderOptions
 
 
 def with_metadata(pdf: bytes, fields: dict[str, str]) -> bytes:
     """The same document with these /Info fields set (others, such as /Producer, kept)."""
-    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
-    writer.add_metadata(fields)
-    out = io.BytesIO()
-    writer.write(out)
+    with pikepdf.open(io.BytesIO(pdf)) as document:
+        info = document.docinfo
+        for name, value in fields.items():
+            info[pikepdf.Name(name)] = value
+        out = io.BytesIO()
+        document.save(out)
     return out.getvalue()
 
 

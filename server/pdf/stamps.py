@@ -37,8 +37,8 @@ _PADDING_PT = 2.0
 
 def font_path() -> Path:
     """DejaVu Sans, for stamps and visible signatures; PermanentError when none is installed."""
-    for path in (os.environ.get("PRESSROOM_STAMP_FONT"), *FONT_PATHS):
-        if path and os.path.exists(path):
+    for path in FONT_PATHS:
+        if os.path.exists(path):
             return Path(path)
     raise PermanentError("no DejaVu Sans font is installed for the stamp (fonts-dejavu-core)")
 

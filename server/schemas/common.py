@@ -32,6 +32,7 @@ from pydantic import (
 from server import jsontext
 from server.channels import CHANNEL_PATTERN, check_channel
 from server.files import assets
+from server.files.library import Ref
 from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, finishing
 from server.options import integral as _integral
@@ -48,11 +49,10 @@ MAX_EVENT_ID = 2**63 - 1  # bigint
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"  # as the templates_name_format CHECK
 TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
 TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
-Ref = tuple[str, int | None]
 
 
 class StoredSource(Protocol):
-    """What validation needs of a stored template (library.StoredTemplate)."""
+    """What validation needs of a stored template (server/files/library.py: StoredTemplate)."""
 
     html: str
     options: dict[str, Any]

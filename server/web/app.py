@@ -125,7 +125,7 @@ def create_app(
             if storage_factory is not None:
                 local = storage_factory(settings)
             else:
-                local = LocalStorage(settings.files_dir, settings.secret)
+                local = LocalStorage(settings.files_dir)
             app[STORAGE] = local
             app[ASSET_CACHE] = AssetCache(local, max_bytes=cache_bytes)
             await _report_storage(local)

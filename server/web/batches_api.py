@@ -29,7 +29,7 @@ from server.queue.jobs import NewJob, job_columns, source_columns
 from server.render import templates
 from server.schemas.batches import BatchItem, BatchRequest, CombineOptions
 from server.sql import query
-from server.web import assets_api, auth, jobs_api, templates_api
+from server.web import auth, files, present, submission
 from server.web.common import (
     checks,
     json_response,
@@ -67,14 +67,14 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         (item.get("template") for item in raw_items if isinstance(item, dict)),
         max_bytes=request.app[SETTINGS].max_template_bytes,
     )
-    stored = await templates_api.named(request, raw_items)
-    found = await assets_api.named(request, raw_items, stored.values())
+    stored = await submission.templates_named(request, raw_items)
+    found = await submission.assets_named(request, raw_items, stored.values())
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
-    await jobs_api.check_invoices(request, list(batch.items), prefix="items[{index}].")
+    await submission.check_invoices(request, list(batch.items), prefix="items[{index}].")
     tenant = tenant_of(request)
     jobs = [
-        jobs_api.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
+        submission.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
     ]
     secret = request.app[SETTINGS].secret
     shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
@@ -225,7 +225,7 @@ async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) 
     )
     items = []
     for item in await pool.fetch(query("batch_items"), batch_id):
-        job = await jobs_api.present(request, item["job"], tenant)
+        job = await present.present(request, item["job"], tenant)
         summary = {"key": item["key"], "job_id": job["id"]}
         summary.update({name: job[name] for name in ITEM_SUMMARY_FIELDS if name in job})
         items.append(summary)
@@ -255,7 +255,7 @@ async def get_batch(request: web.Request) -> web.Response:
 async def download_combined(request: web.Request) -> web.StreamResponse:
     """The batch's combined PDF: with its signed link (combined.url) or as its tenant."""
     batch_id = _batch_id(request)
-    tenant = await jobs_api.download_tenant(
+    tenant = await files.download_tenant(
         request, batch_id, signing.COMBINED, query("batch_tenant"), "batch"
     )
     row = await request.app[POOL].fetchrow(query("combine_file"), batch_id, tenant)
@@ -269,7 +269,7 @@ async def download_combined(request: web.Request) -> web.StreamResponse:
             "Conflict",
             f"The combined PDF is {row['shown']}; it exists once every item is done and joined.",
         )
-    return await jobs_api.serve_file(
+    return await files.serve_file(
         request,
         row["object_key"],
         subject_id=str(batch_id),

@@ -1,10 +1,11 @@
 """What every HTTP handler shares: the tenant of a request, its JSON body validated through the
-models, a JSON response."""
+models, a JSON response, a job id from the path."""
 
 from __future__ import annotations
 
 import math
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -12,9 +13,10 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from server import jsontext
+from server.files.library import Ref
 from server.keys import POLICY, SETTINGS
-from server.problems import Problem, invalid_input
-from server.schemas.common import Checks, Ref
+from server.problems import Problem, invalid_input, not_found
+from server.schemas.common import Checks
 from server.web import auth
 
 M = TypeVar("M", bound=BaseModel)
@@ -130,3 +132,10 @@ def query_of(request: web.Request, model: type[M]) -> M:
     query = request.query
     params = {name: query[name] for name in query}
     return validated(model, params, checks(request), "The query parameters are not valid.")
+
+
+def parse_job_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["job_id"])
+    except ValueError:
+        raise not_found() from None

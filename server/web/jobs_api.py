@@ -6,35 +6,29 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
-from server import options
 from server.access import signing
-from server.delivery import downloads, webhooks
-from server.errors import PermanentError
+from server.delivery import webhooks
 from server.events import JobEvent, streams
 from server.events.hub import Subscription, etag, etag_matches
-from server.files import assets
-from server.files.assets import Upload
-from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
-from server.options import outputs
+from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS
 from server.pipeline import vault
-from server.problems import Problem, invalid, not_found
+from server.problems import Problem, not_found
 from server.queue import admission, jobs
-from server.queue.jobs import JobState, NewJob, StoredJob
+from server.queue.jobs import JobState, StoredJob
 from server.render import templates
-from server.schemas.common import Checks, parse_template_id
 from server.schemas.jobs import JobListQuery, JobRequest, JobWaitQuery, encode_cursor
 from server.schemas.streams import TokenRequest
-from server.web import assets_api, auth, templates_api
+from server.web import auth, files, present, submission, uploads
 from server.web.common import (
     checks,
     json_response,
     optional_body,
+    parse_job_id,
     query_of,
     read_json,
     tenant_of,
@@ -46,92 +40,6 @@ log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 
 
-def parse_job_id(request: web.Request) -> uuid.UUID:
-    try:
-        return uuid.UUID(request.match_info["job_id"])
-    except ValueError:
-        raise not_found() from None
-
-
-def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
-    """The job to insert for a validated request: its source, and its options as shown, with
-    cookie and header values sealed apart (server/pipeline/vault.py)."""
-    ref = parse_template_id(job.template_id)
-    source, text = "template", job.template
-    if ref:
-        text = checks.templates[ref].html
-    elif job.page_url is not None:
-        source, text = "page_url", job.page_url
-    elif job.markdown is not None:
-        source, text = "markdown", job.markdown
-    assert text is not None  # JobRequest requires one source
-    job_id = uuid.uuid4()
-    shown, sealed = job.options, None
-    if shown is not None:
-        shown, sealed = vault.hide(shown, secret=checks.settings.secret, job_id=job_id)
-    return NewJob(
-        tenant=tenant,
-        template=text,
-        data=job.data,
-        options=options.to_json(shown) if shown else {},
-        metadata=job.metadata,
-        channel=job.channel,
-        max_attempts=job.max_attempts or checks.settings.max_attempts,
-        priority=job.priority,
-        webhook_url=job.webhook_url,
-        run_at=job.run_at,
-        assets=assets.job_assets(job.assets, checks.assets),
-        id=job_id,
-        source=source,
-        secrets=sealed,
-    )
-
-
-async def check_invoices(
-    request: web.Request, jobs: list[JobRequest], pending: Iterable[Upload] = (), prefix: str = ""
-) -> None:
-    """422 naming the first problem of each Factur-X XML the jobs embed (checked against its
-    schema off the event loop); `prefix` is how the body names a job (items[0])."""
-    problems = []
-    uploads = {upload.id: upload.data for upload in pending}
-    for index, job in enumerate(jobs):
-        invoice = job.options.facturx if job.options is not None else None
-        if invoice is None:
-            continue
-        xml = uploads.get(invoice.xml)
-        if xml is None:
-            xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
-        try:
-            await asyncio.to_thread(_check_invoice, xml, invoice.profile)
-        except PermanentError as exc:
-            where = prefix.format(index=index)
-            problems.append((f"{where}options.facturx.xml", f"the XML {exc}"))
-    if problems:
-        raise invalid(problems, "The Factur-X XML is not a valid invoice.")
-
-
-def _check_invoice(xml: bytes, profile: str | None) -> None:
-    # Imported here, in the thread: factur-x loads pypdf and lxml, which the API needs only
-    # for an invoice.
-    from server.pdf import invoices
-
-    invoices.check(xml, profile)
-
-
-async def present(request: web.Request, job: dict[str, Any], tenant: str) -> dict[str, Any]:
-    """The job as clients see it: links, and signed download URLs once it is done."""
-    return await present_job(request.app, job, tenant, auth.key_id_of(request))
-
-
-async def present_job(
-    app: web.Application, job: dict[str, Any], tenant: str, minted_by: int
-) -> dict[str, Any]:
-    """`present` without a request (Socket.IO); its URLs name the key `minted_by`."""
-    return await downloads.present(
-        job, tenant, storage=app[STORAGE], settings=app[SETTINGS], minted_by=minted_by
-    )
-
-
 @routes.post("/v1/jobs")
 async def submit(request: web.Request) -> web.Response:
     """A job from its JSON body, or from a multipart/form-data body whose files become assets
@@ -139,22 +47,22 @@ async def submit(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     multipart = None
     if request.content_type == "multipart/form-data":
-        multipart = await assets_api.read_multipart(request)
+        multipart = await uploads.read_multipart(request)
         raw: Any = multipart.body
     else:
         raw = await read_json(request)
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
     if isinstance(raw, dict):
         await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
-    stored = await templates_api.named(request, [raw])
+    stored = await submission.templates_named(request, [raw])
     pending = multipart.uploads if multipart else ()
-    found = await assets_api.named(request, [raw], stored.values(), pending)
+    found = await submission.assets_named(request, [raw], stored.values(), pending)
     named = checks(request, stored, found)
     valid = validated(JobRequest, raw, named)
-    await check_invoices(request, [valid], pending)
-    new = new_job(valid, tenant_of(request), named)
+    await submission.check_invoices(request, [valid], pending)
+    new = submission.new_job(valid, tenant_of(request), named)
     if multipart is not None and multipart.uploads:
-        await assets_api.store(request, multipart.uploads)
+        await uploads.store(request, multipart.uploads)
     if key is not None:
         fingerprint = admission.request_hash(vault.fingerprinted(raw, secret=settings.secret))
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)
@@ -169,7 +77,7 @@ async def submit(request: web.Request) -> web.Response:
     job = admitted.job
     if not admitted.replayed:
         log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
-    body = await present(request, job, new.tenant)
+    body = await present.present(request, job, new.tenant)
     if request.get(auth.VIA) == auth.VIA_KEY:
         # Browsers must not hold the API key; this token opens this job's stream only.
         token, _ = signing.make_token(
@@ -239,7 +147,7 @@ async def get_job(request: web.Request) -> web.Response:
     headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
     if if_none_match is not None and etag_matches(if_none_match, tag):
         return web.Response(status=304, headers=headers)
-    body = await present(request, stored.job, tenant)
+    body = await present.present(request, stored.job, tenant)
     body["webhooks"] = deliveries
     if reset is not None:
         body["reset"] = reset.body()  # `since` could not be resumed from: this is the state
@@ -319,7 +227,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         limit=query.limit,
         channel=query.channel,
     )
-    items = [await present(request, item.job, tenant) for item in page.items]
+    items = [await present.present(request, item.job, tenant) for item in page.items]
     cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None
     return json_response({"items": items, "next_cursor": cursor})
 
@@ -339,7 +247,7 @@ async def cancel(request: web.Request) -> web.Response:
             f"The job is {current.status}; only queued or running jobs can be cancelled.",
         )
     log.info("job cancelled", extra={"job_id": str(job_id), "tenant": tenant})
-    return json_response(await present(request, job, tenant))
+    return json_response(await present.present(request, job, tenant))
 
 
 @routes.post("/v1/jobs/{job_id}/retry")
@@ -362,7 +270,7 @@ async def retry(request: web.Request) -> web.Response:
             409, "Conflict", f"The job is {current.status}; only failed jobs can be retried."
         )
     log.info("job re-queued by request", extra={"job_id": str(job_id), "tenant": tenant})
-    return json_response(await present(request, job, tenant), status=202)
+    return json_response(await present.present(request, job, tenant), status=202)
 
 
 @routes.get("/v1/jobs/{job_id}/pdf")
@@ -381,13 +289,15 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
     """One file of a job, by its route: with a link signed for that route (no credentials
     needed) or as the job's tenant."""
     job_id = parse_job_id(request)
-    tenant = await download_tenant(request, job_id, route, "SELECT tenant FROM jobs WHERE id = $1")
+    tenant = await files.download_tenant(
+        request, job_id, route, "SELECT tenant FROM jobs WHERE id = $1"
+    )
     stored = await jobs.get(request.app[POOL], job_id, tenant)
     if stored is None:
         raise not_found()
     job = stored.job
-    files = jobs.job_files(tenant, job["id"], job["attempts"], job["options"])
-    file = next((file for file in files if file.route == route), None)
+    kept = jobs.job_files(tenant, job["id"], job["attempts"], job["options"])
+    file = next((file for file in kept if file.route == route), None)
     if file is None:
         raise Problem(
             404, "Not Found", "The job has no thumbnail: it asked for none (options.thumbnail)."
@@ -397,7 +307,7 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
             409, "Conflict", f"The job is {stored.status}; its files exist once it is done."
         )
     # The row names the document it recorded done; a thumbnail lies beside it.
-    return await serve_file(
+    return await files.serve_file(
         request,
         stored.object_key if route == signing.DOCUMENT else file.key,
         subject_id=str(job_id),
@@ -405,91 +315,3 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
         route=route,
         content_type=file.output.content_type,
     )
-
-
-async def download_tenant(
-    request: web.Request, subject_id: uuid.UUID, route: str, owner_sql: str, what: str = "job"
-) -> str:
-    """Whose file a download opens: the tenant `owner_sql` names for the subject (a job, a
-    batch: `what`) when the request holds a link signed for this route of it (no credentials
-    needed), else the caller's."""
-    if "sig" not in request.query and "expires" not in request.query:
-        return tenant_of(request)
-    minted_by = signing.check_download(
-        request.app[SETTINGS].secret,
-        str(subject_id),
-        request.query.get("expires", ""),
-        request.query.get("key", ""),
-        request.query.get("sig", ""),
-        route=route,
-    )
-    if minted_by is None:
-        raise Problem(
-            403,
-            "Forbidden",
-            "The download link is invalid or has expired.",
-            kind="bad-signature",
-        )
-    if minted_by != signing.NO_KEY and not await request.app[AUTH].key_active(minted_by):
-        raise auth.revoked("The download link was made with an API key that has been revoked.")
-    tenant: str | None = await request.app[POOL].fetchval(owner_sql, subject_id)
-    if tenant is None:
-        raise not_found(what)
-    return tenant
-
-
-async def serve_file(
-    request: web.Request,
-    key: str,
-    *,
-    subject_id: str,
-    filename: str,
-    route: str,
-    content_type: str = outputs.PDF.content_type,
-) -> web.StreamResponse:
-    """A stored file: its bytes (local storage) or a redirect to a fresh signed URL (S3)."""
-    settings = request.app[SETTINGS]
-    storage = request.app[STORAGE]
-    if storage.redirects:
-        url = await storage.url(
-            key,
-            job_id=subject_id,
-            filename=filename,
-            ttl_s=settings.url_ttl_s,
-            minted_by=auth.key_id_of(request),
-            content_type=content_type,
-            route=route,
-        )
-        raise web.HTTPFound(url)
-    try:
-        data = await storage.get(key)
-    except FileNotFoundError:
-        raise Problem(410, "Gone", "The file has been deleted (retention).") from None
-    return web.Response(
-        body=data,
-        content_type=content_type,
-        headers={
-            "Content-Disposition": f'inline; filename="{filename}"',
-            "Cache-Control": "private, max-age=60",
-        },
-    )
-
-
-# --- event ids and the payload every stream sends -----------------------------------------
-
-
-async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> dict[str, Any]:
-    """What every transport sends for an event: a job event carries the job as presented
-    (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
-    wire = event.wire()
-    if event.type.startswith("batch."):
-        wire["batch"] = await downloads.present_batch(
-            wire.pop("job"),
-            event.tenant,
-            storage=app[STORAGE],
-            settings=app[SETTINGS],
-            minted_by=minted_by,
-        )
-    else:
-        wire["job"] = await present_job(app, event.job, event.tenant, minted_by)
-    return wire

@@ -3,8 +3,8 @@
 Each subscription of a client is its own bounded hub subscription drained by one task over
 server/events/streams.py, so every stream is in log order, replay then live, without gap or
 duplicate, and a job's ends after its final event, as on SSE; a client that stops
-reading is cut off with a reason and resumes by event id. Emits that must reach clients on
-other processes (rooms) travel over PostgreSQL LISTEN/NOTIFY: no broker besides the database.
+reading is cut off with a reason and resumes by event id. Every process reads the event log
+itself (server/events/hub.py), so no Socket.IO message travels between processes.
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ import collections
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import asyncpg
 import socketio
 from aiohttp import WSCloseCode, hdrs, web
 from engineio import packet as eio_packet
 from pydantic import ValidationError
-from socketio.async_pubsub_manager import AsyncPubSubManager
 
 from server import jsontext
 from server.access import signing
@@ -39,18 +36,15 @@ from server.events.hub import (
     SubscriberDropped,
     Subscription,
 )
-from server.keys import AUTH, CORS, DSN, HUB, POOL, SETTINGS
+from server.keys import AUTH, CORS, HUB, POOL, SETTINGS
 from server.problems import TYPE_BASE, Problem, invalid_input, not_found
-from server.queue import jobs, listener
+from server.queue import jobs
 from server.schemas.streams import RefreshRequest, SubscribeRequest
-from server.web import auth, jobs_api
+from server.web import auth, present
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "/"
-CHANNEL = "pressroom_sio"
-MAX_NOTIFY_BYTES = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
-INBOX_LIMIT = 10_000
 MAX_SUBSCRIPTIONS = 100
 # Packets waiting for a client's transport before its streams stop taking events: past this,
 # the hub buffer fills instead, and overflowing it cuts the client off (memory stays bounded).
@@ -65,116 +59,8 @@ CLOSE_TIMEOUT_S = 2.0
 # Once shutting down, aiohttp reads nothing more, so the client's answer to a close frame
 # never arrives: wait only for the frame to go out.
 SHUTDOWN_CLOSE_S = 0.5
-LISTEN_START_TIMEOUT_S = 30.0
 DB_LOST_REASON = Reason("database unavailable; reconnect and resume by event id", UNAVAILABLE)
 INTERNAL_REASON = Reason("internal error; reconnect and resume by event id", INTERNAL)
-
-
-class MessageTooLarge(ValueError):
-    """A Socket.IO message for other processes does not fit in one NOTIFY."""
-
-
-class PostgresManager(AsyncPubSubManager):  # type: ignore[misc]
-    """A python-socketio client manager over LISTEN/NOTIFY on the Pressroom database: emits
-    to rooms, room changes and disconnects reach the clients of every process."""
-
-    name = "postgres"
-
-    def __init__(self, channel: str = CHANNEL) -> None:
-        super().__init__(channel=channel)
-        self._pool: asyncpg.Pool | None = None
-        self._inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX_LIMIT)
-        self.listening = asyncio.Event()
-        self.lost_messages = 0
-
-    def initialize(self) -> None:
-        # The parent would start its listening task here, owned by nobody; `run` does it.
-        socketio.AsyncManager.initialize(self)
-
-    async def emit(
-        self,
-        event: str,
-        data: Any,
-        namespace: str | None = None,
-        room: Any = None,
-        skip_sid: Any = None,
-        callback: Any = None,
-        to: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        """As AsyncPubSubManager.emit, but refuse a message too big for NOTIFY before any
-        client (here or elsewhere) gets it."""
-        if not kwargs.get("ignore_queue"):
-            self._check_size(event, data, namespace, to or room, skip_sid)
-        return await super().emit(
-            event,
-            data,
-            namespace=namespace,
-            room=room,
-            skip_sid=skip_sid,
-            callback=callback,
-            to=to,
-            **kwargs,
-        )
-
-    def _check_size(self, event: str, data: Any, namespace: Any, room: Any, skip: Any) -> None:
-        # The parent's message, with room for an ack id; bytes travel as base64 (4/3 larger).
-        def binary(value: Any) -> str:
-            return "x" * (len(value) * 4 // 3 + 4)
-
-        message = {
-            "method": "emit",
-            "event": event,
-            "data": list(data) if isinstance(data, tuple) else [data],
-            "binary": False,
-            "namespace": namespace or NAMESPACE,
-            "room": room,
-            "skip_sid": skip,
-            "callback": [room, namespace or NAMESPACE, 2**31],
-            "host_id": self.host_id,
-        }
-        size = len(json.dumps(message, default=binary).encode())
-        if size > MAX_NOTIFY_BYTES:
-            raise MessageTooLarge(
-                f"a Socket.IO message for other processes must fit in {MAX_NOTIFY_BYTES} bytes "
-                f"(PostgreSQL NOTIFY), this one takes about {size}; send an id and let clients "
-                "fetch the data"
-            )
-
-    async def _publish(self, data: Any) -> None:
-        payload: str = self.json.dumps(data)
-        if len(payload.encode()) > MAX_NOTIFY_BYTES:
-            raise MessageTooLarge(
-                f"Socket.IO {data.get('method')} message of {len(payload.encode())} bytes "
-                f"exceeds the {MAX_NOTIFY_BYTES}-byte NOTIFY limit"
-            )
-        if self._pool is None:
-            raise RuntimeError("the Socket.IO manager is not started")
-        await self._pool.execute("SELECT pg_notify($1, $2)", self.channel, payload)
-
-    async def _listen(self) -> AsyncIterator[str]:
-        while True:
-            yield await self._inbox.get()
-
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        try:
-            self._inbox.put_nowait(payload)
-        except asyncio.QueueFull:
-            # Socket.IO emits are best effort across processes (as with Redis); job events
-            # never travel this way, they come from the event log.
-            self.lost_messages += 1
-            log.warning("Socket.IO inbox full; a cross-process message was dropped")
-
-    async def run(self, dsn: str, pool: asyncpg.Pool) -> None:
-        """Publish through `pool`; LISTEN and hand messages to local clients until cancelled."""
-        self._pool = pool
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._hold_listen(dsn), name="sio-listen")
-            group.create_task(self._thread(), name="sio-pubsub")
-
-    async def _hold_listen(self, dsn: str) -> None:
-        channels = {self.channel: self._notified}
-        await listener.hold(dsn, channels, connected=self.listening, name="Socket.IO LISTEN")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -224,7 +110,6 @@ async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | 
 @dataclasses.dataclass(eq=False, slots=True)
 class _Stream:
     key: str
-    room: str
     sub: Subscription
     items: streams.Stream
     # Its pump while it has items to emit; None while parked (see _pump).
@@ -366,7 +251,8 @@ class PushServer:
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
-        self.manager = PostgresManager()
+        # python-socketio's in-process manager: job events come from each process's own hub.
+        self.manager = socketio.AsyncManager()
         self.sio = socketio.AsyncServer(
             async_mode="aiohttp",
             client_manager=self.manager,
@@ -392,18 +278,14 @@ class PushServer:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
-        """cleanup_ctx step: the cross-process channel runs while the app does."""
+        """cleanup_ctx step: the hub encodes each event once for this server's clients."""
         app[HUB].add_encoder(self.encode)
-        runner = asyncio.create_task(self.manager.run(app[DSN], app[POOL]), name="sio-manager")
-        runner.add_done_callback(_report_crash)
         try:
-            async with asyncio.timeout(LISTEN_START_TIMEOUT_S):
-                await self.manager.listening.wait()
             yield
         finally:
-            for task in [runner, *self._tasks, *self._pumps()]:
+            for task in [*self._tasks, *self._pumps()]:
                 task.cancel()
-            for task in [runner, *self._tasks, *self._pumps()]:
+            for task in [*self._tasks, *self._pumps()]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.sio.shutdown()
@@ -626,10 +508,6 @@ class PushServer:
         sub = self.app[HUB].subscribe(
             tenant=tenant, job_id=job_id, channel=channel, transport="socketio"
         )
-        if job_id is not None:
-            room = f"job:{job_id}"
-        else:
-            room = f"tenant:{tenant}" if channel is None else f"channel:{tenant}:{channel}"
         items = streams.Stream(
             pool,
             sub,
@@ -638,9 +516,8 @@ class PushServer:
             job=current.job if current else None,
             sink=_Sink(self, client),
         )
-        stream = _Stream(key, room, sub, items)
+        stream = _Stream(key, sub, items)
         client.streams[key] = stream
-        await self.sio.enter_room(client.sid, room, namespace=NAMESPACE)
         self._resume(client, stream)
         return {"ok": True}
 
@@ -658,8 +535,6 @@ class PushServer:
         self.app[HUB].unsubscribe(stream.sub)
         if stream.task is not None and stream.task is not asyncio.current_task():
             stream.task.cancel()
-        if not any(s.room == stream.room for s in client.streams.values()):
-            self.manager.basic_leave_room(client.sid, NAMESPACE, stream.room)
 
     async def _pump(self, client: _Client, stream: _Stream) -> None:
         """Emit the stream's items (server/events/streams.py) until none is due, then park it: an
@@ -678,7 +553,7 @@ class PushServer:
                 elif isinstance(item, streams.Reset):
                     body = item.body()
                     if item.job is not None:
-                        body["job"] = await jobs_api.present_job(
+                        body["job"] = await present.present_job(
                             self.app, item.job, client.grant.tenant, client.grant.key_id
                         )
                     await self._send_message(client, sub, "reset", body)
@@ -711,7 +586,7 @@ class PushServer:
         cached = f"sio {key_id}"
         packet = event.encoded.get(cached)
         if packet is None:
-            wire = await jobs_api.event_wire(self.app, event, key_id)
+            wire = await present.event_wire(self.app, event, key_id)
             name = "batch" if "batch" in wire else "job"
             packet = b"2" + jsontext.dumps([name, wire]).encode()
             event.encoded[cached] = packet
@@ -837,11 +712,6 @@ class PushServer:
             await self._cut(transports, grace_s=CLOSE_TIMEOUT_S)  # unless it hangs up itself
 
 
-def _report_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.critical("Socket.IO manager stopped", exc_info=task.exception())
-
-
 PUSH = web.AppKey("push", PushServer)
 
 
@@ -861,8 +731,3 @@ async def close_all(app: web.Application, reason: str = SHUTDOWN_REASON) -> None
     """on_shutdown: close every Socket.IO connection of this process."""
     if PUSH in app:
         await app[PUSH].close_all(reason)
-
-
-async def broadcast(app: web.Application, event: str, data: Any, *, room: str) -> None:
-    """Emit to a room's clients on every process (through PostgreSQL)."""
-    await app[PUSH].sio.emit(event, data, room=room, namespace=NAMESPACE)

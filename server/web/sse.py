@@ -30,8 +30,8 @@ from server.problems import invalid, not_found
 from server.queue import jobs
 from server.schemas.common import event_id
 from server.schemas.streams import EventPollQuery
-from server.web import auth, jobs_api
-from server.web.common import json_response, query_of, tenant_of
+from server.web import auth, present
+from server.web.common import json_response, parse_job_id, query_of, tenant_of
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ async def frame(app: web.Application, event: JobEvent, key_id: int) -> bytes:
     cached = f"sse {key_id}"
     encoded = event.encoded.get(cached)
     if encoded is None:
-        data = jsontext.dumps(await jobs_api.event_wire(app, event, key_id))
+        data = jsontext.dumps(await present.event_wire(app, event, key_id))
         encoded = f"id: {event.id}\r\nevent: {event.type}\r\ndata: {data}\r\n\r\n".encode()
         event.encoded[cached] = encoded
         event.encoded[f"{cached} chunked"] = b"%x\r\n%s\r\n" % (len(encoded), encoded)
@@ -211,7 +211,7 @@ async def _send_reset(
 ) -> None:
     body = reset.body()
     if reset.job is not None:
-        body["job"] = await jobs_api.present(request, reset.job, tenant)
+        body["job"] = await present.present(request, reset.job, tenant)
     await resp.write(_message("reset", json.dumps(body)))
 
 
@@ -244,7 +244,7 @@ async def _poll(request: web.Request, channel: str | None) -> web.Response:
         while len(found) < POLL_MAX_EVENTS:
             item = await stream.next(timeout_s)
             if isinstance(item, JobEvent):
-                found.append(await jobs_api.event_wire(app, item, key_id))
+                found.append(await present.event_wire(app, item, key_id))
             elif isinstance(item, streams.Reset):
                 found.append(item.body())
             else:
@@ -264,7 +264,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     missed, then go live; no gap, no duplicate (log order). A final job's stream reopened at
     or after its final event answers 204, which stops EventSource's reconnects. The route's
     handler itself, so that an idle stream holds one coroutine frame of its own, not two."""
-    job_id = jobs_api.parse_job_id(request) if "job_id" in request.match_info else None
+    job_id = parse_job_id(request) if "job_id" in request.match_info else None
     channel = _requested_channel(request) if job_id is None else None
     if job_id is None and "wait" in request.query:
         return await _poll(request, channel)

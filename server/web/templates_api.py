@@ -4,22 +4,18 @@ latest, `name@version` for one), and a preview that renders one to PDF synchrono
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime as dt
-from collections.abc import Iterable
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
 from server import options
 from server.errors import PermanentError, RenderError
-from server.files import assets
+from server.files import assets, library
 from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
 from server.options import outputs
 from server.problems import Problem, invalid, not_found
 from server.render import sources, templates
-from server.schemas.common import Ref, parse_template_id
+from server.schemas.common import parse_template_id
 from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
@@ -27,7 +23,7 @@ from server.schemas.templates import (
     TemplateRequest,
 )
 from server.sql import query
-from server.web import assets_api
+from server.web import submission
 from server.web.common import (
     checks,
     json_response,
@@ -46,73 +42,6 @@ PREVIEWS = web.AppKey("template_previews", asyncio.Semaphore)
 routes = web.RouteTableDef()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class StoredTemplate:
-    name: str
-    version: int
-    html: str
-    options: dict[str, Any]
-    sample_data: dict[str, Any]
-    assets: dict[str, str]
-    created_at: dt.datetime
-
-    @classmethod
-    def from_row(cls, row: asyncpg.Record) -> StoredTemplate:
-        return cls(
-            name=row["name"],
-            version=row["version"],
-            html=row["html"],
-            options=row["options"],
-            sample_data=row["sample_data"],
-            assets=row["assets"],
-            created_at=row["created_at"],
-        )
-
-    def public(self) -> dict[str, Any]:
-        """The version as the API shows it."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "template_id": f"{self.name}@{self.version}",
-            "html": self.html,
-            "options": self.options,
-            "sample_data": self.sample_data,
-            "assets": self.assets,
-            "created_at": self.created_at.isoformat(),
-            "links": {
-                "self": f"/v1/templates/{self.name}@{self.version}",
-                "latest": f"/v1/templates/{self.name}",
-                "preview": f"/v1/templates/{self.name}/preview",
-            },
-        }
-
-
-async def find(
-    conn: asyncpg.Pool | asyncpg.Connection, tenant: str, refs: Iterable[Ref]
-) -> dict[Ref, StoredTemplate]:
-    """The stored versions these references name, in one query; unknown ones are missing."""
-    wanted = sorted(set(refs), key=lambda ref: (ref[0], ref[1] or 0))
-    if not wanted:
-        return {}
-    rows = await conn.fetch(
-        query("template_find"), tenant, [name for name, _ in wanted], [v for _, v in wanted]
-    )
-    return {
-        (row["wanted_name"], row["wanted_version"]): StoredTemplate.from_row(row) for row in rows
-    }
-
-
-async def named(request: web.Request, bodies: Iterable[Any]) -> dict[Ref, StoredTemplate]:
-    """The stored templates these job bodies name with template_id (unknown ones are missing:
-    validation reports them with the bodies' other problems)."""
-    refs = [
-        ref
-        for body in bodies
-        if isinstance(body, dict) and (ref := parse_template_id(body.get("template_id")))
-    ]
-    return await find(request.app[POOL], tenant_of(request), refs)
-
-
 def setup(app: web.Application) -> None:
     """Add the template routes and the preview limit to the app."""
     app[PREVIEWS] = asyncio.Semaphore(max(app[SETTINGS].render_slots, 1))
@@ -126,7 +55,7 @@ async def create_template(request: web.Request) -> web.Response:
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
     new = validated(
-        TemplateRequest, body, checks(request, {}, await assets_api.named(request, [body]))
+        TemplateRequest, body, checks(request, {}, await submission.assets_named(request, [body]))
     )
     tenant = tenant_of(request)
     async with request.app[POOL].acquire() as conn, conn.transaction():
@@ -140,7 +69,7 @@ async def create_template(request: web.Request) -> web.Response:
             new.sample_data,
             new.assets,
         )
-    stored = StoredTemplate.from_row(row)
+    stored = library.StoredTemplate.from_row(row)
     shown = stored.public()
     return json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
 
@@ -167,11 +96,11 @@ async def list_templates(request: web.Request) -> web.Response:
     return json_response({"items": items, "next_cursor": next_cursor})
 
 
-async def _stored(request: web.Request, template_id: str) -> StoredTemplate:
+async def _stored(request: web.Request, template_id: str) -> library.StoredTemplate:
     ref = parse_template_id(template_id)
     if ref is None:
         raise not_found("template")
-    found = await find(request.app[POOL], tenant_of(request), [ref])
+    found = await library.find(request.app[POOL], tenant_of(request), [ref])
     if ref not in found:
         raise not_found("template")
     return found[ref]
@@ -226,7 +155,7 @@ async def preview_inline(request: web.Request) -> web.Response:
 async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
     """The assets a preview's finishing options name (a preview shows Chromium's print: its
     finishing steps are a job's), so that its options validate as a job's do."""
-    return await assets_api.named(request, [body])
+    return await submission.assets_named(request, [body])
 
 
 async def _preview(

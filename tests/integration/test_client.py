@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from pypdf import PdfReader
 from yarl import URL
 
-from pressroom.client import AsyncClient, Client, PressroomError, PressroomUnavailable
+from pressroom import AsyncClient, Client, PressroomError, PressroomUnavailable
 from server.access import signing
 from server.errors import PermanentError
 from server.keys import SETTINGS

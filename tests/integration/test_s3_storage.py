@@ -22,6 +22,7 @@ from pypdf import PdfWriter
 
 from server.errors import StorageError
 from server.files.s3 import S3Storage, open_s3_storage
+from server.options import outputs
 from server.settings import Settings
 from tests.pdfs import small_image
 
@@ -129,14 +130,25 @@ async def download(url: str) -> tuple[int, dict[str, str], bytes]:
         return response.status, dict(response.headers), await response.read()
 
 
+async def presign(
+    storage: S3Storage,
+    key: str,
+    *,
+    filename: str,
+    ttl_s: int,
+    content_type: str = outputs.PDF.content_type,
+) -> str:
+    url = await storage.presign(key, filename=filename, content_type=content_type, ttl_s=ttl_s)
+    assert url is not None, "a bucket serves its files itself"
+    return url
+
+
 async def test_presigned_url_downloads_the_stored_pdf(
     storage: S3Storage, bucket: str, pdf: bytes
 ) -> None:
     await storage.put("jobs/job_1.pdf", pdf, filename="invoice-42.pdf")
 
-    url = await storage.url(
-        "jobs/job_1.pdf", job_id="job_1", filename="invoice-42.pdf", ttl_s=900, minted_by=1
-    )
+    url = await presign(storage, "jobs/job_1.pdf", filename="invoice-42.pdf", ttl_s=900)
     status, headers, body = await download(url)
 
     assert status == 200
@@ -157,13 +169,8 @@ async def test_presigned_url_downloads_the_stored_pdf(
 async def test_an_image_is_stored_and_served_with_its_own_type(storage: S3Storage) -> None:
     webp = small_image("webp")
     await storage.put("jobs/job_4.webp", webp, filename="j.webp", content_type="image/webp")
-    url = await storage.url(
-        "jobs/job_4.webp",
-        job_id="job_4",
-        filename="j.webp",
-        ttl_s=900,
-        minted_by=1,
-        content_type="image/webp",
+    url = await presign(
+        storage, "jobs/job_4.webp", filename="j.webp", ttl_s=900, content_type="image/webp"
     )
     status, headers, body = await download(url)
     assert (status, headers["Content-Type"], body) == (200, "image/webp", webp)
@@ -171,11 +178,9 @@ async def test_an_image_is_stored_and_served_with_its_own_type(storage: S3Storag
         await storage.put("jobs/job_5.webp", b"RIFF", filename="j.webp", content_type="image/webp")
 
 
-async def test_url_refuses_a_lifetime_sigv4_cannot_sign(storage: S3Storage) -> None:
+async def test_presign_refuses_a_lifetime_sigv4_cannot_sign(storage: S3Storage) -> None:
     with pytest.raises(StorageError, match="lifetime"):
-        await storage.url(
-            "job_1.pdf", job_id="job_1", filename="a.pdf", ttl_s=8 * 24 * 3600, minted_by=1
-        )
+        await presign(storage, "job_1.pdf", filename="a.pdf", ttl_s=8 * 24 * 3600)
 
 
 async def test_prefix_is_applied_to_object_keys(
@@ -199,7 +204,7 @@ async def test_non_ascii_filename_gets_an_ascii_fallback_and_filename_star(
     )
     stored = await admin.head_object(Bucket=bucket, Key=f"{PREFIX}job_3.pdf")
     assert stored["ContentDisposition"] == expected
-    url = await storage.url("job_3.pdf", job_id="job_3", filename=filename, ttl_s=60, minted_by=1)
+    url = await presign(storage, "job_3.pdf", filename=filename, ttl_s=60)
     _, headers, _ = await download(url)
     assert headers["Content-Disposition"] == expected
 

@@ -16,7 +16,6 @@ from server import events
 from server.access import apikeys, signing
 from server.queue import jobs
 from server.queue.jobs import NewJob
-from server.web import sockets
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
@@ -305,27 +304,6 @@ async def test_keys_and_tokens_decide_what_a_client_may_follow(
     for other in ({"all": True}, {"job_id": str(uuid.uuid4())}):
         ack = await with_token.call("subscribe", other)
         assert ack["ok"] is False and ack["error"]["status"] == 403
-
-
-async def test_room_emit_reaches_clients_of_another_process_through_postgres(
-    start_app: Callable[..., Any], sio: Callable[[], SioClient]
-) -> None:
-    here: RunningApp = await start_app(render_slots=0)
-    there: RunningApp = await start_app(render_slots=0)
-    client = sio()
-    await client.connect(here.url("/"))
-    await client.subscribe(all=True)  # joins the tenant's room
-    await sockets.broadcast(
-        there.app, "notice", {"text": "maintenance at noon"}, room="tenant:default"
-    )
-    [(name, data)] = await client.take(1)
-    assert (name, data) == ("notice", {"text": "maintenance at noon"})
-
-    with pytest.raises(sockets.MessageTooLarge, match="7900 bytes"):
-        await sockets.broadcast(there.app, "notice", {"text": "x" * 9000}, room="tenant:default")
-    await sockets.broadcast(there.app, "notice", {"text": "after"}, room="tenant:default")
-    [(name, data)] = await client.take(1)
-    assert data == {"text": "after"}, "the refused message reached nobody"
 
 
 async def test_shutdown_tells_clients_why_and_closes(

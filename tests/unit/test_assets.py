@@ -59,7 +59,7 @@ def test_the_path_rule_and_its_json_schema_pattern_agree() -> None:
 
 @pytest.fixture
 async def storage(tmp_path: Path) -> AsyncIterator[LocalStorage]:
-    local = LocalStorage(tmp_path, "secret")
+    local = LocalStorage(tmp_path)
     yield local
     local.close()
 

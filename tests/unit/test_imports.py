@@ -15,7 +15,7 @@ import pytest
 from server import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = {"playwright", "botocore", "aiobotocore", "pypdf", "pypdfium2", "PIL"}
+HEAVY = {"playwright", "botocore", "aiobotocore", "pikepdf", "pypdf", "pypdfium2", "PIL"}
 
 
 def loaded_by(statement: str) -> set[str]:
@@ -30,7 +30,7 @@ def loaded_by(statement: str) -> set[str]:
 def test_importing_the_api_loads_neither_the_browser_nor_s3_nor_pdf_libraries() -> None:
     assert loaded_by("import server.web.jobs_api") & HEAVY == set()
     # The same check sees them where they belong.
-    assert {"playwright", "pypdf", "pypdfium2"} <= loaded_by("import server.render.chromium")
+    assert {"playwright", "pikepdf", "pypdfium2"} <= loaded_by("import server.render.chromium")
     assert {"botocore", "aiobotocore"} <= loaded_by("import server.files.s3")
 
 

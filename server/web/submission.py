@@ -1,0 +1,143 @@
+"""What POST /v1/jobs and POST /v1/batches share: the stored templates and assets a body
+names (looked up before validation, in one query each), its Factur-X invoices checked, and the
+NewJob row a validated request becomes."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from server import options
+from server.errors import PermanentError
+from server.files import assets, library
+from server.files.assets import Asset, Upload
+from server.files.library import Ref, StoredTemplate
+from server.keys import ASSET_CACHE, POOL
+from server.options import finishing
+from server.pipeline import vault
+from server.problems import invalid
+from server.queue.jobs import NewJob
+from server.schemas.common import Checks, parse_template_id
+from server.schemas.jobs import JobRequest
+from server.web.common import tenant_of
+
+
+async def templates_named(request: web.Request, bodies: Iterable[Any]) -> dict[Ref, StoredTemplate]:
+    """The stored templates these job bodies name with template_id (unknown ones are missing:
+    validation reports them with the bodies' other problems)."""
+    refs = [
+        ref
+        for body in bodies
+        if isinstance(body, dict) and (ref := parse_template_id(body.get("template_id")))
+    ]
+    return await library.find(request.app[POOL], tenant_of(request), refs)
+
+
+class _Stored(Protocol):
+    """What the lookup reads of a stored template (files.library.StoredTemplate)."""
+
+    @property
+    def assets(self) -> Mapping[str, str]: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+
+def _ids(body: Any) -> list[str]:
+    """The asset ids a body (or a stored template) names: in its asset map and in the
+    finishing options (attachments, an image stamp, a Factur-X XML)."""
+    if not isinstance(body, dict):
+        return []
+    mapped = body.get("assets")
+    ids = list(mapped.values()) if isinstance(mapped, dict) else []
+    ids += finishing.asset_ids(body.get("options"))
+    return [value for value in ids if isinstance(value, str)]
+
+
+async def assets_named(
+    request: web.Request,
+    bodies: Iterable[Any],
+    stored: Iterable[_Stored] = (),
+    pending: Iterable[Upload] = (),
+) -> dict[str, Asset]:
+    """The tenant's assets the bodies and the `stored` templates (their assets and options)
+    name, in one query, with `pending` uploads counted as stored; unknown ids are missing, and
+    validation reports them."""
+    ids = [i for body in bodies for i in _ids(body)]
+    ids += [i for t in stored for i in _ids({"assets": t.assets, "options": t.options})]
+    found = await assets.find(request.app[POOL], tenant_of(request), ids) if ids else {}
+    for upload in pending:
+        found.setdefault(
+            upload.id, Asset(upload.id, upload.size, upload.content_type, dt.datetime.now(dt.UTC))
+        )
+    return found
+
+
+def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
+    """The job to insert for a validated request: its source, and its options as shown, with
+    cookie and header values sealed apart (server/pipeline/vault.py)."""
+    ref = parse_template_id(job.template_id)
+    source, text = "template", job.template
+    if ref:
+        text = checks.templates[ref].html
+    elif job.page_url is not None:
+        source, text = "page_url", job.page_url
+    elif job.markdown is not None:
+        source, text = "markdown", job.markdown
+    assert text is not None  # JobRequest requires one source
+    job_id = uuid.uuid4()
+    shown, sealed = job.options, None
+    if shown is not None:
+        shown, sealed = vault.hide(shown, secret=checks.settings.secret, job_id=job_id)
+    return NewJob(
+        tenant=tenant,
+        template=text,
+        data=job.data,
+        options=options.to_json(shown) if shown else {},
+        metadata=job.metadata,
+        channel=job.channel,
+        max_attempts=job.max_attempts or checks.settings.max_attempts,
+        priority=job.priority,
+        webhook_url=job.webhook_url,
+        run_at=job.run_at,
+        assets=assets.job_assets(job.assets, checks.assets),
+        id=job_id,
+        source=source,
+        secrets=sealed,
+    )
+
+
+async def check_invoices(
+    request: web.Request, jobs: list[JobRequest], pending: Iterable[Upload] = (), prefix: str = ""
+) -> None:
+    """422 naming the first problem of each Factur-X XML the jobs embed (checked against its
+    schema off the event loop); `prefix` is how the body names a job (items[0])."""
+    problems = []
+    uploads = {upload.id: upload.data for upload in pending}
+    for index, job in enumerate(jobs):
+        invoice = job.options.facturx if job.options is not None else None
+        if invoice is None:
+            continue
+        xml = uploads.get(invoice.xml)
+        if xml is None:
+            xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
+        try:
+            await asyncio.to_thread(_check_invoice, xml, invoice.profile)
+        except PermanentError as exc:
+            where = prefix.format(index=index)
+            problems.append((f"{where}options.facturx.xml", f"the XML {exc}"))
+    if problems:
+        raise invalid(problems, "The Factur-X XML is not a valid invoice.")
+
+
+def _check_invoice(xml: bytes, profile: str | None) -> None:
+    # Imported here, in the thread: factur-x loads pypdf and lxml, which the API needs only
+    # for an invoice.
+    from server.pdf import invoices
+
+    invoices.check(xml, profile)

@@ -1,0 +1,246 @@
+"""What every upload shares, as a file of POST /v1/assets or of a multipart job: its limits and
+refusals, its storing under the tenant's quota, and multipart/form-data jobs (an index.html or
+index.md part, files by their names, an optional `job` part of JSON) read into the JSON body
+they stand for; nothing is stored until that body is valid."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from server.errors import StorageError
+from server.files import assets
+from server.files.assets import Asset, QuotaExceeded, Upload
+from server.keys import POOL, SETTINGS, STORAGE
+from server.problems import Problem, invalid
+from server.schemas.assets import MAX_JOB_ASSETS, asset_path_problem
+from server.web.common import parse_json, tenant_of
+
+READ_CHUNK_BYTES = 64 * 1024
+JOB_PART = "job"
+#: The index part's file name → the field of the job body it becomes.
+INDEX_PARTS = {"index.html": "template", "index.md": "markdown"}
+SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url")
+#: Files plus the index and the job part.
+MAX_PARTS = MAX_JOB_ASSETS + 2
+STORAGE_RETRY_S = 2
+
+
+# --- limits and refusals -----------------------------------------------------------------
+
+
+def too_large(what: str, limit: int, setting: str) -> Problem:
+    return Problem(
+        413,
+        "Asset too large",
+        f"{what} is over {limit} bytes ({setting}).",
+        kind="asset-too-large",
+    )
+
+
+def unsupported(what: str, given: str) -> Problem:
+    return Problem(
+        415,
+        "Unsupported asset type",
+        f"{what} has the content type {given or 'none'!r}; assets may be {assets.accepted()}.",
+        kind="unsupported-asset-type",
+    )
+
+
+def over_quota(exc: QuotaExceeded) -> Problem:
+    return Problem(
+        413,
+        "Asset quota exceeded",
+        f"The tenant's assets take {exc.used} bytes; {exc.adding} more would pass its quota of "
+        f"{exc.limit} bytes (PRESSROOM_TENANT_MAX_ASSET_BYTES). Delete assets it no longer "
+        "needs.",
+        kind="asset-quota",
+    )
+
+
+def storage_unavailable(exc: StorageError) -> Problem:
+    return Problem(
+        503,
+        "Storage unavailable",
+        f"The file storage failed: {exc}. Try again shortly.",
+        kind="storage-unavailable",
+        headers={"Retry-After": str(STORAGE_RETRY_S)},
+    )
+
+
+async def store(request: web.Request, uploads: list[Upload]) -> list[tuple[Asset, bool]]:
+    """Store the uploads for the request's tenant; the quota and storage failures answered."""
+    for upload in uploads:
+        if (why := upload.problem()) is not None:
+            raise invalid([("", f"the {upload.content_type} asset {why}")])
+    try:
+        return await assets.store(
+            request.app[POOL],
+            request.app[STORAGE],
+            tenant_of(request),
+            uploads,
+            max_total_bytes=request.app[SETTINGS].tenant_max_asset_bytes,
+        )
+    except QuotaExceeded as exc:
+        raise over_quota(exc) from None
+    except StorageError as exc:
+        raise storage_unavailable(exc) from None
+
+
+async def read_limited(chunks: AsyncIterator[bytes], limit: int, refuse: Problem) -> bytes:
+    """A body or part read whole, refused as soon as it passes `limit` bytes."""
+    kept: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise refuse
+        kept.append(chunk)
+    return b"".join(kept)
+
+
+async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    while chunk := await part.read_chunk(READ_CHUNK_BYTES):
+        yield chunk
+
+
+# --- multipart/form-data jobs --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MultipartJob:
+    """A multipart job read whole: the JSON body it stands for, and its files to store."""
+
+    body: dict[str, Any]
+    uploads: list[Upload]
+
+
+def _part_problem(field: str, message: str) -> Problem:
+    return invalid([(field, message)], "The multipart body is not a job.")
+
+
+async def read_multipart(request: web.Request) -> MultipartJob:
+    """The job a multipart/form-data body stands for: nothing is stored until it is valid."""
+    settings = request.app[SETTINGS]
+    total = settings.max_upload_bytes
+    if request.content_length is not None and request.content_length > total:
+        raise too_large("The multipart body", total, "PRESSROOM_MAX_UPLOAD_BYTES")
+    try:
+        reader = await request.multipart()
+        parts = await _parts(reader, settings.max_body_bytes, total)
+    except (ValueError, AssertionError, RuntimeError, HttpProcessingError) as exc:
+        # aiohttp's reader refuses a body without its boundary, one cut short, or a part
+        # whose headers are not HTTP headers.
+        raise Problem(
+            400,
+            "Malformed body",
+            f"The multipart body cannot be read: {exc}",
+            kind="malformed-body",
+        ) from None
+    job: dict[str, Any] = {}
+    index: tuple[str, bytes] | None = None
+    files: dict[str, tuple[bytes, str]] = {}
+    for name, filename, kind, data in parts:
+        if name == JOB_PART:  # with a file name too: curl -F job=@job.json
+            if job:
+                raise _part_problem(JOB_PART, "is given twice")
+            job = _job_part(data)
+        elif index_name := _index_name(name, filename):
+            if index is not None:
+                raise _part_problem(index_name, f"a job has one index part; {index[0]} came first")
+            index = (index_name, data)
+        elif filename is None:
+            raise _part_problem(
+                name or "",
+                "is not a part a job has: send files with a file name, and the job's fields "
+                f"as JSON in the part named {JOB_PART!r}",
+            )
+        else:
+            if filename in files:
+                raise _part_problem(filename, "is given twice")
+            if (why := asset_path_problem(filename)) is not None:
+                raise _part_problem(filename, f"the file name {why}")
+            files[filename] = (data, _file_type(filename, kind, data, settings.max_asset_bytes))
+    if index is None:
+        raise _part_problem(
+            "index.html", "is required: a part with the file name index.html (or index.md)"
+        )
+    uploads = {name: await Upload.of(data, kind) for name, (data, kind) in files.items()}
+    mapped = {name: upload.id for name, upload in uploads.items()}
+    return MultipartJob(body=_body(job, index, mapped), uploads=list(uploads.values()))
+
+
+def _body(job: dict[str, Any], index: tuple[str, bytes], files: dict[str, str]) -> dict[str, Any]:
+    filename, data = index
+    for name in SOURCE_FIELDS:
+        if name in job:
+            raise _part_problem(
+                f"{JOB_PART}.{name}", f"the {filename} part is the page: leave it out"
+            )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _part_problem(filename, "must be UTF-8 text") from None
+    body = {**job, INDEX_PARTS[filename]: text}
+    if files:
+        given = job.get("assets")
+        # The files lie over the job part's own map (which validation checks as sent).
+        body["assets"] = {**given, **files} if isinstance(given, dict) else files
+    return body
+
+
+def _index_name(name: str | None, filename: str | None) -> str | None:
+    """index.html or index.md when the part is the page: by its file name, or by its name."""
+    if filename in INDEX_PARTS:
+        return filename
+    return name if name in INDEX_PARTS else None
+
+
+def _job_part(data: bytes) -> dict[str, Any]:
+    try:
+        body = parse_json(data)
+    except Problem as problem:
+        raise _part_problem(JOB_PART, problem.detail or "is not JSON") from None
+    if not isinstance(body, dict):
+        raise _part_problem(JOB_PART, "must be a JSON object of the job's fields")
+    return body
+
+
+def _file_type(filename: str, given: str, data: bytes, limit: int) -> str:
+    if len(data) > limit:
+        raise too_large(f"The file {filename}", limit, "PRESSROOM_MAX_ASSET_BYTES")
+    kind = assets.content_type(given) or assets.type_of_name(filename)
+    if kind is None:
+        raise unsupported(f"The file {filename}", given)
+    return kind
+
+
+async def _parts(
+    reader: MultipartReader, max_json_bytes: int, max_total_bytes: int
+) -> list[tuple[str | None, str | None, str, bytes]]:
+    """Every part as (name, file name, content type, bytes), each read within its limit."""
+    found: list[tuple[str | None, str | None, str, bytes]] = []
+    total = 0
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            raise _part_problem("", "nested multipart bodies are not read")
+        if len(found) == MAX_PARTS:
+            raise _part_problem("", f"a job has at most {MAX_PARTS} parts")
+        encoding = part.headers.get("Content-Transfer-Encoding", "binary").lower()
+        if encoding not in ("binary", "8bit", "7bit"):
+            raise _part_problem(part.filename or part.name or "", "send the file as binary")
+        limit = max_total_bytes - total
+        refuse = too_large("The multipart body", max_total_bytes, "PRESSROOM_MAX_UPLOAD_BYTES")
+        data = await read_limited(_chunks(part), limit, refuse)
+        if part.filename is None and len(data) > max_json_bytes:
+            raise too_large(f"The part {part.name}", max_json_bytes, "PRESSROOM_MAX_BODY_BYTES")
+        total += len(data)
+        # Some clients percent-encode file names (a path's "/" too); asset paths have no "%".
+        filename = unquote(part.filename) if part.filename is not None else None
+        found.append((part.name, filename, part.headers.get("Content-Type", ""), data))
+    return found
