@@ -19,7 +19,7 @@ from typing import Any
 
 import schemathesis
 
-from server.options import FORBIDDEN_HEADERS
+from server.options.values import FORBIDDEN_HEADERS
 from server.render import templates
 from server.schemas.common import MAX_WAIT_S
 from tests.pdfs import minimal_pdf

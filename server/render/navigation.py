@@ -19,7 +19,8 @@ from playwright.async_api import Error as PlaywrightError
 
 from server import netpolicy
 from server.errors import PermanentError, TransientError
-from server.options import Cookie, RenderOptions
+from server.options import RenderOptions
+from server.options.values import Cookie
 from server.render.egress import EGRESS_HEADER
 
 MAX_QUOTED_CHARS = 300

@@ -35,7 +35,7 @@ from server.files import assets
 from server.files.library import Ref
 from server.netpolicy import MAX_PAGE_URL_CHARS, MAX_WEBHOOK_URL_CHARS
 from server.options import RenderOptions, finishing
-from server.options import integral as _integral
+from server.options.values import integral as _integral
 from server.render import templates
 from server.settings import Settings
 
