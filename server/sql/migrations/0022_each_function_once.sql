@@ -12,11 +12,14 @@
 -- the combined file on from it (0016), and batch_public adds the file to it.
 --
 -- Safe with jobs in flight: this runs in one transaction (server/queue/db.py), so every other
--- session sees the old functions or the new ones. It first holds the log's writers back, as
--- job_events_extend does (SHARE waits for the transactions that wrote events and keeps new
--- ones at their INSERT until this commits): no statement is then halfway through the old
--- batch_log_events, whose next batch would look for a copy that is gone, and every statement
--- that logs events after this plans against the new functions. Reads go on meanwhile.
+-- session sees the old functions or the new ones. A statement already inside the old
+-- batch_log_events when the copies go would look for one at its next batch, and fail; so this
+-- first holds the log's writers back, as job_events_extend does (SHARE waits for the
+-- transactions that wrote events and keeps new ones at their INSERT until this commits). A
+-- job's state change, whose trigger calls batch_log_events, then ended before or starts its
+-- trigger after, on the new functions. Left is a join's statement moving several batches at
+-- once (the combine claim, rescue or release) caught inside it: it fails whole, changing
+-- nothing, and is made again at the next pass. Reads go on meanwhile.
 LOCK TABLE job_events IN SHARE MODE;
 
 CREATE OR REPLACE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
