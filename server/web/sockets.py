@@ -15,8 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import socketio
@@ -36,11 +35,11 @@ from server.events.hub import (
     SubscriberDropped,
     Subscription,
 )
-from server.keys import AUTH, CORS, HUB, POOL, SETTINGS
-from server.problems import TYPE_BASE, Problem, invalid_input, not_found
+from server.keys import AUTH, CORS, HUB, POOL
+from server.problems import Problem, invalid_input, not_found
 from server.queue import jobs
 from server.schemas.streams import RefreshRequest, SubscribeRequest
-from server.web import auth, present
+from server.web import auth, present, socket_wire
 
 log = logging.getLogger(__name__)
 
@@ -63,50 +62,6 @@ DB_LOST_REASON = Reason("database unavailable; reconnect and resume by event id"
 INTERNAL_REASON = Reason("internal error; reconnect and resume by event id", INTERNAL)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Grant:
-    """Whom a connection acts for: a tenant, what of it (a token's scope), and what that
-    rests on (the key it proved or its token was minted for, the token's secret)."""
-
-    tenant: str
-    scope: signing.Scope = signing.TENANT_SCOPE
-    credential: auth.Credential = auth.DEV_CREDENTIAL
-
-    @property
-    def key_id(self) -> int:
-        """The key id the download links it is shown are signed for."""
-        return self.credential.minted_by
-
-
-async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | None:
-    """Whom a connecting client acts for, or None to refuse it. Credentials come in the
-    Socket.IO `auth` payload ({"token": …} or {"api_key": …}) or as a Bearer header; the
-    rules are those of the REST routes (server/web/auth.py)."""
-    if credentials is None:
-        credentials = {}
-    if not isinstance(credentials, dict):
-        return None
-    request: web.Request = environ["aiohttp.request"]
-    settings, authenticator = request.app[SETTINGS], request.app[AUTH]
-    keyed = await authenticator.keys_required()
-    token, key = credentials.get("token"), credentials.get("api_key")
-    if key is None:
-        scheme, _, bearer = request.headers.get("Authorization", "").strip().partition(" ")
-        key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
-    if isinstance(token, str):
-        verified = await authenticator.verify_token(token)
-        if isinstance(verified, auth.Verified):
-            claims = verified.claims
-            return Grant(claims.tenant, claims.scope, verified.credential)
-    if isinstance(key, str):
-        known = await authenticator.lookup(key)
-        if known is not None:
-            return Grant(known.tenant, credential=auth.Credential(known.id))
-    if not keyed and auth.is_loopback(settings.host):
-        return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
-    return None
-
-
 @dataclasses.dataclass(eq=False, slots=True)
 class _Stream:
     key: str
@@ -127,7 +82,7 @@ class _Websocket:
 class _Client:
     sid: str
     eio_sid: str
-    grant: Grant
+    grant: socket_wire.Grant
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
     key: auth.Watch | None = None
@@ -135,19 +90,6 @@ class _Client:
     frame_key: str = ""
     # Its websocket request, when it connected with one (see websocket_transport).
     websocket: web.Request | None = None
-
-
-def websocket_frame(message: bytes) -> bytes:
-    """A server's websocket text frame (RFC 6455: servers do not mask) holding `message`:
-    valid whether or not the connection compresses (an uncompressed frame has RSV1 clear)."""
-    length = len(message)
-    if length < 126:
-        header = struct.pack("!BB", 0x81, length)
-    elif length < 65536:
-        header = struct.pack("!BBH", 0x81, 126, length)
-    else:
-        header = struct.pack("!BBQ", 0x81, 127, length)
-    return header + message
 
 
 class _Sink:
@@ -172,80 +114,6 @@ class _Sink:
         return True
 
 
-def _error(problem: Problem) -> dict[str, Any]:
-    """A problem+json body as a Socket.IO acknowledgement."""
-    body: dict[str, Any] = {
-        "type": TYPE_BASE + problem.kind,
-        "title": problem.title,
-        "status": problem.status,
-    }
-    if problem.detail:
-        body["detail"] = problem.detail
-    if problem.errors:
-        body["errors"] = problem.errors
-    return {"ok": False, "error": body}
-
-
-def _parse_target(data: Any) -> SubscribeRequest:
-    """A subscribe payload; unsubscribe takes the same object (and needs only the target)."""
-    try:
-        return SubscribeRequest.model_validate(data)
-    except ValidationError as exc:
-        raise invalid_input(exc, "The subscription is not valid.") from None
-
-
-def _stream_key(target: SubscribeRequest) -> str:
-    """What names a client's subscription: one per job, per channel, and the all-jobs one."""
-    if target.job_id is not None:
-        return str(target.job_id)
-    return "all" if target.channel is None else f"channel:{target.channel}"
-
-
-Handler = Callable[..., Awaitable[Any]]
-
-INTERNAL_ERROR = Problem(
-    500, "Internal error", "The server failed; the error was logged.", kind="internal"
-)
-
-
-def _answering_on_error(name: str, handler: Handler) -> Handler:
-    """`handler`, acknowledging whatever it fails with: python-socketio sends no ack when a
-    handler raises, so the client's call would wait for its own timeout."""
-
-    async def answer(sid: str, *args: Any) -> Any:
-        try:
-            return await handler(sid, *args)
-        except Exception:
-            log.exception("Socket.IO %s failed", name, extra={"sid": sid})
-            return _error(INTERNAL_ERROR)
-
-    return answer
-
-
-def _refusing_on_error(handler: Handler) -> Handler:
-    """The connect handler, refusing with a reason when it fails: python-socketio answers
-    nothing then, and the client waits out its connect timeout."""
-
-    async def connect(sid: str, *args: Any) -> Any:
-        try:
-            return await handler(sid, *args)
-        except socketio.exceptions.ConnectionRefusedError:
-            raise
-        except Exception:
-            log.exception("Socket.IO connect failed", extra={"sid": sid})
-            raise socketio.exceptions.ConnectionRefusedError(
-                "internal error", {"status": 500, "detail": INTERNAL_ERROR.detail}
-            ) from None
-
-    return connect
-
-
-async def _unknown_event(_event: str, _sid: str, *_args: Any) -> dict[str, Any]:
-    """Any event without a handler: a call for it still gets an answer."""
-    detail = "The events a client may send are subscribe, unsubscribe and refresh."
-    return _error(Problem(404, "Unknown event", detail, kind="unknown-event"))
-
-
 class PushServer:
     """The Socket.IO server of one process: connect, subscribe, unsubscribe, and the pumps."""
 
@@ -262,12 +130,12 @@ class PushServer:
             # for every route and _connect checks the Origin, with the tenant known.
             cors_allowed_origins=[],
         )
-        self.sio.on("connect", _refusing_on_error(self._connect))
+        self.sio.on("connect", socket_wire.refusing_on_error(self._connect))
         self.sio.on("disconnect", self._disconnect)
-        self.sio.on("subscribe", _answering_on_error("subscribe", self._subscribe))
-        self.sio.on("unsubscribe", _answering_on_error("unsubscribe", self._unsubscribe))
-        self.sio.on("refresh", _answering_on_error("refresh", self._refresh))
-        self.sio.on("*", _unknown_event)
+        self.sio.on("subscribe", socket_wire.answering_on_error("subscribe", self._subscribe))
+        self.sio.on("unsubscribe", socket_wire.answering_on_error("unsubscribe", self._unsubscribe))
+        self.sio.on("refresh", socket_wire.answering_on_error("refresh", self._refresh))
+        self.sio.on("*", socket_wire.unknown_event)
         self.clients: dict[str, _Client] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Open websocket transports by handler task, to cut those whose client stops reading.
@@ -366,7 +234,7 @@ class PushServer:
 
     async def _connect(self, sid: str, environ: dict[str, Any], credentials: Any = None) -> None:
         try:
-            grant = await authenticate(environ, credentials)
+            grant = await socket_wire.authenticate(environ, credentials)
         except DB_ERRORS as exc:
             log.warning("Socket.IO connect refused, database unavailable: %s", exc)
             raise socketio.exceptions.ConnectionRefusedError(
@@ -389,7 +257,7 @@ class PushServer:
         client = self.clients[sid] = _Client(sid, eio_sid, grant)
         self._grant(client, grant)
 
-    def _grant(self, client: _Client, grant: Grant) -> None:
+    def _grant(self, client: _Client, grant: socket_wire.Grant) -> None:
         """Let the client act on `grant` from now on: watched (revocation, its token's
         expiry), and shown download links signed for its key."""
         if client.key is not None:
@@ -402,7 +270,7 @@ class PushServer:
         )
         self._count_key(grant, +1)
 
-    def _count_key(self, grant: Grant, change: int) -> None:
+    def _count_key(self, grant: socket_wire.Grant, change: int) -> None:
         keys = self._keys.setdefault(grant.tenant, collections.Counter())
         keys[grant.key_id] += change
         if keys[grant.key_id] <= 0:
@@ -415,22 +283,24 @@ class PushServer:
         subscriptions and their cursors go on under it, until it expires in turn."""
         client = self.clients.get(sid)
         if client is None or client.closing:
-            return _error(Problem(409, "Conflict", "The connection is closing."))
+            return socket_wire.error_ack(Problem(409, "Conflict", "The connection is closing."))
         try:
             asked = RefreshRequest.model_validate(data)
         except ValidationError as exc:
-            return _error(invalid_input(exc, "The refresh is not valid."))
+            return socket_wire.error_ack(invalid_input(exc, "The refresh is not valid."))
         verified = await self.app[AUTH].verify_token(asked.token)
         if not isinstance(verified, auth.Verified):
-            return _error(Problem(401, "Unauthorized", verified, kind="unauthorized"))
+            return socket_wire.error_ack(
+                Problem(401, "Unauthorized", verified, kind="unauthorized")
+            )
         claims, grant = verified.claims, client.grant
         if grant.credential.expires_at is None:
             detail = "This connection was not opened with a subscription token; nothing expires."
-            return _error(Problem(409, "Conflict", detail))
+            return socket_wire.error_ack(Problem(409, "Conflict", detail))
         if claims.tenant != grant.tenant or claims.scope != grant.scope:
             detail = f"A refreshed token must open {grant.scope.describe()}, as the last one did."
-            return _error(Problem(403, "Forbidden", detail, kind="forbidden"))
-        self._grant(client, Grant(claims.tenant, claims.scope, verified.credential))
+            return socket_wire.error_ack(Problem(403, "Forbidden", detail, kind="forbidden"))
+        self._grant(client, socket_wire.Grant(claims.tenant, claims.scope, verified.credential))
         return {"ok": True, "expires_at": signing.expiry_text(claims.expires_at)}
 
     async def _disconnect(self, sid: str, _reason: Any = None) -> None:
@@ -452,24 +322,24 @@ class PushServer:
     async def _subscribe(self, sid: str, data: Any = None) -> dict[str, Any]:
         client = self.clients.get(sid)
         if client is None or client.closing:
-            return _error(Problem(409, "Conflict", "The connection is closing."))
+            return socket_wire.error_ack(Problem(409, "Conflict", "The connection is closing."))
         try:
-            return await self._start(client, _parse_target(data))
+            return await self._start(client, socket_wire.parse_target(data))
         except Problem as problem:
-            return _error(problem)
+            return socket_wire.error_ack(problem)
         except DB_ERRORS as exc:
             log.warning("Socket.IO subscribe failed, database unavailable: %s", exc)
-            return _error(Problem(503, "Service unavailable", "Try again shortly."))
+            return socket_wire.error_ack(Problem(503, "Service unavailable", "Try again shortly."))
 
     async def _unsubscribe(self, sid: str, data: Any = None) -> dict[str, Any]:
         client = self.clients.get(sid)
         if client is None:
-            return _error(Problem(409, "Conflict", "The connection is closing."))
+            return socket_wire.error_ack(Problem(409, "Conflict", "The connection is closing."))
         try:
-            target = _parse_target(data)
+            target = socket_wire.parse_target(data)
         except Problem as problem:
-            return _error(problem)
-        stream = client.streams.get(_stream_key(target))
+            return socket_wire.error_ack(problem)
+        stream = client.streams.get(socket_wire.stream_key(target))
         if stream is not None:
             self._end(client, stream)
         return {"ok": True}
@@ -491,7 +361,7 @@ class PushServer:
                 raise not_found()
         elif not scope.opens(job_id=None, channel=channel):
             raise auth.forbidden(scope)
-        key = _stream_key(target)
+        key = socket_wire.stream_key(target)
         if key not in client.streams and len(client.streams) >= MAX_SUBSCRIPTIONS:
             raise Problem(
                 429,
@@ -590,7 +460,9 @@ class PushServer:
             name = "batch" if "batch" in wire else "job"
             packet = b"2" + jsontext.dumps([name, wire]).encode()
             event.encoded[cached] = packet
-            event.encoded[f"{cached} ws"] = websocket_frame(b"4" + packet)  # engine.io message
+            event.encoded[f"{cached} ws"] = socket_wire.websocket_frame(
+                b"4" + packet
+            )  # engine.io message
         return packet
 
     async def _send(self, client: _Client, sub: Subscription, event: JobEvent) -> None:
@@ -614,7 +486,7 @@ class PushServer:
             await self._emit(client, name, data)
             return
         packet = b"2" + jsontext.dumps([name, data]).encode()
-        transport.write(websocket_frame(b"4" + packet))
+        transport.write(socket_wire.websocket_frame(b"4" + packet))
         await self._drain_websocket(client, sub, transport)
 
     async def _emit(self, client: _Client, name: str, data: dict[str, Any]) -> None:

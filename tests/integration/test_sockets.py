@@ -207,7 +207,7 @@ async def test_a_handler_that_fails_still_answers_once_and_says_nothing_internal
         },
     }
     failures = [
-        r for r in caplog.records if r.name == "server.web.sockets" and r.levelname == "ERROR"
+        r for r in caplog.records if r.name == "server.web.socket_wire" and r.levelname == "ERROR"
     ]
     assert [r.getMessage() for r in failures] == ["Socket.IO subscribe failed"]
 
@@ -226,7 +226,7 @@ async def test_a_handler_that_fails_still_answers_once_and_says_nothing_internal
         {"message": "internal error", "data": {"status": 500, "detail": ack["error"]["detail"]}}
     ]
     failures = [
-        r for r in caplog.records if r.name == "server.web.sockets" and r.levelname == "ERROR"
+        r for r in caplog.records if r.name == "server.web.socket_wire" and r.levelname == "ERROR"
     ]
     assert [r.getMessage() for r in failures] == ["Socket.IO connect failed"]
 
