@@ -1,20 +1,16 @@
-"""Accept path (P1): POST /v1/jobs against raw asyncpg inserts of the same rows (the floor).
+"""Accept path: POST /v1/jobs through Pressroom against a bare aiohttp handler that runs the
+same insert, in the same run.
 
-Pressroom runs web only (render_slots=0). The floor runs Pressroom's own insert statement (one
-job row + one job.queued event + NOTIFY, one transaction per job) over 16 connections. Each
-figure gets a fresh database on the same server, and the load comes from a child process.
+Pressroom runs web only (no render slots, dev mode). The baseline is the least an HTTP service
+of this design does for a job: aiohttp reads the JSON body, inserts the job with Pressroom's
+own statement (the job row, its `job.queued` event and NOTIFY, one transaction per request)
+over --connections pooled connections, and answers 202. Each gets a fresh database on the
+same server. The load comes from a client in a process of its own: --clients clients in a
+closed loop for --duration seconds (throughput), then requests on a fixed schedule of --rate
+per second for as long (latency, counted from each request's scheduled moment, so that a
+stall is not hidden by a client waiting for it).
 
-    python -m bench.accept [--duration S] [--clients 32] [--rate 500] [--connections 16]
-
-With --cors it measures what CORS costs instead: two Pressrooms, each on its own fresh
-database, CORS off (no PRESSROOM_CORS_ORIGINS, requests without Origin) and on (an allowed
-Origin on every request, so every answer carries the CORS headers); --rounds rounds of one
-closed-loop run of --duration seconds against each, the order swapped every round, so that
-both sides see the same machine. It prints each round's throughput and server CPU per job
-(this process's CPU time, where both apps run; PostgreSQL's is not in it) of each side, then
-the medians and the median, lowest and highest of the rounds' on/off ratios.
-
-    python -m bench.accept --cors [--rounds 10] [--duration S] [--clients 32]
+    python -m bench.accept [--duration 15] [--clients 32] [--rate 500] [--connections 16]
 """
 
 from __future__ import annotations
@@ -22,197 +18,160 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
+import json
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from aiohttp import ClientSession, TCPConnector, web
+
 from bench.common import (
+    INVOICE,
     QUICK,
-    command,
     database,
-    latency_summary,
+    invoice_data,
     machine,
     postgres,
     run_module,
     running_app,
+    serving,
+    summary,
 )
+from server.queue import db, jobs
+from server.queue.jobs import NewJob
 
 NAME = "bench.accept"
-#: The page origin of the CORS rounds: allowed by PRESSROOM_CORS_ORIGINS, sent as Origin.
-CORS_ORIGIN = "https://app.example.com"
+WARMUP_S = 0.2 if QUICK else 1.0  # connections, pools and prepared statements
 
 
-async def pressroom(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    async with database() as dsn, running_app(dsn, render_slots=0) as (base, _app):
-        return await load(base, mode, args)
+@contextlib.asynccontextmanager
+async def bare_service(dsn: str, connections: int) -> AsyncIterator[str]:
+    """The baseline: POST /v1/jobs reads the body and inserts the job, nothing else."""
+    pool = await db.create_pool(dsn, min_size=connections, max_size=connections)
+
+    async def submit(request: web.Request) -> web.Response:
+        body = await request.json()
+        new = NewJob(
+            tenant="default",
+            template=body["template"],
+            data=body["data"],
+            options={},
+            metadata={},
+            max_attempts=3,
+        )
+        await jobs.create(pool, [new])
+        return web.json_response({"id": str(new.id), "status": "queued"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/jobs", submit)
+    try:
+        async with serving(app) as base:
+            yield base
+    finally:
+        await pool.close()
 
 
-async def load(
-    base: str,
-    mode: str,
-    args: argparse.Namespace,
-    origin: str | None = None,
-    *,
-    warmup_s: float | None = None,
-) -> dict[str, Any]:
-    """POST /v1/jobs to the Pressroom at `base` from a child process, with `origin` as Origin."""
-    load = ["http", "--url", base, "--mode", mode, "--duration", str(args.duration)]
-    load += ["--concurrency", str(args.clients), "--rate", str(args.rate)]
-    if origin is not None:
-        load += ["--origin", origin]
-    if warmup_s is not None:
-        load += ["--warmup", str(warmup_s)]
-    result: dict[str, Any] = await run_module("bench.load", *load)
-    return result
+async def closed_loop(send: Callable[[], Awaitable[None]], clients: int, seconds: float) -> float:
+    """Requests per second from `clients` clients, each sending when its last was answered."""
+    count = 0
+    deadline = time.perf_counter() + seconds
+
+    async def one_client() -> None:
+        nonlocal count
+        while time.perf_counter() < deadline:
+            await send()
+            count += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return count / (time.perf_counter() - started)
 
 
-async def floor(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    async with database(migrated=True) as dsn:
-        load = ["raw", "--dsn", dsn, "--mode", mode, "--duration", str(args.duration)]
-        load += ["--concurrency", str(args.clients), "--rate", str(args.rate)]
-        load += ["--connections", str(args.connections)]
-        result: dict[str, Any] = await run_module("bench.load", *load)
-    return result
+async def open_loop(
+    send: Callable[[], Awaitable[None]], rate: float, seconds: float
+) -> list[float]:
+    """Milliseconds of each request sent on a fixed schedule, from its scheduled moment."""
+    latencies: list[float] = []
+    started = time.perf_counter()
+
+    async def one(due: float) -> None:
+        await send()
+        latencies.append((time.perf_counter() - due) * 1000)
+
+    tasks = []
+    for i in range(int(rate * seconds)):
+        due = started + i / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    return latencies
 
 
-def _row(result: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "requests": result["requests"],
-        "errors": result["errors"],
-        "rate": result["rate"],
-        **latency_summary(result["latencies_ms"]),
-    }
+async def measure(
+    session: ClientSession, url: str, clients: int, seconds: float, rate: float
+) -> dict[str, float]:
+    """Throughput in a closed loop, then latency on a fixed schedule, against `url`."""
+    body = json.dumps({"template": INVOICE, "data": invoice_data(1)}).encode()
+    headers = {"Content-Type": "application/json"}
+
+    async def send() -> None:
+        async with session.post(f"{url}/v1/jobs", data=body, headers=headers) as resp:
+            await resp.read()
+            if resp.status != 202:
+                raise RuntimeError(f"POST /v1/jobs answered {resp.status}")
+
+    await closed_loop(send, min(clients, 8), WARMUP_S)
+    throughput = await closed_loop(send, clients, seconds)
+    return {"jobs_per_s": throughput, **summary(await open_loop(send, rate, seconds))}
+
+
+async def client(urls: list[str], clients: int, seconds: float, rate: float) -> list[Any]:
+    async with ClientSession(connector=TCPConnector(limit=0)) as session:
+        return [await measure(session, url, clients, seconds, rate) for url in urls]
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Throughput (closed loop) and latency at a fixed rate (open loop), ours and the floor's."""
-    if args.cors:
-        return await run_cors(args)
-    async with postgres():
-        ours_closed = await pressroom("closed", args)
-        raw_closed = await floor("closed", args)
-        ours_open = await pressroom("open", args)
-        raw_open = await floor("open", args)
-    result = {
-        "args": vars(args),
-        "command": command(NAME, *_argv(args)),
-        "throughput": {"pressroom": _row(ours_closed), "raw": _row(raw_closed)},
-        "fixed_rate": {"pressroom": _row(ours_open), "raw": _row(raw_open)},
-        "ratio": ours_closed["rate"] / raw_closed["rate"],
-        "latencies_ms": {
-            "pressroom": ours_open["latencies_ms"],
-            "raw": raw_open["latencies_ms"],
-        },
-    }
-    print_result(result)
-    return result
-
-
-async def run_cors(args: argparse.Namespace) -> dict[str, Any]:
-    """Closed-loop throughput, and the server's CPU per job, with CORS off and on, in turn."""
-    figures: dict[str, dict[str, list[float]]] = {
-        side: {"rate": [], "cpu_ms": []} for side in ("off", "on")
-    }
-    async with postgres(), contextlib.AsyncExitStack() as stack:
-        bases: dict[str, str] = {}
-        for side, origins in (("off", ()), ("on", (CORS_ORIGIN,))):
-            dsn = await stack.enter_async_context(database())
-            app = running_app(dsn, render_slots=0, cors_origins=origins)
-            bases[side], _ = await stack.enter_async_context(app)
-            await load(bases[side], "closed", args, warmup_s=0)  # warm: pools, caches
-        for n in range(args.rounds):
-            for side in ("off", "on") if n % 2 == 0 else ("on", "off"):
-                # Both apps run in this process: its CPU time is theirs (the idle one's is
-                # next to none), and it moves less than throughput with other work on the
-                # machine.
-                cpu_s = time.process_time()
-                got = await load(
-                    bases[side], "closed", args, CORS_ORIGIN if side == "on" else None, warmup_s=0
-                )
-                cpu_s = time.process_time() - cpu_s
-                if got["errors"]:
-                    raise RuntimeError(f"{got['errors']} requests failed with CORS {side}")
-                figures[side]["rate"].append(got["rate"])
-                figures[side]["cpu_ms"].append(cpu_s * 1000 / got["requests"])
-    result = {
-        "args": vars(args),
-        "command": command(NAME, "--cors", f"--rounds {args.rounds}", *_argv(args)[:2]),
-        "cors": {"origin": CORS_ORIGIN, **figures},
-    }
-    print_cors(result)
-    return result
-
-
-def _on_off(figures: dict[str, dict[str, list[float]]], key: str, shown: str) -> str:
-    """Medians of one figure, off and on, and their ratio round by round: median (range)."""
-    off, on = figures["off"][key], figures["on"][key]
-    ratios = [b / a for a, b in zip(off, on, strict=True)]
-    return (
-        f"off {statistics.median(off):{shown}}, on {statistics.median(on):{shown}}; on/off "
-        f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
-    )
-
-
-def print_cors(result: dict[str, Any]) -> None:
-    args, cors = result["args"], result["cors"]
-    for n in range(len(cors["off"]["rate"])):
-        print(
-            f"accept  CORS round {n + 1}: "
-            + ", ".join(
-                f"{side} {cors[side]['rate'][n]:6.0f} jobs/s {cors[side]['cpu_ms'][n]:.3f} ms CPU"
-                for side in ("off", "on")
-            )
-        )
+    load = ["--clients", str(args.clients), "--duration", str(args.duration)]
+    load += ["--rate", str(args.rate)]
+    async with (
+        postgres(),
+        database() as dsn,
+        running_app(dsn, render_slots=0) as (base, _app),
+        database() as bare_dsn,
+        bare_service(bare_dsn, args.connections) as bare_base,
+    ):
+        ours, bare = await run_module(NAME, "--client", base, bare_base, *load)
+    ratio = ours["jobs_per_s"] / bare["jobs_per_s"]
     print(
-        f"accept  CORS, {args['clients']} clients, {args['rounds']} rounds of "
-        f"{args['duration']:g} s (medians; on/off by round: median (lowest-highest)):\n"
-        f"  jobs/s:            {_on_off(cors, 'rate', '.0f')}\n"
-        f"  server CPU ms/job: {_on_off(cors, 'cpu_ms', '.3f')}",
+        f"accept  {args.clients} clients: Pressroom {ours['jobs_per_s']:7.0f} jobs/s, bare "
+        f"aiohttp + insert ({args.connections} connections) {bare['jobs_per_s']:7.0f} jobs/s, "
+        f"ratio {ratio:.2f}\n"
+        f"accept  at {args.rate:g}/s: Pressroom p50 {ours['p50']:.2f} ms p99 {ours['p99']:.2f} "
+        f"ms, bare p50 {bare['p50']:.2f} ms p99 {bare['p99']:.2f} ms, ratio p99 "
+        f"{ours['p99'] / bare['p99']:.2f}",
         flush=True,
     )
-
-
-def print_result(result: dict[str, Any]) -> None:
-    args = result["args"]
-    ours, raw = result["throughput"]["pressroom"], result["throughput"]["raw"]
-    print(
-        f"accept  {args['clients']} clients: Pressroom {ours['rate']:7.0f} jobs/s "
-        f"(p50 {ours['p50_ms']:.1f} ms), raw asyncpg x{args['connections']} "
-        f"{raw['rate']:7.0f} inserts/s (p50 {raw['p50_ms']:.1f} ms), ratio {result['ratio']:.2f}",
-        flush=True,
-    )
-    ours, raw = result["fixed_rate"]["pressroom"], result["fixed_rate"]["raw"]
-    print(
-        f"accept  at {args['rate']:g}/s: Pressroom p50 {ours['p50_ms']:.2f} ms "
-        f"p99 {ours['p99_ms']:.2f} ms, raw p50 {raw['p50_ms']:.2f} ms p99 {raw['p99_ms']:.2f} ms",
-        flush=True,
-    )
+    return {"pressroom": ours, "bare": bare, "ratio": ratio}
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=3 if QUICK else 15)
+    parser.add_argument("--duration", type=float, default=3 if QUICK else 15, help="seconds")
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--rate", type=float, default=500)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--cors", action="store_true", help="CORS off against on (see above)")
-    parser.add_argument("--rounds", type=int, default=10, help="rounds of --cors")
+    parser.add_argument("--rate", type=float, default=500, help="requests per second")
+    parser.add_argument("--connections", type=int, default=16, help="the baseline's pool")
+    parser.add_argument("--client", nargs="+", metavar="URL", help=argparse.SUPPRESS)
     return parser
-
-
-def _argv(args: argparse.Namespace) -> list[str]:
-    return [
-        f"--duration {args.duration:g}",
-        f"--clients {args.clients}",
-        f"--rate {args.rate:g}",
-        f"--connections {args.connections}",
-    ]
 
 
 def main() -> None:
     args = parser().parse_args()
+    if args.client:
+        result = asyncio.run(client(args.client, args.clients, args.duration, args.rate))
+        print(json.dumps(result))
+        return
     print(f"machine: {machine()}")
     asyncio.run(run(args))
 

@@ -1,5 +1,5 @@
-"""What every benchmark needs: one PostgreSQL server, throwaway databases, the app on a socket,
-the invoice template, and small statistics helpers."""
+"""What the benchmarks share: one PostgreSQL server, throwaway databases, the app on a socket,
+the invoice, the clients' calls and a few statistics."""
 
 from __future__ import annotations
 
@@ -22,13 +22,11 @@ import psutil
 from aiohttp import ClientResponse, ClientSession, web
 
 from server.queue import db
-from server.settings import Settings
-from server.web.app import create_app
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
-#: The render time limit when a benchmark calls Pressroom's renderer directly.
-RENDER_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parent.parent
+#: The all-jobs stream filtered to the events that end a job's attempts.
+FINAL_TYPES = "job.done,job.failed"
 
 INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
   body { font-family: "DejaVu Sans", sans-serif; margin: 24px; color: #222; }
@@ -48,6 +46,7 @@ INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
 
 
 def invoice_data(n: int, lines: int = 20) -> dict[str, Any]:
+    """Invoice number `n` with `lines` table lines (about 32 fill an A4 page)."""
     rows = [
         {
             "item": f"Service {i}",
@@ -81,15 +80,9 @@ def percentile(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[round(p * 10) - 1]
 
 
-def latency_summary(latencies_ms: list[float]) -> dict[str, float]:
-    """p50/p90/p99/max of a list of milliseconds."""
-    return {
-        "n": len(latencies_ms),
-        "p50_ms": percentile(latencies_ms, 50),
-        "p90_ms": percentile(latencies_ms, 90),
-        "p99_ms": percentile(latencies_ms, 99),
-        "max_ms": max(latencies_ms) if latencies_ms else float("nan"),
-    }
+def summary(latencies_ms: list[float]) -> dict[str, float]:
+    """p50 and p99 of a list of milliseconds."""
+    return {"p50": percentile(latencies_ms, 50), "p99": percentile(latencies_ms, 99)}
 
 
 def command(module: str, *args: object) -> str:
@@ -98,41 +91,69 @@ def command(module: str, *args: object) -> str:
     return f"{prefix}python -m {module} " + " ".join(str(a) for a in args)
 
 
+#: A database migrated once per run, which every migrated database of the run is a copy of.
+_template: str | None = None
+_users = 0  # postgres() contexts open; the last one to close drops the template
+
+
 @contextlib.asynccontextmanager
 async def postgres() -> AsyncIterator[str]:
     """The PostgreSQL server every benchmark of this run shares: DATABASE_URL, else an embedded
     one, started once and published through DATABASE_URL so nested benchmarks reuse it."""
+    global _template, _users
     server = os.environ.get("DATABASE_URL")
-    if server is not None:
-        yield server
-        return
-    embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
-    server = await embedded.start()
-    os.environ["DATABASE_URL"] = server
+    embedded = None
+    if server is None:
+        embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
+        server = os.environ["DATABASE_URL"] = await embedded.start()
+    _users += 1
     try:
         yield server
     finally:
-        del os.environ["DATABASE_URL"]
-        await embedded.stop()
+        _users -= 1
+        if _users == 0 and _template is not None:
+            await execute(server, f'DROP DATABASE IF EXISTS "{_template}" WITH (FORCE)')
+            _template = None
+        if embedded is not None:
+            del os.environ["DATABASE_URL"]
+            await embedded.stop()
 
 
-async def server_version(server: str) -> str:
-    conn = await asyncpg.connect(server)
+async def execute(dsn: str, statement: str) -> None:
+    conn = await asyncpg.connect(dsn)
     try:
-        version: str = await conn.fetchval("SHOW server_version")
+        await conn.execute(statement)
     finally:
         await conn.close()
-    return f"PostgreSQL {version}"
 
 
-def with_database(server: str, name: str) -> str:
+def at(server: str, name: str) -> str:
+    """The DSN of database `name` on `server`."""
     return urlunsplit(urlsplit(server)._replace(path="/" + name))
+
+
+@contextlib.asynccontextmanager
+async def database(*, migrated: bool = True) -> AsyncIterator[str]:
+    """A fresh database on the shared server, with Pressroom's schema (a copy of the run's
+    migrated template) or, not `migrated`, empty; dropped afterwards."""
+    global _template
+    async with postgres() as server:
+        if migrated and _template is None:
+            _template = f"pressroom_bench_template_{uuid.uuid4().hex[:8]}"
+            await execute(server, f'CREATE DATABASE "{_template}"')
+            await db.migrate_at(at(server, _template))
+        name = f"pressroom_bench_{uuid.uuid4().hex[:8]}"
+        copy = f' TEMPLATE "{_template}"' if migrated else ""
+        await execute(server, f'CREATE DATABASE "{name}"{copy}')
+        try:
+            yield at(server, name)
+        finally:
+            await execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def checkpoint(dsn: str) -> None:
     """Write out what earlier benchmarks left dirty on the shared server (CHECKPOINT) and in
-    the page cache (sync), so a figure is not charged for another benchmark's writes; a user
-    who may not checkpoint is told so."""
+    the page cache (sync), so a figure is not charged for another benchmark's writes."""
     await asyncio.to_thread(os.sync)
     conn = await asyncpg.connect(dsn)
     try:
@@ -144,46 +165,24 @@ async def checkpoint(dsn: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def database(*, migrated: bool = False) -> AsyncIterator[str]:
-    """A fresh, empty database on the shared server; dropped afterwards."""
-    async with postgres() as server:
-        name = f"pressroom_bench_{uuid.uuid4().hex[:8]}"
-        admin = await asyncpg.connect(server)
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        await admin.close()
-        dsn = with_database(server, name)
-        try:
-            if migrated:
-                conn = await db.connect(dsn)
-                try:
-                    await db.migrate(conn)
-                finally:
-                    await conn.close()
-            yield dsn
-        finally:
-            admin = await asyncpg.connect(server)
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
-
-
-@contextlib.asynccontextmanager
 async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, web.Application]]:
     """The real app on a free port; yields its base URL and the app.
 
     `renderer_factory` is passed to create_app; every other keyword overrides a setting, as
-    does a PRESSROOM_* variable of the environment. The per-tenant cap on jobs in flight is
-    lifted, since benchmarks queue far more than a tenant would, and webhooks are off (no
-    benchmark job has one).
+    does a PRESSROOM_* variable of the environment (another engine, a mechanism turned off).
+    The per-tenant cap on jobs in flight is lifted: benchmarks queue far more than a tenant
+    would.
     """
+    # Imported here: the clients import this module in child processes of their own, and the
+    # app's modules would make each of them start in five seconds instead of one.
+    from server.settings import Settings
+    from server.web.app import create_app
+
     renderer_factory = overrides.pop("renderer_factory", None)
-    data_dir = Path(tempfile.mkdtemp(prefix="prb-data-"))
-    # PRESSROOM_* variables of the benchmark's environment reach the app (another engine,
-    # a mechanism turned off), as they would a real server.
     env = {name: value for name, value in os.environ.items() if name.startswith("PRESSROOM_")}
-    env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(data_dir)}
+    env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": tempfile.mkdtemp(prefix="prb-data-")}
     overrides.setdefault("tenant_max_inflight", 10**9)
-    settings = Settings.from_env(env, **overrides)
-    app = create_app(settings, renderer_factory=renderer_factory)
+    app = create_app(Settings.from_env(env, **overrides), renderer_factory=renderer_factory)
     async with serving(app) as base:
         yield base, app
 
@@ -202,16 +201,18 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-# The all-jobs stream filtered to the events that end a job's attempts.
-FINAL_TYPES = "job.done,job.failed"
+async def submit_many(
+    session: ClientSession, base: str, bodies: list[dict[str, Any]], concurrency: int
+) -> list[str]:
+    """POST every body to /v1/jobs, `concurrency` at a time; the jobs' ids."""
+    semaphore = asyncio.Semaphore(concurrency)
 
+    async def one(body: dict[str, Any]) -> str:
+        async with semaphore, session.post(f"{base}/v1/jobs", json=body) as resp:
+            assert resp.status == 202, await resp.text()
+            return str((await resp.json())["id"])
 
-async def wait_done(session: ClientSession, base: str, ids: set[str]) -> None:
-    """Follow the all-jobs stream from the start of the log until every id in `ids` is done
-    (or failed, which raises)."""
-    url = f"{base}/v1/events?type={FINAL_TYPES}"
-    async with session.get(url, headers={"Last-Event-ID": "0"}) as resp:
-        await until_done(resp, ids)
+    return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
 async def until_done(resp: ClientResponse, ids: set[str]) -> None:
@@ -231,43 +232,13 @@ async def until_done(resp: ClientResponse, ids: set[str]) -> None:
                 return
 
 
-async def submit_many(
-    session: ClientSession, base: str, bodies: list[dict[str, Any]], concurrency: int
-) -> list[str]:
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def one(body: dict[str, Any]) -> str:
-        async with semaphore, session.post(f"{base}/v1/jobs", json=body) as resp:
-            assert resp.status == 202, await resp.text()
-            return str((await resp.json())["id"])
-
-    return list(await asyncio.gather(*(one(b) for b in bodies)))
-
-
-def machine_busy_s() -> float | None:
-    """CPU seconds the machine has been busy since boot (all cores), or None off Linux."""
-    try:
-        with open("/proc/stat") as stat:
-            ticks = [int(n) for n in stat.readline().split()[1:]]
-    except OSError:
-        return None
-    idle = ticks[3] + ticks[4]  # idle and iowait
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-async def run_module(module: str, *args: str, env: dict[str, str] | None = None) -> Any:
+async def run_module(module: str, *args: str) -> Any:
     """Run `python -m module args…` in a child process and return the JSON it prints last.
 
-    Load generators run in their own process, so the client's CPU is not charged to the
-    server's event loop."""
+    Clients run in their own process, so the client's CPU is not charged to the server's
+    event loop, as a real client's is not."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        module,
-        *args,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", module, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE
     )
     out, _ = await proc.communicate()
     if proc.returncode != 0:

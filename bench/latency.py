@@ -1,19 +1,14 @@
-"""Submit→PDF latency on an idle server, one job at a time, against a raw loop printing the
-same page one at a time.
+"""Submit→PDF latency on an idle server, one job at a time, against the raw print of the same
+page, one at a time.
 
 Pressroom: a client in a process of its own follows the all-jobs stream live (`job.done`,
 `job.failed` only), then for each document takes the time, POSTs it and waits for its
-`job.done`: that span is the latency a user waiting on SSE sees, the file stored and the
-event committed. The floor: one reused page of the same engine, `set_content` then `pdf`
-with Pressroom's PDF arguments, timed per document. Then Pressroom's own renderer alone
-(the app's render call, nothing around it), the same way. Between them, the bare service
-(bench/bare.py: the least a service of this design can do, printing on the same page) is
-timed by the same client: the latency no service of this design reaches below. All three are
-started once and warmed, then alternate in --rounds rounds of --docs documents; the report
-gives the medians of the rounds' p50 and p99, and the difference each service adds.
+`job.done`: the latency a user waiting on SSE sees, the PDF stored and the event committed.
+The floor: bench.render's raw loop with one page of the same engine, timed per document. Both
+are started once and warmed, then alternate in --rounds rounds of --docs documents; the
+medians of the rounds' p50 and p99 are printed, with what Pressroom adds to the raw print.
 
     python -m bench.latency [--docs 100] [--rounds 3]
-    python -m bench.latency --client URL --docs N   (the client; prints one JSON line)
 """
 
 from __future__ import annotations
@@ -23,38 +18,28 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import ClientSession
 
-from bench.bare import BareService
 from bench.common import (
     FINAL_TYPES,
     INVOICE,
     QUICK,
-    RENDER_TIMEOUT_S,
     checkpoint,
-    command,
     database,
     invoice_data,
     machine,
-    percentile,
     postgres,
     run_module,
     running_app,
+    summary,
     until_done,
 )
-from bench.render import RawLoop
-from server.keys import CHROMIUM, METRICS
-from server.options import RenderOptions
-from server.pipeline.worker import Phase
-from server.queue.metrics import Metrics
+from bench.render import RawLoop, print_burst
 from server.render import templates
 
 NAME = "bench.latency"
-#: Issue 19's targets: what Pressroom may add to the raw print, at p50 and at p99.
-TARGET_ADDED_MS = {"p50": 3.0, "p99": 6.0}
 
 
 async def client(url: str, docs: int) -> list[float]:
@@ -73,37 +58,14 @@ async def client(url: str, docs: int) -> list[float]:
     return latencies
 
 
-async def latencies(print_one: Callable[[str], Awaitable[object]], html: list[str]) -> list[float]:
-    """Milliseconds per document for `print_one`, one document at a time."""
-    times: list[float] = []
+async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
+    """Milliseconds per document on the raw loop's pages, one document at a time."""
+    times = []
     for doc in html:
         started = time.perf_counter()
-        await print_one(doc)
+        await raw.run([doc])
         times.append((time.perf_counter() - started) * 1000)
     return times
-
-
-async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
-    """Milliseconds per document for the raw loop's single page."""
-    return await latencies(lambda doc: raw.run([doc]), html)
-
-
-#: The phases a job passes in the worker, in order (bench.latency reports their means).
-PHASES = [Phase.PREPARING, Phase.RENDERING, Phase.PRINTING, Phase.STORING, Phase.RECORDING]
-PHASE_METRIC = "pressroom_job_phase_duration_seconds"
-
-
-def phase_totals(metrics: Metrics) -> dict[str, float]:
-    """Seconds spent so far in each phase, summed over every attempt (from /metrics)."""
-    totals = {}
-    for phase in PHASES:
-        value = metrics.registry.get_sample_value(f"{PHASE_METRIC}_sum", {"phase": phase.value})
-        totals[phase.value] = value or 0.0
-    return totals
-
-
-def summary(latencies: list[float]) -> dict[str, float]:
-    return {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,81 +75,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         postgres(),
         RawLoop(1) as raw,
         database() as dsn,
-        running_app(dsn) as (base, app),
-        database() as bare_dsn,
-        BareService(bare_dsn, raw) as bare,
+        running_app(dsn) as (base, _app),
     ):
         await raw.warm(html)
-        await run_module(NAME, "--client", base, "--docs", "4")
-        await run_module(NAME, "--client", bare.base, "--docs", "4")
+        await print_burst(base, 4)
         await checkpoint(dsn)
-        options = RenderOptions()
-
-        async def renderer_alone(doc: str) -> object:
-            """Pressroom's own renderer: the app's render call, nothing around it."""
-            return await app[CHROMIUM].render(doc, options, timeout_s=RENDER_TIMEOUT_S)
-
         for _ in range(args.rounds):
             floor = summary(await raw_latencies(raw, html))
-            alone = summary(await latencies(renderer_alone, html))
-            least = summary(await run_module(NAME, "--client", bare.base, "--docs", str(args.docs)))
-            before = phase_totals(app[METRICS])
-            timed = await run_module(NAME, "--client", base, "--docs", str(args.docs))
-            after = phase_totals(app[METRICS])
-            ours = summary(timed)
-            spent = {p: (after[p] - before[p]) * 1000 / args.docs for p in after}
+            ours = summary(await run_module(NAME, "--client", base, "--docs", str(args.docs)))
             rounds.append(
                 {
-                    "mean": statistics.fmean(timed),
-                    **{f"phase_{p}": ms for p, ms in spent.items()},
-                    "outside_worker": statistics.fmean(timed) - sum(spent.values()),
                     "raw_p50": floor["p50"],
                     "raw_p99": floor["p99"],
                     "p50": ours["p50"],
                     "p99": ours["p99"],
-                    "added_p50": ours["p50"] - floor["p50"],
-                    "added_p99": ours["p99"] - floor["p99"],
-                    "renderer_added_p50": alone["p50"] - floor["p50"],
-                    "renderer_added_p99": alone["p99"] - floor["p99"],
-                    "bare_p50": least["p50"],
-                    "bare_p99": least["p99"],
-                    "bare_added_p50": least["p50"] - floor["p50"],
-                    "bare_added_p99": least["p99"] - floor["p99"],
                 }
             )
     row = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     print(
-        f"latency docs={args.docs}: raw print p50 {row['raw_p50']:.1f} ms p99 "
-        f"{row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 {row['p50']:.1f} ms p99 "
-        f"{row['p99']:.1f} ms; added p50 {row['added_p50']:+.1f} ms p99 {row['added_p99']:+.1f} ms "
-        f"(median of {args.rounds} rounds)",
+        f"latency {args.docs} docs, one at a time, median of {args.rounds} rounds: raw print p50 "
+        f"{row['raw_p50']:.1f} ms, p99 {row['raw_p99']:.1f} ms; Pressroom submit→job.done p50 "
+        f"{row['p50']:.1f} ms ({row['p50'] - row['raw_p50']:+.1f}), p99 {row['p99']:.1f} ms "
+        f"({row['p99'] - row['raw_p99']:+.1f})",
         flush=True,
     )
-    print(
-        f"latency Pressroom's renderer alone adds p50 {row['renderer_added_p50']:+.1f} ms p99 "
-        f"{row['renderer_added_p99']:+.1f} ms to the raw print",
-        flush=True,
-    )
-    print(
-        f"latency the bare service (bench/bare.py) submit→job.done p50 {row['bare_p50']:.1f} ms "
-        f"p99 {row['bare_p99']:.1f} ms; added p50 {row['bare_added_p50']:+.1f} ms p99 "
-        f"{row['bare_added_p99']:+.1f} ms",
-        flush=True,
-    )
-    phases = ", ".join(f"{p.value} {row[f'phase_{p.value}']:.1f}" for p in PHASES)
-    print(
-        f"latency Pressroom's mean {row['mean']:.1f} ms: in the worker {phases}; outside it "
-        f"(HTTP, the insert's commit before the job starts, the event to the client) "
-        f"{row['outside_worker']:.1f} ms",
-        flush=True,
-    )
-    return {
-        "args": vars(args),
-        "command": command(NAME, f"--docs {args.docs}", f"--rounds {args.rounds}"),
-        "row": row,
-        "rounds": rounds,
-        "targets_added_ms": TARGET_ADDED_MS,
-    }
+    return row
 
 
 def parser() -> argparse.ArgumentParser:

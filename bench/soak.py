@@ -1,4 +1,4 @@
-"""Soak (P6): N renders in a row through one app with real Chromium; memory stays flat and no
+"""Soak: N renders in a row through one app with real Chromium; memory stays flat and no
 Chromium process outlives the app.
 
 Jobs go in over HTTP in batches of --every; after each batch is done the resident memory
@@ -24,7 +24,6 @@ from aiohttp import ClientSession
 from bench.common import (
     INVOICE,
     QUICK,
-    command,
     database,
     invoice_data,
     machine,
@@ -36,7 +35,6 @@ from server.events import JobEvent
 from server.keys import CHROMIUM, HUB
 from server.render.chromium import browser_processes
 
-NAME = "bench.soak"
 MIB = 1024 * 1024
 
 
@@ -110,11 +108,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             bodies = [{"template": INVOICE, "data": invoice_data(n)} for n in range(args.every)]
 
             def sample() -> None:
-                row = {
-                    "jobs": done,
-                    "seconds": time.perf_counter() - started,
-                    "server_mb": server.memory_info().rss / MIB,
-                }
+                row = {"jobs": done, "server_mb": server.memory_info().rss / MIB}
                 row["chromium_mb"], row["chromium_pss_mb"] = chromium_memory_mb(seen)
                 row["total_mb"] = row["server_mb"] + row["chromium_mb"]
                 samples.append(row)
@@ -146,34 +140,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     from_job = args.from_job if args.from_job <= samples[-1]["jobs"] else args.every
     result = {
-        "args": vars(args),
-        "command": command(NAME, *_argv(args)),
-        "samples": samples,
-        "from_job": from_job,
-        "server_growth_pct": growth(samples, "server_mb", from_job),
-        "chromium_growth_pct": growth(samples, "chromium_mb", from_job),
-        "chromium_pss_growth_pct": growth(samples, "chromium_pss_mb", from_job),
-        "total_growth_pct": growth(samples, "total_mb", from_job),
-        "browser_launches": launches,
-        "chromium_pids_seen": len(seen),
-        "zombies": zombie_pids,
-        "orphans": orphan_pids,
-        "elapsed_s": elapsed,
-        "rate": done / elapsed,
+        key: growth(samples, key, from_job)
+        for key in ("server_mb", "chromium_mb", "chromium_pss_mb", "total_mb")
     }
-    print_result(result)
-    return result
-
-
-def print_result(result: dict[str, Any]) -> None:
     print(
-        f"soak    {result['samples'][-1]['jobs']} renders in {result['elapsed_s']:.0f} s: growth "
-        f"from job {result['from_job']}: server {result['server_growth_pct']:+.1f} %, Chromium "
-        f"{result['chromium_growth_pct']:+.1f} %, total {result['total_growth_pct']:+.1f} %; "
-        f"{result['browser_launches']} browser launches; zombies {len(result['zombies'])}, "
-        f"orphans {len(result['orphans'])}",
+        f"soak    {done} renders in {elapsed:.0f} s ({done / elapsed:.1f} PDFs/s), growth from "
+        f"job {from_job}: server {result['server_mb']:+.1f} %, Chromium RSS "
+        f"{result['chromium_mb']:+.1f} %, PSS {result['chromium_pss_mb']:+.1f} %, total "
+        f"{result['total_mb']:+.1f} %; {launches} browser launches, {len(seen)} Chromium "
+        f"processes seen; zombies {len(zombie_pids)}, orphans {len(orphan_pids)}",
         flush=True,
     )
+    return {"growth_pct": result, "zombies": zombie_pids, "orphans": orphan_pids}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -185,15 +163,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--from-job", type=int, default=100 if QUICK else 500)
     parser.add_argument("--slots", type=int, default=2)
     return parser
-
-
-def _argv(args: argparse.Namespace) -> list[str]:
-    return [
-        f"--jobs {args.jobs}",
-        f"--every {args.every}",
-        f"--from-job {args.from_job}",
-        f"--slots {args.slots}",
-    ]
 
 
 def main() -> None:
