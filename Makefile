@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_DEPS    := $(VENV)/.stamp-deps
 STAMP_BROWSER := $(VENV)/.stamp-browser
-# The suite runs on this many pytest-xdist workers (docs/performance.md, "Test suite").
+# The suite runs on this many pytest-xdist workers (docs/decisions/020-test-suite-in-parallel.md).
 TEST_WORKERS  ?= 3
 
 # Every Python process of the suite reads its modules from bytecode caches (about 1.7 s of
@@ -42,9 +42,8 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# Full sizes write docs/performance.md; BENCH_QUICK=1 runs reduced sizes into a temp folder.
+# Every benchmark in turn, printing its figures (docs/performance.md); BENCH_QUICK=1 reduces sizes.
 bench: install
-	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
 clean:

@@ -7,8 +7,8 @@ output intent with its ICC profile, XMP metadata that states the part and confor
 repeats the document information, and a document ID. Everything else stays as Chromium made
 it: the text layer, links, the outline and the structure tree of a tagged PDF. (Ghostscript's
 pdfwrite, the other candidate, rewrites every page and drops the structure tree and /Lang;
-docs/performance.md has the comparison.) The sRGB profile is made by Little CMS through
-Pillow, so no profile file has to be shipped or found.
+docs/decisions/013-pdf-finishing-with-pikepdf.md has the comparison.) The sRGB profile is
+made by Little CMS through Pillow, so no profile file has to be shipped or found.
 
 Runs in a finishing process (server/pdf/finishing.py).
 """

@@ -10,7 +10,7 @@ failure that may pass (no disk space, killed).
 
 One part is open at a time: pikepdf copies a page with its streams' data as it is stored
 (compressed, never decoded), so each part is closed once its pages are in, and memory holds
-the output's objects until they are written (docs/performance.md, "Combined batches").
+the output's objects until they are written (docs/decisions/014-batch-join-in-a-child-process.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Screenshots are taken with Chromium's own Page.captureScreenshot over a CDP sess
 Playwright's page.screenshot(), which knows PNG and JPEG only and scales by its context's device
 factor alone: the one call writes all three formats, WebP included, and its clip's scale renders
 at that resolution (as a device scale factor would) on a slot's reused page.
-docs/performance-notes.md has the figures.
+docs/decisions/012-images-by-cdp-and-pdfium.md has the figures.
 
 A thumbnail is page 1 of the PDF as printed, rasterised by PDFium (pypdfium2, Chromium's own
 PDF engine) and written by Pillow, in a thread: a screenshot of the page would show the screen

@@ -219,8 +219,8 @@ class PushServer:
     async def handle_request(self, request: web.Request) -> web.StreamResponse:
         """Every request to /socket.io/. Websockets decline permessage-deflate, which every
         browser offers: accepted, it gives each connection zlib state of its own (most of what
-        a browser's session would cost: docs/performance-notes.md) to squeeze engine.io's
-        pings and acks of a few bytes, while events go out as frames written once,
+        a browser's session would cost: docs/decisions/007-idle-stream-memory.md) to squeeze
+        engine.io's pings and acks of a few bytes, while events go out as frames written once,
         uncompressed, for all. The handshake sees the request without the offer."""
         if hdrs.SEC_WEBSOCKET_EXTENSIONS in request.headers:
             headers = request.headers.copy()
