@@ -33,13 +33,13 @@ BENCHMARKS = {
 }
 #: Each benchmark's arguments with --tiny.
 TINY = {
-    "accept": "--duration 0.5 --clients 4 --rate 40 --connections 2",
-    "queue": "--jobs 40 --slots 4 --pgqueuer 1x10 --procrastinate 4",
-    "render": "--docs 4 --slots 1 --pages 1 --rounds 1 --engines default",
-    "latency": "--docs 3 --rounds 1",
-    "mechanisms": "--docs 4 --latency-docs 2 --rounds 1 --configs defaults",
-    "soak": "--jobs 20 --every 10 --from-job 10 --slots 1",
-    "push": "--events 5 --subscribers 20 --sio-subscribers 20",
+    "accept": "--duration 0.3 --clients 4 --rate 40 --connections 2",
+    "queue": "--jobs 20 --slots 2 --pgqueuer 1x10 --procrastinate 2",
+    "render": "--docs 2 --slots 1 --pages 1 --rounds 1 --engines default",
+    "latency": "--docs 2 --rounds 1",
+    "mechanisms": "--docs 2 --latency-docs 2 --rounds 1 --configs defaults",
+    "soak": "--jobs 10 --every 5 --from-job 5 --slots 1",
+    "push": "--events 3 --subscribers 10 --sio-subscribers 10",
 }
 
 
