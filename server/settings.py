@@ -292,14 +292,6 @@ class Settings(BaseSettings):
     combine_slots: NonNegativeInt = setting(
         1, "batch joins (`combine`) at once in this process (0 = this process joins none)"
     )
-    claim_while_printing_s: NonNegativeFloat = setting(
-        0.5,
-        "when a page that loaded within this many seconds begins to print, claim its slot's "
-        "next job (0: off)",
-    )
-    hand_off: bool = setting(
-        True, "a job submitted while this process's worker is idle goes straight to it"
-    )
     run_web: bool = internal(True, "serve the web app (`pressroom worker` turns it off)")
     storage: Storage = setting("local", "`local` or `s3`")
     s3_endpoint: str | None = setting(

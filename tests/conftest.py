@@ -219,9 +219,8 @@ def fake_renderer() -> FakeRenderer:
 
 @pytest.fixture
 async def api(start_app: Callable[..., Any], fake_renderer: FakeRenderer) -> RunningApp:
-    """The app with one render slot on the fake renderer, which never says it prints, so
-    nothing is claimed ahead: while the gate holds a render, the jobs after it stay queued
-    (tests/integration/test_claim_ahead.py covers claiming while a slot prints)."""
+    """The app with one render slot on the fake renderer: while the gate holds a render, the
+    jobs after it stay queued."""
     app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
     return app
 

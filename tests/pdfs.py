@@ -54,22 +54,11 @@ def small_image(output: str, size: tuple[int, int] = (4, 3)) -> bytes:
 
 
 class FakeRenderer:
-    """Stands in for Chromium in API tests: instant PDFs, or held / failing on demand. With
-    `prints`, it says it began printing (on_print) before it waits at the gate, as Chromium
-    does once the page has loaded."""
+    """Stands in for Chromium in API tests: instant PDFs, or held / failing on demand."""
 
-    def __init__(
-        self,
-        *,
-        prints: bool = False,
-        load_s: float = 0.0,
-        pages: int = 1,
-        text_of: Callable[[str], str] | None = None,
-    ) -> None:
-        self.prints = prints
+    def __init__(self, *, pages: int = 1, text_of: Callable[[str], str] | None = None) -> None:
         self.pages = pages  # how many pages the PDFs claim to have
         self.text_of = text_of  # the text of each PDF, from the page's HTML (else "Pressroom")
-        self.load_s = load_s  # how long the page takes to "load" before printing begins
         self.gate: asyncio.Event | None = None
         self.fail_with: RenderError | None = None
         self.rendered: list[Document] = []
@@ -84,17 +73,12 @@ class FakeRenderer:
         options: RenderOptions,
         *,
         timeout_s: float,
-        on_print: Callable[[], None] | None = None,
         assets: Assets | None = None,
     ) -> RenderResult:
         self.calls.append(html)
         self.options.append(options)
         self.assets.append(assets)
         self.started.set()
-        if self.load_s:
-            await asyncio.sleep(self.load_s)
-        if self.prints and on_print is not None:
-            on_print()
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_with is not None:

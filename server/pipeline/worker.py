@@ -2,7 +2,7 @@
 
 Each job in flight is one `InFlightJob`, held in `Workers._jobs` by id from its start until
 its task (and its final write) ended; its `phase` says what the worker does with it, and every
-count the worker acts on (free slots, slots printing) is read from those objects."""
+count the worker acts on (free slots) is read from those objects."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import itertools
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -61,11 +60,6 @@ class WorkerConfig:
     retry_max_s: float
     shutdown_grace_s: float
     max_pages: int = 1000
-    #: A slot whose page loaded within this many seconds is about to free when it starts
-    #: printing: the next job is claimed then, so that its claim and its template are done
-    #: when the slot frees, instead of after (the print of a page that loads quickly is short
-    #: too, so the job claimed waits briefly). 0: claim only for a free slot.
-    claim_while_printing_s: float = 0.0
     #: PRESSROOM_SECRET: opens the secrets sealed with a job (server/pipeline/vault.py).
     secret: str = ""
     #: The key `sign` uses (None: none configured, and `sign` is refused at submission).
@@ -81,11 +75,10 @@ def new_worker_id() -> str:
 class Phase(enum.StrEnum):
     """Where a job in flight is in this worker, in the order a job moves through them."""
 
-    PREPARING = "preparing"  # options and template, then waiting for a render slot
-    RENDERING = "rendering"  # in Chromium, holding a render slot
-    PRINTING = "printing"  # the same, printing a page that loaded quickly (claim_while_printing_s)
+    PREPARING = "preparing"  # options, template and assets, holding a render slot
+    RENDERING = "rendering"  # in Chromium
     FINISHING = "finishing"  # its PDF in a finishing process (server/pdf/finishing.py), in its slot
-    STORING = "storing"  # past its render, holding no slot: waits for its row, writes the file
+    STORING = "storing"  # past its render, holding no slot: writes the file
     RECORDING = "recording"  # the attempt's final write (done or failed), never cut off
     ABORTED = "aborted"  # its task is being cancelled: nothing of it is recorded
 
@@ -103,10 +96,7 @@ class Phase(enum.StrEnum):
 
 _NEXT: Mapping[Phase, frozenset[Phase]] = {
     Phase.PREPARING: frozenset({Phase.RENDERING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.RENDERING: frozenset(
-        {Phase.PRINTING, Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}
-    ),
-    Phase.PRINTING: frozenset({Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
+    Phase.RENDERING: frozenset({Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
     Phase.FINISHING: frozenset({Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
     Phase.STORING: frozenset({Phase.RECORDING}),
     Phase.RECORDING: frozenset(),
@@ -116,11 +106,9 @@ _NEXT: Mapping[Phase, frozenset[Phase]] = {
 
 @dataclasses.dataclass(slots=True, eq=False)
 class InFlightJob:
-    """One job this worker holds, or is being handed, from its start until its task ended."""
+    """One job this worker holds, from its claim until its task ended."""
 
     job: ClaimedJob
-    #: Hand-off only: whether the job's insert committed (None: a claimed job, its row exists).
-    inserted: asyncio.Future[bool] | None = None
     phase: Phase = Phase.PREPARING
     task: asyncio.Task[None] = dataclasses.field(init=False)
     #: The attempt's final write, a task of its own so that cancelling `task` cannot cut it.
@@ -135,13 +123,6 @@ class InFlightJob:
         now = time.perf_counter()
         spent, self.phase, self.since = now - self.since, phase, now
         return spent
-
-    @property
-    def held(self) -> bool:
-        """Whether the row says this worker holds the job: not yet for a handed-off job whose
-        insert has not committed (a heartbeat would find no row and abort it)."""
-        f = self.inserted
-        return f is None or (f.done() and not f.cancelled() and f.result())
 
     @property
     def ended(self) -> bool:
@@ -179,17 +160,15 @@ class Workers:
         self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
         self._wake = asyncio.Event()
         self._jobs: dict[uuid.UUID, InFlightJob] = {}
-        # Chromium's slots, taken in the order jobs ask; who holds one is in the phases.
-        self._slots = asyncio.Semaphore(config.slots)
-        # The last claim found fewer due jobs than it asked for, and no wake-up came since.
-        self._queue_empty = False
         self._stopping = False
         # Clear while the claim loop runs: stop() waits for a claim in flight to come back, so
         # the jobs it took are known (and handed back) instead of left running on a lease.
         self._loop_done = asyncio.Event()
         self._loop_done.set()
+        #: Set while the claim loop waits for work with a render slot free: a job submitted
+        #: now starts when its NOTIFY wakes the loop (a signal tests wait on).
+        self.waiting = asyncio.Event()
         self.rendered = 0
-        self.handed_off = 0
         #: The largest peak memory a finishing process reached, in MiB.
         self.finish_memory_mb = 0.0
 
@@ -210,31 +189,9 @@ class Workers:
     def busy(self) -> int:
         return len(self._jobs)
 
-    @property
-    def idle(self) -> bool:
-        """Waiting for work with a slot free: a job inserted by this process now is handed off."""
-        return (
-            self._queue_empty
-            and not self._stopping
-            and not self._wake.is_set()
-            and self._free(ahead=False) > 0
-        )
-
-    @property
-    def lease_s(self) -> float:
-        return self._config.lease_s
-
-    def _free(self, *, ahead: bool) -> int:
-        """Render slots no job holds; `ahead` adds those a job may be claimed ahead for (one
-        per slot printing a page that loaded quickly)."""
-        holding = printing = 0
-        for entry in self._jobs.values():
-            holding += entry.phase.holds_slot
-            printing += entry.phase is Phase.PRINTING
-        capacity = self._config.slots
-        if ahead:
-            capacity += printing
-        return capacity - holding
+    def _free(self) -> int:
+        """Render slots no job holds."""
+        return self._config.slots - sum(entry.phase.holds_slot for entry in self._jobs.values())
 
     def _move(self, entry: InFlightJob, phase: Phase) -> None:
         left = entry.phase
@@ -242,30 +199,6 @@ class Workers:
         self._metrics.phase_seconds.labels(left).observe(entry.enter(phase))
         if held_slot and not phase.holds_slot:
             self._wake.set()  # its slot is free for the next job
-
-    def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
-        """Start the first of `due`, one per free slot, while their rows are being inserted
-        (see jobs.HandOff): only while this worker is idle, so a job taken this way passes
-        none that waits in the queue. The template and the render run meanwhile; storing and
-        recording wait for `inserted`."""
-        if not self.idle:
-            return 0
-        handed = [
-            self._start(job, inserted) for job in itertools.islice(due, self._free(ahead=False))
-        ]
-        if handed:
-            inserted.add_done_callback(lambda _f: self._inserted(handed))
-        return len(handed)
-
-    def _inserted(self, handed: list[InFlightJob]) -> None:
-        if not handed[0].held:
-            for entry in handed:
-                self._abort(entry, "its insert failed")
-            return
-        self.handed_off += len(handed)
-        self._metrics.jobs_started.labels("hand_off").inc(len(handed))
-        for entry in handed:
-            self._announce(entry.job)
 
     async def run(self) -> None:
         """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
@@ -280,8 +213,7 @@ class Workers:
             # Cleared before looking, so a wake-up that arrives while claiming is not lost
             # and a set flag never turns this loop into a spin while every slot is busy.
             self._wake.clear()
-            self._queue_empty = False
-            free = self._free(ahead=True)
+            free = self._free()
             if free > 0:
                 claimed: list[ClaimedJob] = []
                 try:
@@ -295,17 +227,21 @@ class Workers:
                 except DB_OR_QUERY_ERRORS as exc:
                     log.warning("claim failed: %s", exc)
                 else:
-                    self._queue_empty = len(claimed) < free
                     self._metrics.jobs_started.labels("claim").inc(len(claimed))
                 for job in claimed:
                     self._announce(job)
-                    self._start(job, None)
+                    self._start(job)
                 if claimed and len(claimed) == free:
                     continue  # the queue may hold more: claim again as soon as a slot frees
             poll_s = jittered(self._config.poll_interval_s, 0.5)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(poll_s):
-                    await self._wake.wait()
+            if free > 0:
+                self.waiting.set()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await self._wake.wait()
+            finally:
+                self.waiting.clear()
 
     def _announce(self, job: ClaimedJob) -> None:
         log.info(
@@ -315,8 +251,8 @@ class Workers:
             extra={"job_id": str(job.id), "tenant": job.tenant},
         )
 
-    def _start(self, job: ClaimedJob, inserted: asyncio.Future[bool] | None) -> InFlightJob:
-        entry = InFlightJob(job, inserted)
+    def _start(self, job: ClaimedJob) -> InFlightJob:
+        entry = InFlightJob(job)
         entry.task = asyncio.create_task(self._run_job(entry), name=f"render-{job.id}")
         self._jobs[job.id] = entry
         self._own(entry, entry.task)
@@ -346,31 +282,6 @@ class Workers:
         entry.task.cancel()
         return True
 
-    def _on_print(self, entry: InFlightJob) -> Callable[[], None] | None:
-        """What the renderer calls when the page is loaded and printing begins: a quick load
-        means a short print, so the slot's next job is claimed now (claim_while_printing_s)."""
-        limit_s = self._config.claim_while_printing_s
-        if limit_s <= 0:
-            return None
-        started = time.monotonic()
-
-        def printing() -> None:
-            if time.monotonic() - started <= limit_s and entry.phase is Phase.RENDERING:
-                self._move(entry, Phase.PRINTING)
-                # The last claim found the queue empty and nothing woke the loop since (a new
-                # job would have: its NOTIFY): the claim then can wait for that wake-up.
-                if not (self._queue_empty and not self._wake.is_set()):
-                    self._wake.set()
-
-        return printing
-
-    async def _row_written(self, entry: InFlightJob) -> bool:
-        """Whether the job's row is there to record to: False only for a handed-off job whose
-        insert failed (it never existed; nothing of its render is kept)."""
-        # Shielded: the future is shared by the jobs of one insert, and cancelling this task
-        # (an abort, a shutdown) must not cancel it for the others or for the inserter.
-        return entry.inserted is None or await asyncio.shield(entry.inserted)
-
     async def _run_job(self, entry: InFlightJob) -> None:
         job = entry.job
         warnings: list[str] = []
@@ -389,30 +300,26 @@ class Workers:
             )
             page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
             finish = await self._finish_work(job, render_options)
-            async with self._slots:
-                self._move(entry, Phase.RENDERING)
-                with self._metrics.render_seconds.time():
-                    result = await self._renderer.render(
-                        html,
-                        render_options,
-                        timeout_s=self._config.render_timeout_s,
-                        on_print=self._on_print(entry),
-                        assets=page_files,
-                    )
-                warnings = result.warnings
-                if result.pages is not None and result.pages > self._config.max_pages:
-                    limit = self._config.max_pages
-                    raise PermanentError(f"the PDF has more than {limit} pages, the limit")
-                if finish is not None:
-                    self._move(entry, Phase.FINISHING)
-                    result = await self._finished(result, finish)
+            self._move(entry, Phase.RENDERING)
+            with self._metrics.render_seconds.time():
+                result = await self._renderer.render(
+                    html,
+                    render_options,
+                    timeout_s=self._config.render_timeout_s,
+                    assets=page_files,
+                )
+            warnings = result.warnings
+            if result.pages is not None and result.pages > self._config.max_pages:
+                limit = self._config.max_pages
+                raise PermanentError(f"the PDF has more than {limit} pages, the limit")
+            if finish is not None:
+                self._move(entry, Phase.FINISHING)
+                result = await self._finished(result, finish)
             self._move(entry, Phase.STORING)
             files, contents = job.files(), [result.data]
             if render_options.thumbnail is not None:
                 width = render_options.thumbnail.width
                 contents.append(await images.thumbnail(result.data, width))
-            if not await self._row_written(entry):
-                return
             for file, data in zip(files, contents, strict=True):
                 await self._storage.put(
                     file.key, data, filename=file.filename, content_type=file.output.content_type
@@ -501,8 +408,6 @@ class Workers:
         self, entry: InFlightJob, error: str, *, retryable: bool, warnings: list[str]
     ) -> None:
         self._move(entry, Phase.RECORDING)
-        if not await self._row_written(entry):
-            return
         job = entry.job
         retry_in_s = backoff_s(
             job.attempt, base_s=self._config.retry_base_s, max_s=self._config.retry_max_s
@@ -555,9 +460,7 @@ class Workers:
         while True:
             await asyncio.sleep(interval_s)
             ids = [
-                job_id
-                for job_id, entry in self._jobs.items()
-                if entry.held and entry.phase is not Phase.ABORTED
+                job_id for job_id, entry in self._jobs.items() if entry.phase is not Phase.ABORTED
             ]
             if not ids:
                 continue
@@ -582,14 +485,8 @@ class Workers:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_CLAIM_WAIT_S):
                 await self._loop_done.wait()
-        # Likewise jobs handed off while their insert is in flight.
-        inserting = {
-            e.inserted for e in self._jobs.values() if e.inserted and not e.inserted.done()
-        }
-        if inserting:
-            await asyncio.wait(inserting, timeout=STOP_CLAIM_WAIT_S)
-        # Jobs not yet in Chromium (their template, or waiting for a slot when claimed ahead)
-        # go back to the queue at once: another process can take them now.
+        # Jobs not yet in Chromium (their template) go back to the queue at once: another
+        # process can take them now.
         await self._cut_off([e for e in self._jobs.values() if e.phase is Phase.PREPARING])
         if pending := _tasks(self._jobs.values()):
             grace_s = self._config.shutdown_grace_s

@@ -8,8 +8,8 @@ import datetime as dt
 import enum
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
@@ -140,68 +140,21 @@ class StoredJob:
     object_key: str | None
 
 
-class HandOff(Protocol):
-    """An idle worker of this process, taking jobs the moment they are inserted."""
-
-    @property
-    def worker_id(self) -> str: ...
-
-    @property
-    def lease_s(self) -> float: ...
-
-    def take(self, due: Iterable[ClaimedJob], inserted: asyncio.Future[bool]) -> int:
-        """Start the first jobs of `due`, one per free slot (none unless the worker is idle),
-        while their rows are being inserted; return how many it took.
-
-        `inserted` becomes True once the rows are committed (running, held by this worker),
-        False if the insert failed: until then nothing of these jobs may be stored or
-        recorded, and after False they never existed."""
-        ...
-
-
-async def create(
-    conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob], *, hand_off: HandOff | None = None
-) -> list[JsonDict]:
-    """Insert jobs and their job.queued events in one transaction, with one NOTIFY.
-
-    With `hand_off` (only on a pool: the statement must commit on its own), jobs due now go
-    straight to that worker's free slots, running, in the same statement; their renders start
-    at once, from the submitted values, and run while the row is written."""
-    handed = [False] * len(new)
-    taker: HandOff | None = None
-    inserted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    if hand_off is not None:
-        due = sorted(
-            (i for i, job in enumerate(new) if job.run_at is None), key=lambda i: -new[i].priority
-        )
-        # A generator: only the jobs the worker takes are built.
-        taken = hand_off.take((_first_attempt(new[i]) for i in due), inserted)
-        if taken:
-            for i in due[:taken]:
-                handed[i] = True
-            taker = hand_off
-    try:
-        if taker is not None:
-            # The renders just handed over take their first step (options, template, the call
-            # into the renderer) before the statement goes out. Sending first held them back
-            # by about 1.5 ms on the benchmark machine (bench.queue); the insert gained nothing.
-            await asyncio.sleep(0)
-        rows = await conn.fetch(
-            query("insert_jobs"),
-            *job_columns(new),
-            [j.idempotency_key for j in new],
-            [j.request_hash for j in new],
-            handed,
-            taker.worker_id if taker is not None else None,
-            taker.lease_s if taker is not None else 0.0,
-            [j.assets for j in new],
-            *source_columns(new),
-            [j.channel for j in new],
-        )
-    except BaseException:
-        inserted.set_result(False)
-        raise
-    inserted.set_result(True)
+async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> list[JsonDict]:
+    """Insert jobs and their job.queued events in one transaction, with one NOTIFY."""
+    rows = await conn.fetch(
+        query("insert_jobs"),
+        *job_columns(new),
+        [j.idempotency_key for j in new],
+        [j.request_hash for j in new],
+        # $13 to $15 would insert jobs already running for a worker: none is.
+        [False] * len(new),
+        None,
+        0.0,
+        [j.assets for j in new],
+        *source_columns(new),
+        [j.channel for j in new],
+    )
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]
 
@@ -227,21 +180,6 @@ def source_columns(new: list[NewJob]) -> list[list[Any]]:
     """The last two parameters of insert_jobs and insert_batch_jobs: each job's source and
     sealed secrets."""
     return [[j.source for j in new], [j.secrets for j in new]]
-
-
-def _first_attempt(new: NewJob) -> ClaimedJob:
-    return ClaimedJob(
-        id=new.id,
-        tenant=new.tenant,
-        template=new.template,
-        data=new.data,
-        options=new.options,
-        attempt=1,
-        max_attempts=new.max_attempts,
-        assets=new.assets,
-        source=new.source,
-        secrets=new.secrets,
-    )
 
 
 def _claimed(row: asyncpg.Record) -> ClaimedJob:
@@ -465,18 +403,10 @@ class Batcher(Generic[T, R]):
 
 
 class GroupCommit(Batcher[NewJob, JsonDict]):
-    """Concurrent submissions inserted together: one statement, one transaction, one NOTIFY.
-
-    Given this process's worker (`hand_off`), jobs due now go straight to its free slots
-    while it is idle (see `create`)."""
+    """Concurrent submissions inserted together: one statement, one transaction, one NOTIFY."""
 
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
-        super().__init__(
-            lambda new: create(pool, new, hand_off=self.hand_off),
-            name="group-commit",
-            max_batch=max_batch,
-        )
-        self.hand_off: HandOff | None = None
+        super().__init__(lambda new: create(pool, new), name="group-commit", max_batch=max_batch)
 
     async def create(self, new: NewJob) -> JsonDict:
         """Insert one job (with its event and NOTIFY) and return its public JSON."""

@@ -61,8 +61,8 @@ class Metrics:
         self.phase_seconds = Histogram(
             "pressroom_job_phase_duration_seconds",
             "Time an attempt spent in each phase of its worker: preparing (options, template, "
-            "waiting for a slot), rendering, printing, storing (waiting for its row, writing "
-            "the file), recording (the final statement).",
+            "assets), rendering, finishing, storing (writing the files), recording (the final "
+            "statement).",
             ["phase"],
             buckets=DURATION_BUCKETS_S,
             registry=self.registry,
@@ -82,8 +82,7 @@ class Metrics:
         )
         self.jobs_started = Counter(
             "pressroom_job_starts",
-            "Attempts started, by how the worker got the job: a claim from the queue, or a "
-            "hand-off of a job this process inserted while the worker was idle.",
+            "Attempts started, by how the worker got the job (a claim from the queue).",
             ["via"],
             registry=self.registry,
         )

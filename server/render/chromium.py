@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, Protocol
 
 import psutil
@@ -114,11 +114,9 @@ class Renderer(Protocol):
         options: RenderOptions,
         *,
         timeout_s: float,
-        on_print: Callable[[], None] | None = None,
         assets: Assets | None = None,
     ) -> RenderResult:
-        """`on_print`, when given, is called once the page is loaded, as printing begins.
-        With `assets`, relative URLs in the page resolve to those files (and only those)."""
+        """With `assets`, relative URLs in the page resolve to those files (and only those)."""
         ...
 
     async def check(self) -> None:
@@ -551,7 +549,6 @@ class ChromiumRenderer:
         options: RenderOptions,
         *,
         timeout_s: float,
-        on_print: Callable[[], None] | None = None,
         assets: Assets | None = None,
     ) -> RenderResult:
         """Print one document; TransientError on crash or timeout, PermanentError on bad input."""
@@ -561,7 +558,7 @@ class ChromiumRenderer:
         site = Site(html.encode(), assets) if assets and isinstance(html, str) else None
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._render(html, options, timeout_s, on_print, site)
+                return await self._render(html, options, timeout_s, site)
         except TimeoutError:
             self._suspect = True
             raise TransientError(f"render timed out after {timeout_s:g} s") from None
@@ -582,7 +579,6 @@ class ChromiumRenderer:
         html: Document,
         options: RenderOptions,
         timeout_s: float,
-        on_print: Callable[[], None] | None,
         site: Site | None,
     ) -> RenderResult:
         # A served page usually needs its scripts: they run unless the options say otherwise.
@@ -598,7 +594,7 @@ class ChromiumRenderer:
             slot.gate.site = site
             slot.served = site is not None
             try:
-                data = await self._print(slot, html, options, timeout_s, on_print)
+                data = await self._print(slot, html, options, timeout_s)
             except PlaywrightError:
                 if slot.out_of_memory():
                     raise PermanentError(
@@ -620,7 +616,6 @@ class ChromiumRenderer:
         html: Document,
         options: RenderOptions,
         timeout_s: float,
-        on_print: Callable[[], None] | None,
     ) -> bytes:
         timeout_ms = timeout_s * 1000
         page = slot.page
@@ -661,8 +656,6 @@ class ChromiumRenderer:
         finally:
             if watch is not None:
                 watch.stop()
-        if on_print is not None:
-            on_print()
         return await images.capture(page, options, self._max_pages)
 
 

@@ -205,7 +205,6 @@ def create_app(
             retry_max_s=settings.retry_max_s,
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
-            claim_while_printing_s=settings.claim_while_printing_s,
             secret=settings.secret,
             signing=settings.signing,
             finish_max_mb=settings.render_max_mb,
@@ -220,14 +219,11 @@ def create_app(
         )
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
-        if settings.hand_off:
-            app[GROUP_COMMIT].hand_off = workers
         async with (
             background("workers", workers.run()),
             background("heartbeat", workers.heartbeat()),
         ):
             yield
-            app[GROUP_COMMIT].hand_off = None
             await workers.stop()
         await workers.close()
 

@@ -118,28 +118,6 @@ async def test_scripts_run_when_a_template_needs_them(chromium_app: RunningApp) 
     assert data is not None and "drawn by script 42" in pdf_text(data)
 
 
-async def test_the_renderer_says_when_a_loaded_page_begins_to_print() -> None:
-    """on_print comes once per document, after the page has loaded (its script ran) and
-    before the PDF exists: the worker claims the slot's next job then."""
-    from server.netpolicy import NetworkPolicy
-    from server.options import RenderOptions
-    from server.render.chromium import ChromiumRenderer
-
-    renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1)
-    await renderer.start()
-    seen: list[str] = []
-    try:
-        for html in ("<p>plain</p>", "<p id=x></p><script>x.textContent = 'ran'</script>"):
-            result = await renderer.render(
-                html, RenderOptions(), timeout_s=20, on_print=lambda: seen.append("print")
-            )
-            seen.append("pdf")
-            assert result.data.startswith(b"%PDF-")
-        assert seen == ["print", "pdf", "print", "pdf"]
-    finally:
-        await renderer.close()
-
-
 RESPONSIVE = """<style>
   .half { width: 50vw; height: 10vh; background: #c00; } .big { font-size: 3vw; }
   @media (min-width: 600px) { .mq { color: green; font-size: 30px; } }

@@ -207,14 +207,11 @@ class FailsWhileMarked(FakeRenderer):
         options: RenderOptions,
         *,
         timeout_s: float,
-        on_print: Callable[[], None] | None = None,
         assets: Assets | None = None,
     ) -> RenderResult:
         if self.marker is not None and self.marker in html:
             raise PermanentError("the statement could not be printed")
-        return await super().render(
-            html, options, timeout_s=timeout_s, on_print=on_print, assets=assets
-        )
+        return await super().render(html, options, timeout_s=timeout_s, assets=assets)
 
 
 async def test_a_failed_item_fails_the_combined_file_and_its_retry_joins_again(
@@ -351,14 +348,11 @@ class HeldWhileMarked(FakeRenderer):
         options: RenderOptions,
         *,
         timeout_s: float,
-        on_print: Callable[[], None] | None = None,
         assets: Assets | None = None,
     ) -> RenderResult:
         if self.marker in html:
             await self.held.wait()
-        return await super().render(
-            html, options, timeout_s=timeout_s, on_print=on_print, assets=assets
-        )
+        return await super().render(html, options, timeout_s=timeout_s, assets=assets)
 
 
 @pytest.mark.slow

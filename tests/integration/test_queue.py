@@ -11,6 +11,7 @@ import pytest
 
 from server import sql
 from server.queue import jobs
+from server.queue.listener import CHANNEL as LISTEN_CHANNEL
 from tests.newjobs import new_job
 
 
@@ -136,3 +137,25 @@ async def test_renders_finishing_together_are_recorded_in_one_statement(pool: as
     assert all(r["object_key"].endswith("/1.pdf") for r in rows)
     done_events = await pool.fetchval("SELECT count(*) FROM job_events WHERE type = 'job.done'")
     assert done_events == 18
+
+
+async def test_a_claimed_job_gets_its_data_exactly_as_sent(pool: asyncpg.Pool) -> None:
+    data = {"zebra": 1, "a": {"yy": -0.0, "x": 1e20}, "mid": [3, 2, 1]}
+    [created] = await jobs.create(pool, [new_job(data=data)])
+    [claimed] = await jobs.claim(pool, limit=1, worker_id="w", lease_s=30)
+    stored = await pool.fetchval("SELECT data FROM jobs WHERE id = $1", uuid.UUID(created["id"]))
+    for value in (claimed.data, stored):
+        assert value == data
+        assert list(value) == ["zebra", "a", "mid"] and list(value["a"]) == ["yy", "x"]
+        assert repr(value["a"]["yy"]) == "-0.0" and repr(value["a"]["x"]) == "1e+20"
+
+
+async def test_a_new_job_notifies_the_workers(pool: asyncpg.Pool, dsn: str) -> None:
+    listener = await asyncpg.connect(dsn)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(LISTEN_CHANNEL, lambda *args: heard.put_nowait(args[-1]))
+    try:
+        await jobs.create(pool, [new_job()])
+        assert (await asyncio.wait_for(heard.get(), 5)).startswith("q:")  # work: wake up
+    finally:
+        await listener.close()

@@ -23,9 +23,7 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
 ) -> None:
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()  # a render that has begun does not end before the grace
-    app: RunningApp = await start_app(
-        renderer=renderer, render_slots=2, hand_off=False, shutdown_grace_s=0.5
-    )
+    app: RunningApp = await start_app(renderer=renderer, render_slots=2, shutdown_grace_s=0.5)
     claimed_in_db = asyncio.Event()
     answer = asyncio.Event()
     real_claim = jobs.claim

@@ -55,7 +55,7 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None
         ("PRESSROOM_PORT", "eighty", "PRESSROOM_PORT='eighty'"),
         ("PRESSROOM_PORT", "70000", "port number"),
         ("PRESSROOM_RENDER_SLOTS", "-1", "0 or more"),
-        ("PRESSROOM_CLAIM_WHILE_PRINTING_S", "-0.5", "PRESSROOM_CLAIM_WHILE_PRINTING_S"),
+        ("PRESSROOM_AUTH_CACHE_S", "-0.5", "PRESSROOM_AUTH_CACHE_S"),
         ("PRESSROOM_RENDER_TIMEOUT_S", "0", "greater than 0"),
         ("PRESSROOM_STORAGE", "ftp", "one of local, s3"),
         ("PRESSROOM_WEBHOOK_SECRET", "hunter2", "whsec_"),
