@@ -286,8 +286,6 @@ class Settings(BaseSettings):
     database_url: str | None = setting(
         None, "an existing PostgreSQL", env="DATABASE_URL", shown="embedded"
     )
-    db_pool_min: NonNegativeInt = setting(2, "connections one process keeps open at least")
-    db_pool_max: PositiveInt = setting(10, "connections one process opens at most")
     render_slots: NonNegativeInt = setting(2, "concurrent renders in this process (0 = no worker)")
     combine_slots: NonNegativeInt = setting(
         1, "batch joins (`combine`) at once in this process (0 = this process joins none)"
@@ -353,10 +351,7 @@ class Settings(BaseSettings):
     token_ttl_s: PositiveInt = setting(
         3600, "lifetime of the subscription tokens Pressroom mints, and the longest `ttl_s` gets"
     )
-    event_retention_s: PositiveInt = setting(7 * 24 * 3600, "how long events are kept for replay")
     max_body_bytes: PositiveInt = setting(2 * 1024 * 1024, "largest request body (413 above)")
-    max_template_bytes: PositiveInt = setting(512 * 1024, "largest template (422 above)")
-    max_data_bytes: PositiveInt = setting(1024 * 1024, "largest `data` of a job (422 above)")
     max_pages: PositiveInt = setting(1000, "pages a PDF may have; a longer one fails its job")
     max_asset_bytes: PositiveInt = setting(
         10 * 1024 * 1024,
@@ -367,12 +362,6 @@ class Settings(BaseSettings):
     )
     max_upload_bytes: PositiveInt = setting(
         32 * 1024 * 1024, "largest multipart/form-data job, all its parts together (413 above)"
-    )
-    asset_cache_mb: NonNegativeInt = setting(
-        64, "assets each process keeps in memory for the renders that use them (0 = none)"
-    )
-    idempotency_ttl_s: PositiveInt = setting(
-        24 * 3600, "how long an `Idempotency-Key` is remembered"
     )
     rate_limit_rps: PositiveFloat = setting(
         50.0, "requests per second per API key and process (429 above)"
@@ -385,12 +374,6 @@ class Settings(BaseSettings):
         5.0,
         "how long a process trusts what it read about API keys; revocations take effect within it",
     )
-    sse_ping_s: PositiveFloat = setting(15.0, "keep-alive comment on idle streams")
-    subscriber_queue: PositiveInt = setting(
-        1000, "events a subscriber may fall behind before it is cut off"
-    )
-    browser_recycle_jobs: PositiveInt = setting(1000, "recycle Chromium after this many jobs")
-    browser_max_rss_mb: PositiveInt = setting(1500, "recycle Chromium above this memory")
     rescue_interval_s: PositiveFloat = setting(
         5.0, "how often each process looks for expired leases"
     )
@@ -465,8 +448,6 @@ class Settings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
-        if self.db_pool_min > self.db_pool_max:
-            raise ValueError("PRESSROOM_DB_POOL_MIN must not exceed PRESSROOM_DB_POOL_MAX")
         if (key := self.signing) is not None:
             try:
                 # An expired certificate does not stop the start: /readyz reports it.

@@ -22,6 +22,7 @@ from aiohttp.test_utils import get_port_socket
 
 from server.queue import db
 from server.settings import Settings
+from server.web import sse
 from server.web.app import create_app
 from server.web.protocol import AppRunner
 from tests import pgcluster
@@ -145,15 +146,17 @@ async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest.fixture
-def make_settings(dsn: str, tmp_path: Path) -> Callable[..., Settings]:
+def make_settings(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Settings]:
     """Settings for a test app: its own database and data folder, quick polls and pings."""
+    monkeypatch.setattr(sse, "PING_S", 1.0)
 
     def make(**overrides: Any) -> Settings:
         env = {
             "DATABASE_URL": dsn,
             "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
             "PRESSROOM_POLL_INTERVAL_S": "0.5",
-            "PRESSROOM_SSE_PING_S": "1",
             "PRESSROOM_RENDER_TIMEOUT_S": "20",
         }
         env.update({k: str(v) for k, v in overrides.pop("env", {}).items()})

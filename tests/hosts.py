@@ -31,6 +31,7 @@ import asyncpg
 from server.access import apikeys
 from server.queue import db
 from server.queue.listener import CHANNEL
+from server.web import sse
 from tests.netns import Host, Network, wait_for
 from tests.pgcluster import Cluster
 from tests.sse import messages
@@ -54,9 +55,7 @@ QUICK = {
     "PRESSROOM_POLL_INTERVAL_S": "0.5",
     "PRESSROOM_RETRY_BASE_S": "0.2",
     "PRESSROOM_RETRY_MAX_S": "2",
-    "PRESSROOM_SSE_PING_S": "1",
     "PRESSROOM_SHUTDOWN_GRACE_S": "2",
-    "PRESSROOM_DB_POOL_MIN": "1",
 }
 
 # A page that takes about `ms` to become printable: scripts run in their own context.
@@ -342,7 +341,8 @@ class Follower:
         self._task = asyncio.create_task(self._run(), name="sse-follower")
 
     async def _run(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=3, sock_read=10)
+        # A stream that hears nothing, not even a keep-alive, for two pings has lost its host.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=3, sock_read=2 * sse.PING_S)
         while True:
             headers = {
                 "Authorization": f"Bearer {self.key}",

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 HELD_RETRY_MIN_S = 0.005
 HELD_RETRY_MAX_S = 0.2
 ERROR_RETRY_S = 1.0
+#: Events a subscriber may fall behind before it is dropped: a client that keeps up holds a
+#: handful; a thousand ride out a burst of submissions, and the dropped one resumes by id.
+SUBSCRIBER_QUEUE = 1000
 
 
 class Reason(str):
@@ -229,9 +232,8 @@ def _key(tenant: str | None, job_id: uuid.UUID | None, channel: str | None) -> K
 class Hub:
     """Follows the event log from the newest final position and fans events out."""
 
-    def __init__(self, pool: asyncpg.Pool, *, queue_limit: int, poll_interval_s: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, poll_interval_s: float) -> None:
         self._pool = pool
-        self._queue_limit = queue_limit
         self._poll_interval_s = poll_interval_s
         self._groups: dict[Key, set[Subscription]] = {}
         self._listeners: list[Callable[[JobEvent], None]] = []
@@ -279,7 +281,7 @@ class Hub:
         """Start buffering the events of a job, of one of the tenant's channels, or of all
         its jobs and batches; tenant None means every tenant."""
         assert channel is None or tenant is not None, "a channel is one tenant's"
-        sub = Subscription(self, tenant, job_id, channel, self._queue_limit, transport)
+        sub = Subscription(self, tenant, job_id, channel, SUBSCRIBER_QUEUE, transport)
         self._groups.setdefault(sub.key, set()).add(sub)
         return sub
 

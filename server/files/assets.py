@@ -32,6 +32,9 @@ ID_PREFIX = "sha256:"
 ID_PATTERN = r"sha256:[0-9a-f]{64}"
 #: Hash off the event loop above this size (10 MiB take about 20 ms).
 HASH_IN_THREAD_BYTES = 1024 * 1024
+#: Asset bytes each process keeps in memory: room for the logos, fonts and stylesheets that
+#: recur in most documents, little next to a Chromium of several hundred MiB.
+CACHE_BYTES = 64 * 1024 * 1024
 
 #: The content types an asset may have, each with the file extensions that name it: a file
 #: sent without a type of its own (application/octet-stream) takes the type of its name.
@@ -246,7 +249,7 @@ class AssetCache:
     (the least recently used go first). Concurrent reads of one asset share one storage read,
     which a cancelled render does not cut off for the others."""
 
-    def __init__(self, storage: Storage, *, max_bytes: int) -> None:
+    def __init__(self, storage: Storage, *, max_bytes: int = CACHE_BYTES) -> None:
         self._storage = storage
         self._max_bytes = max_bytes
         self._kept: collections.OrderedDict[str, bytes] = collections.OrderedDict()

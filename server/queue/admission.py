@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 IN_FLIGHT_RETRY_S = 5
 IDEMPOTENCY_BUSY_RETRY_S = 1
 MAX_IDEMPOTENCY_KEY_CHARS = 255
+#: How long an Idempotency-Key is remembered: a day outlasts a client's retries through an
+#: outage, as payment APIs keep theirs.
+IDEMPOTENCY_TTL_S = 24 * 3600
 
 
 class RateLimiter:
@@ -83,7 +86,6 @@ async def submit(
     new: NewJob,
     *,
     max_in_flight: int,
-    key_ttl_s: int,
     insert: Callable[[NewJob], Awaitable[dict[str, Any]]] | None = None,
     in_flight: InFlight | None = None,
 ) -> Admitted:
@@ -105,19 +107,19 @@ async def submit(
         return Admitted(job, replayed=False)
     try:
         async with pool.acquire() as conn, conn.transaction():
-            return await _submit_once(conn, new, max_in_flight=max_in_flight, key_ttl_s=key_ttl_s)
+            return await _submit_once(conn, new, max_in_flight=max_in_flight)
     except asyncpg.UniqueViolationError:
         raise _busy() from None  # another process inserted the key between our find and insert
 
 
-async def _submit_once(
-    conn: asyncpg.Connection, new: NewJob, *, max_in_flight: int, key_ttl_s: int
-) -> Admitted:
+async def _submit_once(conn: asyncpg.Connection, new: NewJob, *, max_in_flight: int) -> Admitted:
     # The lock is held until this transaction ends, so one request per key runs at a time;
     # the others answer 409 at once rather than queueing behind it.
     if not await conn.fetchval(query("idempotency_try_lock"), new.tenant, new.idempotency_key):
         raise _busy()
-    row = await conn.fetchrow(query("idempotency_find"), new.tenant, new.idempotency_key, key_ttl_s)
+    row = await conn.fetchrow(
+        query("idempotency_find"), new.tenant, new.idempotency_key, IDEMPOTENCY_TTL_S
+    )
     if row is not None and not row["expired"]:
         if row["request_hash"] != new.request_hash:
             raise Problem(
@@ -218,7 +220,9 @@ async def _check_in_flight(
         raise _too_many(count, max_in_flight)
 
 
-async def prune_keys(pool: asyncpg.Pool, *, key_ttl_s: int) -> None:
-    """Forget Idempotency-Keys older than their retention, so they can be used again."""
-    while (pruned := await pool.execute(query("idempotency_prune"), key_ttl_s)) != "UPDATE 0":
+async def prune_keys(pool: asyncpg.Pool) -> None:
+    """Forget Idempotency-Keys older than IDEMPOTENCY_TTL_S, so they can be used again."""
+    while (
+        pruned := await pool.execute(query("idempotency_prune"), IDEMPOTENCY_TTL_S)
+    ) != "UPDATE 0":
         log.info("forgot expired idempotency keys: %s", pruned)

@@ -41,6 +41,12 @@ SERVER_SETTINGS = {
 #: A connection attempt gives up after this long: a database host that went silent makes
 #: connects hang, not fail. asyncpg bounds all hosts of a multi-host DATABASE_URL together.
 CONNECT_TIMEOUT_S = 5.0
+#: The pool of every process, whatever its render slots: claims, heartbeats and completions
+#: are short statements (no connection is held through a render, a webhook POST or a
+#: stream), so ten serve the slots, the web app and the services together; two stay open so
+#: that the first request after a quiet spell does not wait for a connect.
+POOL_MIN_SIZE = 2
+POOL_MAX_SIZE = 10
 
 
 class EmbeddedPostgres:

@@ -58,11 +58,11 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
             log.warning("rescued %s batch joins whose process stopped renewing its lease", count)
 
     async def prune_keys() -> None:
-        await admission.prune_keys(pool, key_ttl_s=settings.idempotency_ttl_s)
+        await admission.prune_keys(pool)
 
     # The log keeps events no longer than retention keeps jobs: a deleted job's events go
     # with their partition, at most a stretch after the job.
-    keep_s = settings.event_retention_s
+    keep_s = retention.EVENT_RETENTION_S
     if settings.retention_days:
         keep_s = min(keep_s, settings.retention_days * 86400)
 

@@ -31,6 +31,9 @@ DELETE_CONCURRENCY = 8
 
 # The log's own lock, so that a sweep never holds back its partitions.
 EVENT_LOG_LOCK = 0x70726576
+#: How long the log keeps events for replay: a client away over a long weekend still resumes
+#: from its cursor; one away longer gets a `reset` with the job's state, which it needs anyway.
+EVENT_RETENTION_S = 7 * 24 * 3600
 #: A partition of the log fills for about this share of the time events are kept, and at
 #: least an hour: so the log spans a handful of partitions (fewer to plan for the reads that
 #: cannot skip them, from an old cursor), and an event goes at most that share of the keep

@@ -89,6 +89,12 @@ CLOSE_TIMEOUT_S = 5.0
 # slots busy): often enough to catch a browser growing past its mark, rarely enough to cost
 # no throughput (at 5 s it was 1 % of a render benchmark's samples).
 MEMORY_CHECK_INTERVAL_S = 30.0
+# Chromium's caches grow over a long run: a fresh browser after this many jobs bounds that
+# at one relaunch per thousand documents.
+RECYCLE_AFTER_JOBS = 1000
+# Several times what a browser of two slots settles at (about 410 MiB PSS in the soak of
+# docs/performance.md), so only one that leaks or hoards is recycled for its memory.
+MAX_RSS_MB = 1500
 PRINT_VIEWPORT: ViewportSize = {"width": 1, "height": 1}
 SCREEN_VIEWPORT: ViewportSize = {"width": 1280, "height": 720}  # Playwright's default
 
@@ -228,8 +234,8 @@ class ChromiumRenderer:
         slots: int,
         executable: str | None = None,
         user: str = "nobody",
-        recycle_after_jobs: int = 1000,
-        max_rss_mb: int = 1500,
+        recycle_after_jobs: int = RECYCLE_AFTER_JOBS,
+        max_rss_mb: int = MAX_RSS_MB,
         render_max_mb: int = 1024,
         max_pages: int | None = None,
         memory_check_interval_s: float = MEMORY_CHECK_INTERVAL_S,

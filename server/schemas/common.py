@@ -2,8 +2,9 @@
 context (Checks), the field types and the problem body.
 
 Requests are strict (a number is not a string, a boolean is not a number) and forbid fields
-they do not name. Limits that are settings reach the validators through the validation
-context: `Model.model_validate(body, context=Checks(...).context())`. The models are by
+they do not name. What the app holds (its network policy, the stored templates and assets a
+body names) reaches the validators through the validation context:
+`Model.model_validate(body, context=Checks(...).context())`. The models are by
 concern beside this module (jobs, batches, templates, assets, streams); server/web/openapi.py
 builds the OpenAPI schemas from them.
 """
@@ -43,6 +44,11 @@ REQUEST = ConfigDict(extra="forbid", strict=True)
 QUERY = ConfigDict(extra="ignore", strict=True)  # other parameters (token=) belong to others
 
 MAX_METADATA_BYTES = 16 * 1024
+# A template and a job's data are bounded apart from the body, which a batch of many jobs or
+# a multipart upload (its index.html a file part) may make far larger: one job's template is
+# compiled and its data rendered on every attempt.
+MAX_TEMPLATE_BYTES = 512 * 1024
+MAX_DATA_BYTES = 1024 * 1024
 MAX_LIST_LIMIT = 200
 MAX_WAIT_S = 60
 MAX_EVENT_ID = 2**63 - 1  # bigint
@@ -131,12 +137,12 @@ def _time(value: Any) -> dt.datetime:
 
 def _object(limit: int | None) -> Any:
     """A JSON object, kept as the very object read (key order, number forms), bounded in size:
-    `limit` bytes, or the max_data_bytes setting when None."""
+    `limit` bytes, or MAX_DATA_BYTES when None."""
 
     def check(value: Any, info: ValidationInfo) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise ValueError("must be an object")
-        most = checks_of(info).settings.max_data_bytes if limit is None else limit
+        most = MAX_DATA_BYTES if limit is None else limit
         if jsontext.size(value) > most:
             raise ValueError(f"must be at most {most} bytes as JSON")
         return value
@@ -145,7 +151,7 @@ def _object(limit: int | None) -> Any:
 
 
 def _template_html(value: str, info: ValidationInfo) -> str:
-    most = checks_of(info).settings.max_template_bytes
+    most = MAX_TEMPLATE_BYTES
     if len(value.encode()) > most:
         raise ValueError(f"must be at most {most} bytes")
     if (syntax := templates.check(value)) is not None:

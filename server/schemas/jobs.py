@@ -25,7 +25,9 @@ from server.options import RenderOptions, layered
 from server.queue.jobs import JobState
 from server.schemas.assets import MAX_JOB_ASSETS, AssetMap
 from server.schemas.common import (
+    MAX_DATA_BYTES,
     MAX_METADATA_BYTES,
+    MAX_TEMPLATE_BYTES,
     NO_PAGE_SECRETS,
     QUERY,
     Channel,
@@ -85,7 +87,7 @@ class JobRequest(BaseModel):
     template: JobTemplate | None = Field(
         None,
         description="Jinja2 HTML template, rendered in a sandbox (at most "
-        "PRESSROOM_MAX_TEMPLATE_BYTES bytes).",
+        f"{MAX_TEMPLATE_BYTES} bytes).",
     )
     template_id: TemplateId | None = Field(
         None, description="A stored template: name (its latest version) or name@version."
@@ -102,7 +104,7 @@ class JobRequest(BaseModel):
     )
     data: JsonObject = Field(
         default_factory=dict,
-        description="Template variables, as sent (at most PRESSROOM_MAX_DATA_BYTES as JSON).",
+        description=f"Template variables, as sent (at most {MAX_DATA_BYTES} bytes as JSON).",
     )
     options: RenderOptions | None = Field(
         None, description="How to print; with template_id, on top of the template's own."

@@ -104,9 +104,7 @@ def create_app(
         async with db.server(settings) as dsn:
             app[DSN] = dsn
             await db.migrate_at(dsn)
-            pool = await db.create_pool(
-                dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max
-            )
+            pool = await db.create_pool(dsn, min_size=db.POOL_MIN_SIZE, max_size=db.POOL_MAX_SIZE)
             app[POOL] = pool
             app[GROUP_COMMIT] = GroupCommit(pool)
             app[IN_FLIGHT] = InFlight()
@@ -114,11 +112,10 @@ def create_app(
             await pool.close()
 
     async def storage(app: web.Application) -> AsyncIterator[None]:
-        cache_bytes = settings.asset_cache_mb * 1024 * 1024
         if settings.storage == "s3" and storage_factory is None:
             async with open_s3_storage(settings) as s3:
                 app[STORAGE] = s3
-                app[ASSET_CACHE] = AssetCache(s3, max_bytes=cache_bytes)
+                app[ASSET_CACHE] = AssetCache(s3)
                 await _report_storage(s3)
                 yield
         else:
@@ -127,17 +124,13 @@ def create_app(
             else:
                 local = LocalStorage(settings.files_dir)
             app[STORAGE] = local
-            app[ASSET_CACHE] = AssetCache(local, max_bytes=cache_bytes)
+            app[ASSET_CACHE] = AssetCache(local)
             await _report_storage(local)
             yield
             await asyncio.to_thread(local.close)
 
     async def hub(app: web.Application) -> AsyncIterator[None]:
-        hub = Hub(
-            app[POOL],
-            queue_limit=settings.subscriber_queue,
-            poll_interval_s=settings.poll_interval_s,
-        )
+        hub = Hub(app[POOL], poll_interval_s=settings.poll_interval_s)
         app[HUB] = hub
         hub.add_encoder(app[SSE_STREAMS].encode)  # Socket.IO adds its own (sockets.py)
 
@@ -162,7 +155,7 @@ def create_app(
         async with (
             background("hub", hub.run()),
             background("listener", listener.run()),
-            background("sse-keep-alive", app[SSE_STREAMS].keep_alive(settings.sse_ping_s)),
+            background("sse-keep-alive", app[SSE_STREAMS].keep_alive()),
         ):
             # Serve only once notifications flow, so the first job's push is not late.
             async with asyncio.timeout(LISTEN_START_TIMEOUT_S):
@@ -184,8 +177,6 @@ def create_app(
             user=settings.chromium_user,
             render_max_mb=settings.render_max_mb,
             max_pages=settings.max_pages,
-            recycle_after_jobs=settings.browser_recycle_jobs,
-            max_rss_mb=settings.browser_max_rss_mb,
         )
         await chromium.start()
         app[RENDERER] = app[CHROMIUM] = chromium

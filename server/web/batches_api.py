@@ -28,6 +28,7 @@ from server.queue import admission, combine
 from server.queue.jobs import NewJob, job_columns, source_columns
 from server.render import templates
 from server.schemas.batches import BatchItem, BatchRequest, CombineOptions
+from server.schemas.common import MAX_TEMPLATE_BYTES
 from server.sql import query
 from server.web import auth, files, present, submission
 from server.web.common import (
@@ -65,7 +66,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     raw_items = items if isinstance(items, list) else []
     await templates.warm(
         (item.get("template") for item in raw_items if isinstance(item, dict)),
-        max_bytes=request.app[SETTINGS].max_template_bytes,
+        max_bytes=MAX_TEMPLATE_BYTES,
     )
     stored = await submission.templates_named(request, raw_items)
     found = await submission.assets_named(request, raw_items, stored.values())

@@ -21,6 +21,7 @@ from server.problems import Problem, not_found
 from server.queue import admission, jobs
 from server.queue.jobs import JobState, StoredJob
 from server.render import templates
+from server.schemas.common import MAX_TEMPLATE_BYTES
 from server.schemas.jobs import JobListQuery, JobRequest, JobWaitQuery, encode_cursor
 from server.schemas.streams import TokenRequest
 from server.web import auth, files, present, submission, uploads
@@ -53,7 +54,7 @@ async def submit(request: web.Request) -> web.Response:
         raw = await read_json(request)
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
     if isinstance(raw, dict):
-        await templates.warm([raw.get("template")], max_bytes=settings.max_template_bytes)
+        await templates.warm([raw.get("template")], max_bytes=MAX_TEMPLATE_BYTES)
     stored = await submission.templates_named(request, [raw])
     pending = multipart.uploads if multipart else ()
     found = await submission.assets_named(request, [raw], stored.values(), pending)
@@ -70,7 +71,6 @@ async def submit(request: web.Request) -> web.Response:
         request.app[POOL],
         new,
         max_in_flight=settings.tenant_max_inflight,
-        key_ttl_s=settings.idempotency_ttl_s,
         insert=request.app[GROUP_COMMIT].create,
         in_flight=request.app[IN_FLIGHT],
     )

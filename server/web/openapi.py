@@ -91,7 +91,7 @@ IDEMPOTENCY_KEY = {
     "in": "header",
     "schema": {"type": "string", "minLength": 1, "maxLength": admission.MAX_IDEMPOTENCY_KEY_CHARS},
     "description": "Retries with the same key and body return the original job; keys are "
-    "kept PRESSROOM_IDEMPOTENCY_TTL_S seconds, per tenant.",
+    f"kept {admission.IDEMPOTENCY_TTL_S // 3600} hours, per tenant.",
 }
 DOWNLOAD_PARAMETERS: list[JsonSchema] = [
     {"name": "expires", "in": "query", "schema": {"type": "string"}},

@@ -3,7 +3,7 @@ and GET /v1/events?wait=, the same events as one JSON answer for clients that ca
 
 An idle stream holds its socket, its request and its handler's waiting frames, and nothing that
 ticks: one pass for the process (`Streams.keep_alive`) writes the keep-alive comment to every
-stream each PRESSROOM_SSE_PING_S and ends those whose client has gone, and live events are
+stream every PING_S and ends those whose client has gone, and live events are
 written to each connection in the hub's pass (`_Connection.send_now`).
 """
 
@@ -49,6 +49,9 @@ SSE_HEADERS = {
     istr("X-Accel-Buffering"): "no",  # nginx: pass every event on at once
 }
 KEEP_ALIVE = b": ping\r\n\r\n"
+#: Seconds between keep-alive comments: under the idle timeouts proxies and load balancers
+#: commonly apply (30 to 60 s), so they keep an idle stream open.
+PING_S = 15.0
 KEEP_ALIVE_CHUNKED = b"%x\r\n%s\r\n" % (len(KEEP_ALIVE), KEEP_ALIVE)
 # Streams kept alive between two turns of the loop: a pass over tens of thousands of streams
 # must not hold events up for its whole length.
@@ -174,12 +177,12 @@ class Streams:
         for key_id in list(self._keys.get(event.tenant, ())):
             await frame(self._app, event, key_id)
 
-    async def keep_alive(self, interval_s: float) -> None:
-        """Every interval_s, the same keep-alive bytes to every open stream, in one pass for
+    async def keep_alive(self) -> None:
+        """Every PING_S, the same keep-alive bytes to every open stream, in one pass for
         the process where each stream had a task and a timer of its own; a turn of the loop
         every KEEP_ALIVE_SLICE streams lets events through meanwhile."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(PING_S)
             for n, conn in enumerate(list(self.open), 1):
                 if conn in self.open:  # not ended during the pass: its response is still open
                     conn.keep_alive()

@@ -15,7 +15,7 @@ from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
 from server.options import outputs
 from server.problems import Problem, invalid, not_found
 from server.render import sources, templates
-from server.schemas.common import parse_template_id
+from server.schemas.common import MAX_TEMPLATE_BYTES, parse_template_id
 from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
@@ -53,7 +53,7 @@ async def create_template(request: web.Request) -> web.Response:
     """Store a new version of a template (the first one is version 1)."""
     body = await read_json(request)
     if isinstance(body, dict):
-        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+        await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
     new = validated(
         TemplateRequest, body, checks(request, {}, await submission.assets_named(request, [body]))
     )
@@ -146,7 +146,7 @@ async def preview_inline(request: web.Request) -> web.Response:
     """Render template html sent in the body to PDF, now (for editors, before storing it)."""
     body = await optional_body(request)
     if isinstance(body, dict):
-        await templates.warm([body.get("html")], max_bytes=request.app[SETTINGS].max_template_bytes)
+        await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
     asked = validated(InlinePreviewRequest, body, checks(request, {}, await _named(request, body)))
     render_options = asked.options or options.parse(None)
     return await _preview(request, asked.html, asked.data, render_options, "preview")

@@ -61,7 +61,6 @@ async def server(dsn: str, tmp_path: Path) -> AsyncIterator[Server]:
         "PRESSROOM_HOST": "127.0.0.1",
         "PRESSROOM_PORT": str(port),
         "PRESSROOM_RENDER_SLOTS": "1",
-        "PRESSROOM_SSE_PING_S": "1",
         "PRESSROOM_LOG_LEVEL": "INFO",
     }
     proc = await asyncio.create_subprocess_exec(

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from server.schemas import common
 from tests.conftest import RunningApp
 from tests.sse import collect
 
@@ -192,13 +193,12 @@ async def test_bad_submissions_are_refused_clearly(
         assert resp.status == 200
 
 
-async def test_oversized_parts_have_their_own_errors(start_app: Any, pool: asyncpg.Pool) -> None:
-    app: RunningApp = await start_app(
-        render_slots=0,
-        max_body_bytes=200_000,
-        max_template_bytes=10_000,
-        max_data_bytes=10_000,
-    )
+async def test_oversized_parts_have_their_own_errors(
+    start_app: Any, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "MAX_TEMPLATE_BYTES", 10_000)
+    monkeypatch.setattr(common, "MAX_DATA_BYTES", 10_000)
+    app: RunningApp = await start_app(render_slots=0, max_body_bytes=200_000)
     cases = [
         ({"template": "x" * 300_000}, 413, None),
         ({"template": "x" * 20_000}, 422, "template"),

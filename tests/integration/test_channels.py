@@ -265,9 +265,10 @@ def channel_jobs(count: int, channel: str) -> list[NewJob]:
 
 
 async def test_a_slow_channel_subscriber_is_cut_off_and_holds_up_no_one(
-    start_app: Callable[..., Any], pool: asyncpg.Pool
+    start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app: RunningApp = await start_app(render_slots=0, subscriber_queue=QUEUE_LIMIT)
+    monkeypatch.setattr("server.events.hub.SUBSCRIBER_QUEUE", QUEUE_LIMIT)
+    app: RunningApp = await start_app(render_slots=0)
     slow_http = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(socket_factory=small_receive_buffer)
     )

@@ -40,8 +40,9 @@ def new_jobs(count: int, padding: int = 0) -> list[NewJob]:
 
 
 @pytest.fixture
-async def running_hub(pool: asyncpg.Pool) -> Any:
-    the_hub = Hub(pool, queue_limit=50, poll_interval_s=0.2)
+async def running_hub(pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(hub, "SUBSCRIBER_QUEUE", 50)
+    the_hub = Hub(pool, poll_interval_s=0.2)
     the_hub.position = events.START
     task = asyncio.create_task(the_hub.run())
     yield the_hub
@@ -155,9 +156,10 @@ def small_receive_buffer(addr_info: Any) -> socket.socket:
 
 
 async def test_slow_clients_are_cut_off_with_bounded_memory_while_others_keep_receiving(
-    start_app: Callable[..., Any], pool: asyncpg.Pool
+    start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app: RunningApp = await start_app(render_slots=0, subscriber_queue=QUEUE_LIMIT)
+    monkeypatch.setattr(hub, "SUBSCRIBER_QUEUE", QUEUE_LIMIT)
+    app: RunningApp = await start_app(render_slots=0)
     push = app.app[sockets.PUSH]
     slow_http = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(socket_factory=small_receive_buffer)

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+import pytest
 
 from server.access import apikeys
+from server.queue import admission, db
 from server.sql import query
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
@@ -79,11 +81,12 @@ async def test_keys_are_scoped_per_tenant(api: RunningApp, pool: asyncpg.Pool) -
 
 
 async def test_twenty_concurrent_duplicates_create_one_job(
-    start_app: Callable[..., Any], pool: asyncpg.Pool
+    start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = FakeRenderer()
     gate.gate = asyncio.Event()  # keep the job queued/running: replays see it in flight
-    app: RunningApp = await start_app(renderer=gate, render_slots=1, db_pool_max=24)
+    monkeypatch.setattr(db, "POOL_MAX_SIZE", 24)  # all twenty at once, none waiting for the pool
+    app: RunningApp = await start_app(renderer=gate, render_slots=1)
     _row, key = await apikeys.create_key(pool, "acme")
     results = await asyncio.gather(*(post(app, key, "burst-1") for _ in range(20)))
     gate.gate.set()
@@ -112,11 +115,10 @@ async def test_key_held_by_a_request_in_flight_is_409(api: RunningApp, pool: asy
 
 
 async def test_keys_expire_after_retention_and_are_pruned(
-    start_app: Callable[..., Any], pool: asyncpg.Pool
+    start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, idempotency_ttl_s=3600
-    )
+    monkeypatch.setattr(admission, "IDEMPOTENCY_TTL_S", 3600)
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
     _row, key = await apikeys.create_key(pool, "acme")
     _status, old, _ = await post(app, key, "monthly-report")
     await pool.execute("UPDATE jobs SET created_at = now() - interval '2 hours'")

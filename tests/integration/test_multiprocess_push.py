@@ -86,7 +86,6 @@ async def test_every_client_of_every_process_gets_every_event_in_order(
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
         "PRESSROOM_POLL_INTERVAL_S": "0.5",
-        "PRESSROOM_SSE_PING_S": "1",
     }
     ports = [free_port(), free_port()]
     webs = [

@@ -1,5 +1,5 @@
 """SSE keep-alive without a task per stream: one pass for the process writes the keep-alive
-comment to every idle stream each PRESSROOM_SSE_PING_S (1 s in tests), framed as each stream
+comment to every idle stream each sse.PING_S (1 s in tests/conftest.py), framed as each stream
 is (chunked on HTTP/1.1, bare on HTTP/1.0) and never inside an event's frame; a stream whose
 client has gone is ended by it, its subscription released; and shutdown ends every stream at
 once, with `closed`, though none has a task that ticks."""
