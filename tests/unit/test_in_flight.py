@@ -15,15 +15,18 @@ from server.queue.admission import InFlight
 
 
 class CountingPool:
-    """Answers the in-flight count query with `count`; `gate`, when set, holds the answer."""
+    """Answers the in-flight count query with `count`; `gate`, when set, holds the answer;
+    `asked` is set by every read."""
 
     def __init__(self, count: int) -> None:
         self.count = count
         self.reads = 0
         self.gate: asyncio.Event | None = None
+        self.asked = asyncio.Event()
 
     async def fetchval(self, _query: str, _tenant: str) -> int:
         self.reads += 1
+        self.asked.set()
         if self.gate is not None:
             await self.gate.wait()
         return self.count
@@ -31,6 +34,18 @@ class CountingPool:
 
 def as_pool(fake: CountingPool) -> asyncpg.Pool:
     return cast(asyncpg.Pool, fake)
+
+
+def started_elsewhere() -> set[asyncio.Task[Any]]:
+    """The tasks running beside the test's own: the background reads the cap has started."""
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+
+
+async def settled() -> None:
+    """Until every background read has ended (answered or failed)."""
+    async with asyncio.timeout(5):
+        while pending := started_elsewhere():
+            await asyncio.wait(pending)
 
 
 async def test_the_first_check_reads_then_counts_locally() -> None:
@@ -52,20 +67,22 @@ async def test_a_stale_count_far_under_the_cap_is_read_again_without_waiting() -
     in_flight = InFlight(ttl_s=0)  # always stale
     await in_flight.check(as_pool(fake), "t", 100)
     in_flight.admitted(as_pool(fake), "t")
-    await asyncio.sleep(0.01)
+    await settled()
     reads = fake.reads
     fake.gate = asyncio.Event()  # the next read does not answer until let go
     fake.count = 100  # another process filled the tenant's cap meanwhile
     await asyncio.wait_for(in_flight.check(as_pool(fake), "t", 100), 1)  # admitted at once
-    await asyncio.sleep(0)
-    assert fake.reads == reads  # nothing read ahead of the insert (it may be handed off)
+    # Nothing read ahead of the insert (it may be handed off), and nothing started to.
+    assert fake.reads == reads and not started_elsewhere()
+    fake.asked.clear()
     in_flight.admitted(as_pool(fake), "t")  # inserted: now the stale count is read again
+    async with asyncio.timeout(5):
+        await fake.asked.wait()  # the read is held at the gate
     await asyncio.wait_for(in_flight.check(as_pool(fake), "t", 100), 1)
     in_flight.admitted(as_pool(fake), "t")
-    await asyncio.sleep(0)
-    assert fake.reads == reads + 1  # one read in the background, not one per submission
     fake.gate.set()
-    await asyncio.sleep(0.01)
+    await settled()
+    assert fake.reads == reads + 1  # one read in the background, not one per submission
     with pytest.raises(Problem):
         await in_flight.check(as_pool(fake), "t", 100)  # the fresh count refuses
 
@@ -75,8 +92,10 @@ async def test_a_stale_count_near_the_cap_waits_for_the_read() -> None:
     in_flight = InFlight(ttl_s=0)
     await in_flight.check(as_pool(fake), "t", 100)
     fake.gate = asyncio.Event()
+    fake.asked.clear()
     checking: asyncio.Task[Any] = asyncio.create_task(in_flight.check(as_pool(fake), "t", 100))
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        await fake.asked.wait()  # the fresh count is asked for and held at the gate
     assert not checking.done()  # 60 of 100: the submission waits for the fresh count
     fake.count = 100
     fake.gate.set()
@@ -96,8 +115,9 @@ async def test_a_failed_background_read_is_tried_again_by_the_next_check() -> No
     in_flight = InFlight(ttl_s=0)
     await in_flight.check(as_pool(fake), "t", 100)
     in_flight.admitted(as_pool(fake), "t")  # its background read fails
-    await asyncio.sleep(0.01)
+    await settled()
+    assert fake.reads == 2
     await in_flight.check(as_pool(fake), "t", 100)
     in_flight.admitted(as_pool(fake), "t")
-    await asyncio.sleep(0.01)
+    await settled()
     assert fake.reads == 3
