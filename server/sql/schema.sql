@@ -18,7 +18,8 @@
 -- 8. Assets
 --
 -- The why of each rule is told at greater length by the migration that made it (its number is
--- given where it helps), and in docs/write-path.md and docs/architecture.md.
+-- given where it helps), in docs/write-path.md and docs/architecture.md, and with its figures
+-- in docs/decisions/.
 
 
 -- ---------------------------------------------------------------------------------------------
@@ -189,8 +190,8 @@ $$;
 -- transaction (pg_snapshot_xmin): that prefix of the log never changes again.
 --
 -- Partitioned by id in ranges that each fill for about a stretch of time, so that pruning
--- drops whole partitions (0017 tells why by id, not by time or xid). No foreign key to jobs:
--- a deleted job's events go with their partition.
+-- drops whole partitions (docs/decisions/008; 0017 tells why by id, not by time or xid). No
+-- foreign key to jobs: a deleted job's events go with their partition.
 CREATE TABLE job_events (
     id         bigserial   PRIMARY KEY,
     xid        xid8        NOT NULL DEFAULT pg_current_xact_id(),
@@ -382,7 +383,7 @@ SELECT job_events_extend(interval '1 day', 10000);
 -- function for its plan alone. Run as a statement, PostgreSQL planned it afresh on every call:
 -- a plan for the values given, partitions pruned, looks cheaper than the plan it could keep,
 -- and planning a partitioned log costs several times what the read itself does
--- (docs/benchmarks-by-hand.md, "Event-log prune"). The kept plan prunes the partitions below
+-- (docs/decisions/009-hub-read-keeps-its-plan.md). The kept plan prunes the partitions below
 -- the floor ($4) as it starts, as well; so the function keeps it.
 CREATE FUNCTION job_events_after_all(after_xid xid8, after_id bigint, page integer,
                                      floor_id bigint)
@@ -752,7 +753,8 @@ CREATE INDEX webhook_deliveries_job ON webhook_deliveries (job_id, created_at);
 CREATE INDEX webhook_deliveries_batch ON webhook_deliveries (batch_id, created_at)
     WHERE batch_id IS NOT NULL;
 -- The event trigger's check for a URL that answered 410 Gone reads only the disabled rows,
--- whatever its plan: without it, a done write cost time in proportion to the outbox (0018).
+-- whatever its plan: without it, a done write cost time in proportion to the outbox (0018,
+-- docs/decisions/016).
 CREATE INDEX webhook_deliveries_disabled ON webhook_deliveries (url) WHERE status = 'disabled';
 
 -- Every attempt of a delivery, as it went.
@@ -782,7 +784,7 @@ $$;
 
 -- A state change is one statement (queries.sql) that writes the change and its event rows.
 -- What follows an event row is written here alone, after that statement and in its
--- transaction, so no statement can forget it (0010):
+-- transaction, so no statement can forget it (0010, docs/decisions/018):
 -- - batch events: for each batch the statement's jobs belong to (batch_log_events); their own
 --   insert comes back here one level deeper and notifies nothing, the statement that caused
 --   them does. A batch event written on its own (batch_announce) notifies as any other.
@@ -865,7 +867,8 @@ CREATE TRIGGER job_events_side_effects AFTER INSERT ON job_events
 -- alone, as job_events_after_all for the hub's read. Run as a statement, PostgreSQL planned it
 -- afresh on every call, and planning it (eleven indexes on jobs, the log's partitions,
 -- job_public inlined) cost more than running it. With sequential scans off while it is
--- planned, the kept plan finds each job by its primary key at any size of the table (0019).
+-- planned, the kept plan finds each job by its primary key at any size of the table (0019,
+-- docs/decisions/015).
 -- Only the worker holding an attempt may finish it; a job already done with the attempt's own
 -- file counts as finished (a retry of this write after its answer was lost).
 CREATE FUNCTION jobs_finish_done(uuid[], text, int[], text[], bigint[], int[], text[])
