@@ -5,15 +5,16 @@ process (memory per subscriber) and how long one event takes to reach them all.
 The server is a real `pressroom web` subprocess (no workers: each event is a `job.queued`
 committed here), so that its memory is its own: one for the latency and then the SSE fan-out,
 another for the Socket.IO fan-out, which would otherwise reuse what the SSE streams freed.
-Latency runs from the moment the committing statement is sent
-to the moment the client has read the event; the baseline, an asyncpg LISTEN connection here
-hearing each commit's NOTIFY, is timed the same way on the same events, so the difference is
-what Pressroom adds to PostgreSQL. The fan-out's subscribers are bare sockets in client
-processes of their own (bench/fanout.py, at most --per-process each, each from an address of
-its own); one event at a time, five of them, from the commit to the moment the last
-subscriber has it (time.monotonic(), one clock for every process of the machine), the median
-printed. A server process holds at most its open-file limit of connections (it raises its own
-to `ulimit -Hn`): a fan-out asked for more than fits runs with the most that does, and says so.
+
+Latency runs from the moment the committing statement is sent to the moment the client has
+read the event; the baseline, an asyncpg LISTEN connection here hearing each commit's NOTIFY,
+is timed the same way on the same events, so the difference is what Pressroom adds to
+PostgreSQL. The fan-out's subscribers are bare sockets in client processes of their own
+(bench/fanout.py, at most --per-process each, each from an address of its own); five events,
+one at a time, each from its commit to the moment the last subscriber has it
+(time.monotonic(), one clock for every process of the machine), the median printed. A server
+process holds at most its open-file limit of connections (it raises its own to `ulimit -Hn`):
+a fan-out asked for more than fits runs with the most that does, and says so.
 
     python -m bench.push [--events 1000] [--subscribers 50000] [--sio-subscribers 20000]
                          [--per-process 15000]
