@@ -86,7 +86,8 @@ async def test_an_all_jobs_stream_sends_a_burst_of_events_whole_and_in_order(
     api: RunningApp, pool: asyncpg.Pool
 ) -> None:
     async with api.http.get(api.url("/v1/events")) as resp:
-        await asyncio.sleep(0.3)  # live
+        # Live: the stream subscribes before it sends its headers.
+        assert resp.status == 200 and api.app[HUB].subscribers_by_transport()["sse"] == 1
         created = await jobs.create(pool, new_jobs(40))  # 40 events in one transaction
         got: list[Message] = []
         async with asyncio.timeout(10):
@@ -105,7 +106,9 @@ async def test_a_quiet_subscription_answers_none_and_a_cancelled_wait_leaves_not
     sub = running_hub.subscribe(tenant="default")
     assert await asyncio.wait_for(sub.get(0.05), 5) is None  # quiet: None after the timeout
     waiting = asyncio.create_task(sub.get(30))
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        while sub._waiter is None:  # noqa: ASYNC110 (it waits once its task has run)
+            await asyncio.sleep(0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
