@@ -4,9 +4,11 @@ Receivers verify deliveries with the standardwebhooks package (`Webhook(secret).
 library that signs them here.
 
 Rows of `webhook_deliveries` are written by the trigger that follows every event row, in the
-transaction of the job's state change (0010_event_side_effects.sql). Any process may send: a
-sender claims due rows with SKIP LOCKED and a lease, POSTs outside any transaction, then
-records the attempt.
+transaction of the job's state change (0010_event_side_effects.sql). Any process may send: its
+sender is a handler on the lease consumer (server/queue/lease.py), which claims due rows with
+SKIP LOCKED and a lease (a lease that ran out is claimed again, with the same webhook-id), and
+retries an attempt that did not deliver on the webhook schedule; the sender POSTs outside any
+transaction, then records the attempt.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import email.utils
-import functools
 import json
 import logging
 import socket
@@ -38,6 +39,8 @@ from server.delivery import downloads
 from server.errors import DB_OR_QUERY_ERRORS, StorageError, jittered
 from server.files.storage import Storage
 from server.netpolicy import NetworkPolicy
+from server.queue import lease
+from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.settings import Settings
 from server.sql import query
 
@@ -82,6 +85,10 @@ class Delivery:
     attempt: int
     created_at: dt.datetime
     batch_id: uuid.UUID | None = None
+
+    @property
+    def key(self) -> uuid.UUID:
+        return self.id
 
     @property
     def log_extra(self) -> dict[str, str]:
@@ -185,8 +192,29 @@ def _blocked_cause(exc: BaseException) -> BlockedAddress | None:
     return None
 
 
+class Undelivered(Failed):
+    """A POST that did not deliver: tried again on network errors, 429 and 5xx (`retryable`),
+    given up on otherwise; a 410 also stops the other deliveries to its URL (`disabled`)."""
+
+    def __init__(
+        self,
+        error: str,
+        *,
+        retryable: bool,
+        duration_ms: int,
+        status_code: int | None = None,
+        retry_after_s: float | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(error, retryable=retryable, retry_after_s=retry_after_s)
+        self.duration_ms = duration_ms
+        self.status_code = status_code
+        self.disabled = disabled
+
+
 class WebhookSender:
-    """The outbox sender of one process: claims due deliveries, POSTs them, records attempts."""
+    """The outbox sender of one process: a handler on the lease consumer
+    (server/queue/lease.py) that POSTs each claimed delivery and records the attempt."""
 
     def __init__(
         self,
@@ -204,12 +232,21 @@ class WebhookSender:
         self._settings = settings
         self._http = http
         self.sender_id = sender_id or f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
-        self._concurrency = settings.webhook_concurrency
-        self._lease_s = settings.webhook_timeout_s + LEASE_MARGIN_S
-        self._wake = asyncio.Event()
-        self._inflight: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._retry_due: float | None = None
-        self._stopping = False
+        lease_s = settings.webhook_timeout_s + LEASE_MARGIN_S
+        self.leases: Consumer[Delivery] = Consumer(
+            # No heartbeat: the lease outlasts a POST and its checks.
+            Queries(claim=self._claim, fail=self._fail, release=self._release),
+            self._send,
+            lease.Config(
+                name="webhook",
+                slots=settings.webhook_concurrency,
+                lease_s=lease_s,
+                poll_interval_s=settings.poll_interval_s,
+                backoff=self._next_try_in_s,
+                grace_s=min(SHUTDOWN_GRACE_S, lease_s),
+            ),
+            holder=self.sender_id,
+        )
         #: Called with every recorded attempt (tests, metrics).
         self.listeners: list[Callable[[Attempt], None]] = []
 
@@ -227,44 +264,15 @@ class WebhookSender:
 
     def wake(self) -> None:
         """A delivery was written (NOTIFY on pressroom_webhooks): claim now, not at the poll."""
-        self._wake.set()
+        self.leases.wake()
 
-    async def run(self) -> None:
-        """Claim while there is room; sleep until woken, a retry falls due, or the poll."""
-        while not self._stopping:
-            self._wake.clear()
-            free = self._concurrency - len(self._inflight)
-            if free > 0:
-                claimed = await self._claim(free)
-                for delivery in claimed:
-                    task = asyncio.create_task(self._send(delivery), name=f"webhook-{delivery.id}")
-                    self._inflight[delivery.id] = task
-                    task.add_done_callback(functools.partial(self._done, delivery.id))
-                if claimed and len(claimed) == free:
-                    continue
-            sleep_s = jittered(self._settings.poll_interval_s, 0.5)
-            if self._retry_due is not None:
-                left_s = self._retry_due - time.monotonic()
-                if left_s <= 0:
-                    self._retry_due = None
-                    continue
-                sleep_s = min(sleep_s, left_s)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(sleep_s):
-                    await self._wake.wait()
+    def _next_try_in_s(self, attempt: int, retry_after_s: float | None) -> float | None:
+        return next_try_in_s(attempt, self._settings.webhook_schedule_s, retry_after_s)
 
-    def _done(self, delivery_id: uuid.UUID, _task: asyncio.Task[None]) -> None:
-        self._inflight.pop(delivery_id, None)
-        self._wake.set()
+    # --- The outbox SQL the consumer calls --------------------------------------------------
 
-    async def _claim(self, limit: int) -> list[Delivery]:
-        try:
-            rows = await self._pool.fetch(
-                query("claim_webhooks"), limit, self.sender_id, self._lease_s
-            )
-        except DB_OR_QUERY_ERRORS as exc:
-            log.warning("webhook claim failed: %s", exc)
-            return []
+    async def _claim(self, limit: int, holder: str, lease_s: float) -> list[Delivery]:
+        rows = await self._pool.fetch(query("claim_webhooks"), limit, holder, lease_s)
         return [
             Delivery(
                 id=row["id"],
@@ -280,112 +288,89 @@ class WebhookSender:
             for row in rows
         ]
 
-    async def stop(self) -> None:
-        """Stop claiming; let POSTs in flight finish briefly; hand the rest back uncharged."""
-        self._stopping = True
-        self._wake.set()
-        pending = [task for task in self._inflight.values() if not task.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=min(SHUTDOWN_GRACE_S, self._lease_s))
-        unfinished = {key: task for key, task in self._inflight.items() if not task.done()}
-        for task in unfinished.values():
-            task.cancel()
-        if unfinished:
-            await asyncio.wait(unfinished.values())
-            with contextlib.suppress(*DB_OR_QUERY_ERRORS):
-                await self._pool.execute(
-                    query("release_webhooks"), list(unfinished), self.sender_id
-                )
+    async def _release(self, ids: list[uuid.UUID], holder: str) -> int:
+        status: str = await self._pool.execute(query("release_webhooks"), ids, holder)
+        return int(status.rsplit(" ", 1)[-1])
 
-    async def _send(self, delivery: Delivery) -> None:
-        extra = delivery.log_extra
-        try:
-            attempt = await self.attempt(delivery)
-        except Exception as exc:
-            log.exception("webhook attempt crashed", extra=extra)
-            attempt = Attempt(
-                delivery_id=delivery.id,
-                job_id=delivery.job_id,
-                attempt=delivery.attempt,
-                outcome="pending",
-                status_code=None,
-                duration_ms=0,
-                error=f"internal error: {type(exc).__name__}",
-                retry_in_s=next_try_in_s(delivery.attempt, self._settings.webhook_schedule_s),
-            )
-            if attempt.retry_in_s is None:
-                attempt = dataclasses.replace(attempt, outcome="failed")
-        try:
-            await self._pool.execute(
-                query("record_webhook_attempt"),
-                delivery.id,
-                delivery.attempt,
-                self.sender_id,
-                attempt.status_code,
-                attempt.duration_ms,
-                attempt.error,
-                attempt.outcome,
-                attempt.retry_in_s,
-            )
-        except DB_OR_QUERY_ERRORS as exc:
-            # The lease runs out and another attempt follows, with the same webhook-id.
-            log.warning("could not record webhook attempt: %s", exc, extra=extra)
-            return
-        if attempt.retry_in_s is not None:
-            due = time.monotonic() + attempt.retry_in_s
-            self._retry_due = due if self._retry_due is None else min(self._retry_due, due)
-        if attempt.outcome == "delivered":
-            log.info(
-                "webhook %s delivered (attempt %s)", delivery.type, attempt.attempt, extra=extra
-            )
-        elif attempt.outcome == "pending":
-            log.info(
-                "webhook %s attempt %s failed (%s); retrying in %.1f s",
-                delivery.type,
-                attempt.attempt,
-                attempt.error,
-                attempt.retry_in_s,
-                extra=extra,
-            )
-        else:
-            log.warning(
-                "webhook %s %s after attempt %s: %s",
-                delivery.type,
-                attempt.outcome,
-                attempt.attempt,
-                attempt.error,
-                extra=extra,
-            )
+    async def _fail(
+        self, delivery: Delivery, holder: str, failure: Failed, retry_in_s: float | None
+    ) -> Outcome | None:
+        undelivered = failure if isinstance(failure, Undelivered) else None
+        error, outcome = failure.error, "pending"
+        if undelivered is not None and undelivered.disabled:
+            outcome = "disabled"
+        elif retry_in_s is None:
+            outcome = "failed"
+            if failure.retryable:
+                error = f"{error}; gave up after {delivery.attempt} attempts"
+        attempt = Attempt(
+            delivery_id=delivery.id,
+            job_id=delivery.job_id,
+            attempt=delivery.attempt,
+            outcome=outcome,
+            status_code=undelivered.status_code if undelivered else None,
+            duration_ms=undelivered.duration_ms if undelivered else 0,
+            error=error,
+            retry_in_s=retry_in_s,
+        )
+        if not await self._record(attempt, holder):
+            return None
+        return Outcome.RETRYING if outcome == "pending" else Outcome.FAILED
+
+    async def _record(self, attempt: Attempt, holder: str) -> bool:
+        """Record one attempt: only the holder of the delivery's lease moves it on, and the
+        attempt is logged either way."""
+        recorded: bool = await self._pool.fetchval(
+            query("record_webhook_attempt"),
+            attempt.delivery_id,
+            attempt.attempt,
+            holder,
+            attempt.status_code,
+            attempt.duration_ms,
+            attempt.error,
+            attempt.outcome,
+            attempt.retry_in_s,
+        )
         for listener in self.listeners:
             listener(attempt)
+        return recorded
 
-    async def attempt(self, delivery: Delivery) -> Attempt:
-        """POST one delivery once and judge the answer; nothing is written to the database."""
+    # --- One attempt ----------------------------------------------------------------------
+
+    async def _send(self, held: Lease[Delivery]) -> Outcome:
+        delivery = held.item
+        held.enter(Stage.RUNNING)  # given the grace period at shutdown, as the POST may be out
+        attempt = await self.post(delivery)
+        if not await held.record(lambda: self._record(attempt, self.sender_id)):
+            return Outcome.LATE
+        log.info(
+            "webhook %s delivered (attempt %s)",
+            delivery.type,
+            delivery.attempt,
+            extra=delivery.log_extra,
+        )
+        return Outcome.DONE
+
+    async def post(self, delivery: Delivery) -> Attempt:
+        """POST one delivery once and judge the answer: the delivered attempt, or Undelivered
+        saying why not. Nothing is written to the database."""
         started = time.monotonic()
 
-        def result(
-            outcome: str,
-            error: str | None,
+        def undelivered(
+            error: str,
+            *,
+            retryable: bool,
             status_code: int | None = None,
-            retry_after: float | None = None,
-        ) -> Attempt:
-            retry_in_s = None
-            if outcome == "pending":
-                retry_in_s = next_try_in_s(
-                    delivery.attempt, self._settings.webhook_schedule_s, retry_after
-                )
-                if retry_in_s is None:
-                    outcome = "failed"
-                    error = f"{error}; gave up after {delivery.attempt} attempts"
-            return Attempt(
-                delivery_id=delivery.id,
-                job_id=delivery.job_id,
-                attempt=delivery.attempt,
-                outcome=outcome,
-                status_code=status_code,
+            retry_after_s: float | None = None,
+            disabled: bool = False,
+        ) -> Undelivered:
+            return Undelivered(
+                error,
+                retryable=retryable,
                 duration_ms=round((time.monotonic() - started) * 1000),
-                error=error,
-                retry_in_s=retry_in_s,
+                status_code=status_code,
+                retry_after_s=retry_after_s,
+                disabled=disabled,
             )
 
         resolved: list[bool] = []
@@ -399,16 +384,17 @@ class WebhookSender:
         verdict = await self._policy.check_url(delivery.url, resolve=resolve)
         if not verdict.allowed:
             if resolved and not all(resolved):
-                return result("pending", verdict.reason.removeprefix("blocked: "))
-            return result("failed", f"not sent, address not allowed: {verdict.reason}")
+                raise undelivered(verdict.reason.removeprefix("blocked: "), retryable=True)
+            raise undelivered(f"not sent, address not allowed: {verdict.reason}", retryable=False)
         try:
             body = await self.body(delivery)
         except (StorageError, FileNotFoundError) as exc:
-            return result("pending", f"could not make the download URL: {exc}")
+            raise undelivered(f"could not make the download URL: {exc}", retryable=True) from exc
         try:
             signing = await self.signing_secrets(delivery.tenant)
         except DB_OR_QUERY_ERRORS as exc:
-            return result("pending", f"could not read the signing secret: {_describe(exc)}")
+            error = f"could not read the signing secret: {_describe(exc)}"
+            raise undelivered(error, retryable=True) from exc
         timestamp = int(time.time())
         headers = {
             "Content-Type": "application/json",
@@ -431,27 +417,35 @@ class WebhookSender:
                 )
                 retry_after = retry_after_s(response.headers.get("Retry-After"))
         except TimeoutError:
-            return result("pending", f"timed out after {timeout_s:g} s")
+            raise undelivered(f"timed out after {timeout_s:g} s", retryable=True) from None
         except (aiohttp.ClientError, OSError) as exc:
             blocked = _blocked_cause(exc)
             if blocked is not None:
-                return result("failed", f"not sent, address not allowed: {blocked}")
-            return result("pending", _describe(exc))
+                error = f"not sent, address not allowed: {blocked}"
+                raise undelivered(error, retryable=False) from exc
+            raise undelivered(_describe(exc), retryable=True) from exc
         if 200 <= status < 300:
-            return result("delivered", None, status)
+            return Attempt(
+                delivery_id=delivery.id,
+                job_id=delivery.job_id,
+                attempt=delivery.attempt,
+                outcome="delivered",
+                status_code=status,
+                duration_ms=round((time.monotonic() - started) * 1000),
+                error=None,
+            )
         error = f"HTTP {status}"
         shown = " ".join(snippet.split())[:MAX_ERROR_BODY_CHARS]
         if shown:
             error += f": {shown}"
         if status == 410:
-            return result(
-                "disabled", f"{error} (the receiver asked for no more deliveries)", status
-            )
+            error += " (the receiver asked for no more deliveries)"
+            raise undelivered(error, retryable=False, status_code=status, disabled=True)
         if status == 429 or status >= 500:
-            return result("pending", error, status, retry_after)
+            raise undelivered(error, retryable=True, status_code=status, retry_after_s=retry_after)
         if 300 <= status < 400:
             error += " (redirects are not followed; configure the final URL)"
-        return result("failed", error, status)
+        raise undelivered(error, retryable=False, status_code=status)
 
     async def signing_secrets(self, tenant: str) -> list[str]:
         """The tenant's own secrets (both during a rotation's overlap), read for every

@@ -1,53 +1,41 @@
-"""Render slots: claim → render → store → finish, with heartbeats, rescue and cancellation.
+"""Render slots: one attempt of a job, phase by phase: options and source, Chromium, finishing,
+its files, done.
 
-Each job in flight is one `InFlightJob`, held in `Workers._jobs` by id from its start until
-its task (and its final write) ended; its `phase` says what the worker does with it, and every
-count the worker acts on (free slots) is read from those objects."""
+The render job is a handler on the lease consumer (server/queue/lease.py), which claims jobs as
+slots free, renews their leases, records a failed attempt with its backoff, cuts off a render
+whose job was cancelled or taken over, and hands jobs back at shutdown; this module is what an
+attempt does in its slot, and the job SQL it hands the consumer (server/queue/jobs.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import enum
 import logging
 import os
 import socket
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping
-from types import MappingProxyType
-from typing import Any, TypeVar
+from collections.abc import Mapping
 
 import asyncpg
 
 from server import options
-from server.errors import (
-    DB_ERRORS,
-    DB_OR_QUERY_ERRORS,
-    PermanentError,
-    RenderError,
-    backoff_s,
-    jittered,
-)
+from server.errors import PermanentError, RenderError
 from server.events import JobEvent
 from server.files import assets
 from server.files.assets import AssetCache
 from server.files.storage import Storage
 from server.pdf.finishing import FinishPool, Work
 from server.pipeline import vault
-from server.queue import jobs
+from server.queue import jobs, lease
 from server.queue.jobs import ClaimedJob, JobState
+from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.queue.metrics import Metrics
 from server.render import images, sources
 from server.render.chromium import Renderer, RenderResult
 from server.signkey import SigningKey
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-FINISH_RETRY_S = 0.5
-STOP_CLAIM_WAIT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,64 +61,35 @@ def new_worker_id() -> str:
 
 
 class Phase(enum.StrEnum):
-    """Where a job in flight is in this worker, in the order a job moves through them."""
+    """Where an attempt is in its worker, in the order it moves through them."""
 
-    PREPARING = "preparing"  # options, template and assets, holding a render slot
+    PREPARING = "preparing"  # options, source and assets, in its render slot
     RENDERING = "rendering"  # in Chromium
     FINISHING = "finishing"  # its PDF in a finishing process (server/pdf/finishing.py), in its slot
-    STORING = "storing"  # past its render, holding no slot: writes the file
+    STORING = "storing"  # past its render, in no slot: writes its files
     RECORDING = "recording"  # the attempt's final write (done or failed), never cut off
-    ABORTED = "aborted"  # its task is being cancelled: nothing of it is recorded
 
     @property
-    def abortable(self) -> bool:
-        """Not past its render yet: cut off when cancelled, no longer held, or at shutdown. Past
-        it, the final statement itself refuses a job that is no longer this attempt's."""
-        return Phase.ABORTED in _NEXT[self]
-
-    @property
-    def holds_slot(self) -> bool:
-        """Counted against the render slots: in Chromium, about to be, or still unwinding."""
-        return self.abortable or self is Phase.ABORTED
+    def stage(self) -> Stage:
+        """The consumer's stage of this phase: what cuts it off, whether it holds its slot."""
+        return _STAGES[self]
 
 
-_NEXT: Mapping[Phase, frozenset[Phase]] = {
-    Phase.PREPARING: frozenset({Phase.RENDERING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.RENDERING: frozenset({Phase.FINISHING, Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.FINISHING: frozenset({Phase.STORING, Phase.RECORDING, Phase.ABORTED}),
-    Phase.STORING: frozenset({Phase.RECORDING}),
-    Phase.RECORDING: frozenset(),
-    Phase.ABORTED: frozenset(),
+_STAGES: Mapping[Phase, Stage] = {
+    Phase.PREPARING: Stage.PREPARING,
+    Phase.RENDERING: Stage.RUNNING,
+    Phase.FINISHING: Stage.RUNNING,
+    Phase.STORING: Stage.SETTLING,
+    Phase.RECORDING: Stage.RECORDING,
 }
 
 
-@dataclasses.dataclass(slots=True, eq=False)
-class InFlightJob:
-    """One job this worker holds, from its claim until its task ended."""
+class RenderFailed(Failed):
+    """A failed attempt, with the warnings its render gave (kept on the job)."""
 
-    job: ClaimedJob
-    phase: Phase = Phase.PREPARING
-    task: asyncio.Task[None] = dataclasses.field(init=False)
-    #: The attempt's final write, a task of its own so that cancelling `task` cannot cut it.
-    write: asyncio.Task[Any] | None = None
-    #: When it entered its phase (time.perf_counter).
-    since: float = dataclasses.field(default_factory=time.perf_counter)
-
-    def enter(self, phase: Phase) -> float:
-        """Move on to `phase`; the seconds spent in the one it leaves."""
-        if phase not in _NEXT[self.phase]:
-            raise RuntimeError(f"job {self.job.id} cannot go from {self.phase} to {phase}")
-        now = time.perf_counter()
-        spent, self.phase, self.since = now - self.since, phase, now
-        return spent
-
-    @property
-    def ended(self) -> bool:
-        return self.task.done() and (self.write is None or self.write.done())
-
-    @property
-    def log_extra(self) -> dict[str, str]:
-        return {"job_id": str(self.job.id), "tenant": self.job.tenant}
+    def __init__(self, error: str, *, retryable: bool, warnings: list[str]) -> None:
+        super().__init__(error, retryable=retryable)
+        self.warnings = warnings
 
 
 class Workers:
@@ -158,132 +117,82 @@ class Workers:
         self.worker_id = worker_id or new_worker_id()
         # Renders that finish together are recorded done in one statement.
         self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
-        self._wake = asyncio.Event()
-        self._jobs: dict[uuid.UUID, InFlightJob] = {}
-        self._stopping = False
-        # Clear while the claim loop runs: stop() waits for a claim in flight to come back, so
-        # the jobs it took are known (and handed back) instead of left running on a lease.
-        self._loop_done = asyncio.Event()
-        self._loop_done.set()
-        #: Set while the claim loop waits for work with a render slot free: a job submitted
-        #: now starts when its NOTIFY wakes the loop (a signal tests wait on).
-        self.waiting = asyncio.Event()
+        self.leases: Consumer[ClaimedJob] = Consumer(
+            Queries(claim=self._claim, fail=self._fail, release=self._release, renew=self._renew),
+            self._attempt,
+            lease.Config(
+                name="job",
+                slots=config.slots,
+                lease_s=config.lease_s,
+                poll_interval_s=config.poll_interval_s,
+                backoff=lease.doubling(config.retry_base_s, config.retry_max_s),
+                grace_s=config.shutdown_grace_s,
+            ),
+            holder=self.worker_id,
+            observe=lambda phase, spent_s: self._metrics.phase_seconds.labels(phase).observe(
+                spent_s
+            ),
+            on_outcome=self._count,
+        )
         self.rendered = 0
         #: The largest peak memory a finishing process reached, in MiB.
         self.finish_memory_mb = 0.0
 
     def wake(self) -> None:
-        """New work may be due (a NOTIFY, a finished slot): claim now instead of at the poll."""
-        self._wake.set()
+        """New work may be due (a NOTIFY): claim now instead of at the poll."""
+        self.leases.wake()
 
     def on_event(self, event: JobEvent) -> None:
         """Abort a render whose job was cancelled, whichever process took the request."""
-        if event.type == "job.cancelled" and (entry := self._jobs.get(event.job_id)):
-            self._abort(entry, "cancelled")
+        if event.type == "job.cancelled":
+            self.leases.abort(event.job_id, "cancelled")
 
-    @property
-    def in_flight(self) -> Mapping[uuid.UUID, InFlightJob]:
-        return MappingProxyType(self._jobs)
+    async def close(self) -> None:
+        """Stop the finishing processes (after the consumer stopped)."""
+        await self._finisher.close()
 
-    @property
-    def busy(self) -> int:
-        return len(self._jobs)
+    # --- The job SQL the consumer calls (server/queue/jobs.py) ---------------------------
 
-    def _free(self) -> int:
-        """Render slots no job holds."""
-        return self._config.slots - sum(entry.phase.holds_slot for entry in self._jobs.values())
+    async def _claim(self, limit: int, holder: str, lease_s: float) -> list[ClaimedJob]:
+        with self._metrics.claim_seconds.time():
+            claimed = await jobs.claim(self._pool, limit=limit, worker_id=holder, lease_s=lease_s)
+        self._metrics.jobs_started.labels("claim").inc(len(claimed))
+        for job in claimed:
+            log.info(
+                "job running (attempt %s/%s)", job.attempt, job.max_attempts, extra=job.log_extra
+            )
+        return claimed
 
-    def _move(self, entry: InFlightJob, phase: Phase) -> None:
-        left = entry.phase
-        held_slot = left.holds_slot
-        self._metrics.phase_seconds.labels(left).observe(entry.enter(phase))
-        if held_slot and not phase.holds_slot:
-            self._wake.set()  # its slot is free for the next job
+    async def _renew(self, ids: list[uuid.UUID], holder: str, lease_s: float) -> set[uuid.UUID]:
+        return await jobs.heartbeat(self._pool, ids, worker_id=holder, lease_s=lease_s)
 
-    async def run(self) -> None:
-        """Claim while slots are free; sleep until woken, a slot frees, or the jittered poll."""
-        self._loop_done.clear()
-        try:
-            await self._claim_loop()
-        finally:
-            self._loop_done.set()
+    async def _release(self, ids: list[uuid.UUID], holder: str) -> int:
+        return await jobs.release(self._pool, ids, worker_id=holder)
 
-    async def _claim_loop(self) -> None:
-        while not self._stopping:
-            # Cleared before looking, so a wake-up that arrives while claiming is not lost
-            # and a set flag never turns this loop into a spin while every slot is busy.
-            self._wake.clear()
-            free = self._free()
-            if free > 0:
-                claimed: list[ClaimedJob] = []
-                try:
-                    with self._metrics.claim_seconds.time():
-                        claimed = await jobs.claim(
-                            self._pool,
-                            limit=free,
-                            worker_id=self.worker_id,
-                            lease_s=self._config.lease_s,
-                        )
-                except DB_OR_QUERY_ERRORS as exc:
-                    log.warning("claim failed: %s", exc)
-                else:
-                    self._metrics.jobs_started.labels("claim").inc(len(claimed))
-                for job in claimed:
-                    self._announce(job)
-                    self._start(job)
-                if claimed and len(claimed) == free:
-                    continue  # the queue may hold more: claim again as soon as a slot frees
-            poll_s = jittered(self._config.poll_interval_s, 0.5)
-            if free > 0:
-                self.waiting.set()
-            try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll_s):
-                        await self._wake.wait()
-            finally:
-                self.waiting.clear()
-
-    def _announce(self, job: ClaimedJob) -> None:
-        log.info(
-            "job running (attempt %s/%s)",
-            job.attempt,
-            job.max_attempts,
-            extra={"job_id": str(job.id), "tenant": job.tenant},
+    async def _fail(
+        self, job: ClaimedJob, holder: str, failure: Failed, retry_in_s: float | None
+    ) -> Outcome | None:
+        state = await jobs.finish_failed(
+            self._pool,
+            job,
+            worker_id=holder,
+            error=failure.error,
+            retryable=retry_in_s is not None,
+            retry_in_s=retry_in_s or 0.0,
+            warnings=failure.warnings if isinstance(failure, RenderFailed) else [],
         )
+        if state is JobState.QUEUED:
+            return Outcome.RETRYING
+        return Outcome.FAILED if state is JobState.FAILED else None
 
-    def _start(self, job: ClaimedJob) -> InFlightJob:
-        entry = InFlightJob(job)
-        entry.task = asyncio.create_task(self._run_job(entry), name=f"render-{job.id}")
-        self._jobs[job.id] = entry
-        self._own(entry, entry.task)
-        return entry
+    def _count(self, outcome: Outcome) -> None:
+        if outcome is not Outcome.LATE:
+            self._metrics.jobs_finished.labels(outcome).inc()
 
-    def _own(self, entry: InFlightJob, task: asyncio.Task[Any]) -> None:
-        """Log a task of `entry` that failed; forget the entry once all its tasks ended."""
+    # --- One attempt ----------------------------------------------------------------------
 
-        def ended(task: asyncio.Task[Any]) -> None:
-            if not task.cancelled() and (exc := task.exception()) is not None:
-                log.error("task %s failed", task.get_name(), exc_info=exc, extra=entry.log_extra)
-            if entry.ended and self._jobs.get(entry.job.id) is entry:
-                del self._jobs[entry.job.id]
-                self._wake.set()
-                if entry.phase is Phase.RECORDING:
-                    spent = time.perf_counter() - entry.since
-                    self._metrics.phase_seconds.labels(Phase.RECORDING).observe(spent)
-
-        task.add_done_callback(ended)
-
-    def _abort(self, entry: InFlightJob, why: str) -> bool:
-        """Cut off a job not yet past its render; False if it is past it (or over)."""
-        if not entry.phase.abortable or entry.task.done():
-            return False
-        log.info("aborting render (%s)", why, extra=entry.log_extra)
-        self._move(entry, Phase.ABORTED)
-        entry.task.cancel()
-        return True
-
-    async def _run_job(self, entry: InFlightJob) -> None:
-        job = entry.job
+    async def _attempt(self, held: Lease[ClaimedJob]) -> Outcome:
+        job = held.item
         warnings: list[str] = []
         try:
             render_options = options.parse(job.options)
@@ -300,7 +209,7 @@ class Workers:
             )
             page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
             finish = await self._finish_work(job, render_options)
-            self._move(entry, Phase.RENDERING)
+            _enter(held, Phase.RENDERING)
             with self._metrics.render_seconds.time():
                 result = await self._renderer.render(
                     html,
@@ -313,9 +222,9 @@ class Workers:
                 limit = self._config.max_pages
                 raise PermanentError(f"the PDF has more than {limit} pages, the limit")
             if finish is not None:
-                self._move(entry, Phase.FINISHING)
+                _enter(held, Phase.FINISHING)
                 result = await self._finished(result, finish)
-            self._move(entry, Phase.STORING)
+            _enter(held, Phase.STORING)
             files, contents = job.files(), [result.data]
             if render_options.thumbnail is not None:
                 width = render_options.thumbnail.width
@@ -324,40 +233,25 @@ class Workers:
                 await self._storage.put(
                     file.key, data, filename=file.filename, content_type=file.output.content_type
                 )
-        except asyncio.CancelledError:
-            if entry.phase is Phase.ABORTED:
-                log.info("render aborted", extra=entry.log_extra)
-                self._metrics.jobs_finished.labels("aborted").inc()
-                return  # the job is no longer ours (cancelled or rescued): nothing to record
-            raise
         except RenderError as exc:
-            await self._fail(entry, str(exc), retryable=exc.retryable, warnings=warnings)
-            return
+            raise RenderFailed(str(exc), retryable=exc.retryable, warnings=warnings) from exc
         except options.OptionsError as exc:
-            await self._fail(entry, f"invalid options: {exc}", retryable=False, warnings=warnings)
-            return
-        except Exception as exc:
-            log.exception("render crashed", extra=entry.log_extra)
-            await self._fail(
-                entry, f"internal error: {type(exc).__name__}", retryable=True, warnings=warnings
-            )
-            return
+            error = f"invalid options: {exc}"
+            raise RenderFailed(error, retryable=False, warnings=warnings) from exc
         # The bytes are durable; now the final write.
-        self._move(entry, Phase.RECORDING)
-        done = await self._record(
-            entry,
-            lambda: self._done.submit(jobs.Done(job, len(result.data), result.pages, warnings)),
+        done = await held.record(
+            lambda: self._done.submit(jobs.Done(job, len(result.data), result.pages, warnings))
         )
         self.rendered += 1
         if not done:
-            log.info("late result discarded", extra=entry.log_extra)
+            log.info("late result discarded", extra=job.log_extra)
             await self._delete(job.files())
-            return
-        log.info("job done", extra=entry.log_extra)
-        self._metrics.jobs_finished.labels("done").inc()
+            return Outcome.LATE
+        log.info("job done", extra=job.log_extra)
         # Earlier attempts of this job may have stored files before their worker died.
         for attempt in range(1, job.attempt):
             await self._delete(job.files(attempt))
+        return Outcome.DONE
 
     async def _finish_work(self, job: ClaimedJob, given: options.RenderOptions) -> Work | None:
         """What the finishing step needs (None when the options ask for none): the options
@@ -404,120 +298,6 @@ class Workers:
             with contextlib.suppress(Exception):
                 await self._storage.delete(file.key)
 
-    async def _fail(
-        self, entry: InFlightJob, error: str, *, retryable: bool, warnings: list[str]
-    ) -> None:
-        self._move(entry, Phase.RECORDING)
-        job = entry.job
-        retry_in_s = backoff_s(
-            job.attempt, base_s=self._config.retry_base_s, max_s=self._config.retry_max_s
-        )
-        state = await self._record(
-            entry,
-            lambda: jobs.finish_failed(
-                self._pool,
-                job,
-                worker_id=self.worker_id,
-                error=error,
-                retryable=retryable,
-                retry_in_s=retry_in_s,
-                warnings=warnings,
-            ),
-        )
-        if state is JobState.QUEUED:
-            log.info("job retrying in %.1f s: %s", retry_in_s, error, extra=entry.log_extra)
-            self._metrics.jobs_finished.labels("retrying").inc()
-        elif state is JobState.FAILED:
-            log.info("job failed: %s", error, extra=entry.log_extra)
-            self._metrics.jobs_finished.labels("failed").inc()
 
-    async def _record(self, entry: InFlightJob, write: Callable[[], Awaitable[T]]) -> T | None:
-        """The attempt's final write, in a task the entry owns, shielded: neither an abort nor
-        a shutdown cuts it in half, so the job is recorded or stays running until its lease is
-        rescued. None when it could not be written."""
-        task = asyncio.create_task(self._retrying(entry, write), name=f"record-{entry.job.id}")
-        entry.write = task
-        self._own(entry, task)
-        return await asyncio.shield(task)
-
-    async def _retrying(self, entry: InFlightJob, write: Callable[[], Awaitable[T]]) -> T | None:
-        # While the database is away, try again until it answers, even past the lease: only its
-        # answer says whether the attempt is still ours (a rescued one is refused, and its file
-        # then deleted); a write given up on could have committed, so its file must stay.
-        while True:
-            try:
-                return await write()
-            except DB_ERRORS as exc:
-                log.warning("could not record the result, retrying: %s", exc, extra=entry.log_extra)
-                await asyncio.sleep(FINISH_RETRY_S)
-            except Exception:
-                log.exception("could not record the result", extra=entry.log_extra)
-                return None
-
-    async def heartbeat(self) -> None:
-        """Renew the leases of running jobs; abort those this worker no longer holds."""
-        interval_s = self._config.lease_s / 3
-        while True:
-            await asyncio.sleep(interval_s)
-            ids = [
-                job_id for job_id, entry in self._jobs.items() if entry.phase is not Phase.ABORTED
-            ]
-            if not ids:
-                continue
-            try:
-                held = await jobs.heartbeat(
-                    self._pool, ids, worker_id=self.worker_id, lease_s=self._config.lease_s
-                )
-            except DB_OR_QUERY_ERRORS as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            for job_id in set(ids) - held:
-                if entry := self._jobs.get(job_id):
-                    self._abort(entry, "no longer held")
-
-    async def stop(self) -> None:
-        """Stop claiming; let renders finish within the grace period; release the rest."""
-        self._stopping = True
-        self._wake.set()
-        # A claim in flight commits whether or not its answer is read: let it come back, so
-        # the jobs it took are ours to hand back below (a database that does not answer is
-        # not waited for long; its jobs then wait for their lease to run out).
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(STOP_CLAIM_WAIT_S):
-                await self._loop_done.wait()
-        # Jobs not yet in Chromium (their template) go back to the queue at once: another
-        # process can take them now.
-        await self._cut_off([e for e in self._jobs.values() if e.phase is Phase.PREPARING])
-        if pending := _tasks(self._jobs.values()):
-            grace_s = self._config.shutdown_grace_s
-            log.info("waiting up to %.0f s for %s jobs in flight", grace_s, len(self._jobs))
-            await asyncio.wait(pending, timeout=grace_s)
-        # Renders still going are cut off; jobs past their render are only storing and
-        # recording, so they are let finish.
-        await self._cut_off(list(self._jobs.values()))
-
-    async def _cut_off(self, entries: list[InFlightJob]) -> None:
-        """Abort those of `entries` not past their render, wait briefly for every one of them
-        to end, and hand the aborted ones back to the queue."""
-        aborted = [e.job.id for e in entries if self._abort(e, "shutting down")]
-        if pending := _tasks(entries):
-            await asyncio.wait(pending, timeout=STOP_CLAIM_WAIT_S)
-        if not aborted:
-            return
-        try:
-            released = await jobs.release(self._pool, aborted, worker_id=self.worker_id)
-        except DB_OR_QUERY_ERRORS as exc:
-            log.warning("could not release unfinished jobs (their leases will): %s", exc)
-        else:
-            log.info("released %s unfinished jobs back to the queue", released)
-
-    async def close(self) -> None:
-        """Stop the finishing processes (after `stop`)."""
-        await self._finisher.close()
-
-
-def _tasks(entries: Collection[InFlightJob]) -> set[asyncio.Task[Any]]:
-    """The tasks of `entries` still running."""
-    return {
-        task for e in entries for task in (e.task, e.write) if task is not None and not task.done()
-    }
+def _enter(held: Lease[ClaimedJob], phase: Phase) -> None:
+    held.enter(phase.stage, phase)

@@ -61,6 +61,10 @@ class Claimed:
     outline: bool
 
     @property
+    def key(self) -> uuid.UUID:
+        return self.batch_id
+
+    @property
     def object_key(self) -> str:
         return object_key(self.tenant, self.batch_id, self.attempt)
 

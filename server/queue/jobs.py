@@ -123,6 +123,14 @@ class ClaimedJob:
     secrets: bytes | None = None
 
     @property
+    def key(self) -> uuid.UUID:
+        return self.id
+
+    @property
+    def log_extra(self) -> dict[str, str]:
+        return {"job_id": str(self.id), "tenant": self.tenant}
+
+    @property
     def object_key(self) -> str:
         return object_key(self.tenant, self.id, self.attempt, outputs.of(self.options))
 

@@ -210,12 +210,8 @@ def create_app(
         )
         app[WORKERS] = workers
         app[HUB].add_listener(workers.on_event)
-        async with (
-            background("workers", workers.run()),
-            background("heartbeat", workers.heartbeat()),
-        ):
+        async with workers.leases.running():
             yield
-            await workers.stop()
         await workers.close()
 
     async def combiner(app: web.Application) -> AsyncIterator[None]:
@@ -234,12 +230,8 @@ def create_app(
         joins = Combiner(app[POOL], app[STORAGE], config, worker_id=worker_id, metrics=metrics)
         app[COMBINER] = joins
         app[HUB].add_listener(joins.on_event)
-        async with (
-            background("combiner", joins.run()),
-            background("join-heartbeat", joins.heartbeat()),
-        ):
+        async with joins.leases.running():
             yield
-            await joins.stop()
 
     async def webhooks(app: web.Application) -> AsyncIterator[None]:
         if settings.webhook_concurrency == 0:
@@ -250,9 +242,8 @@ def create_app(
             sender.listeners.append(
                 lambda attempt: metrics.webhook_attempts.labels(attempt.outcome).inc()
             )
-            async with background("webhooks", sender.run()):
+            async with sender.leases.running():
                 yield
-                await sender.stop()
 
     async def authentication(app: web.Application) -> AsyncIterator[None]:
         # Before the browser starts: a server that must not run open stops right away.

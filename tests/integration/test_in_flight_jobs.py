@@ -1,7 +1,8 @@
-"""A job in flight is one object in the worker, with its phase: these follow one through the
-transitions that cut it short (a cancel while Chromium renders, a lease lost to another worker)
-and a final write that the database refuses, and check what a user sees afterwards: nothing of
-the cut-off render is recorded or stored, the slot is free again, and no error is left unread."""
+"""A job in flight is one lease in the worker's consumer (server/queue/lease.py), with its
+phase: these follow one through the transitions that cut it short (a cancel while Chromium
+renders, a lease lost to another worker) and a final write that the database refuses, and check
+what a user sees afterwards: nothing of the cut-off render is recorded or stored, the slot is
+free again, and no error is left unread."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import asyncpg
 import pytest
 
 from server.keys import SETTINGS, WORKERS
-from server.pipeline.worker import InFlightJob, Phase, Workers
+from server.pipeline.worker import Phase, Workers
 from server.queue.jobs import ClaimedJob
+from server.queue.lease import Lease, Stage
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
@@ -31,23 +33,24 @@ async def submit(app: RunningApp, name: str = "Ana") -> str:
         return job_id
 
 
-async def in_slot(app: RunningApp, renderer: FakeRenderer) -> tuple[str, InFlightJob]:
-    """A job submitted and held in the only render slot; its object in the worker."""
+async def in_slot(app: RunningApp, renderer: FakeRenderer) -> tuple[str, Lease[ClaimedJob]]:
+    """A job submitted and held in the only render slot; its lease in the worker."""
     job_id = await submit(app)
     await asyncio.wait_for(renderer.started.wait(), 10)
     workers: Workers = app.app[WORKERS]
-    [entry] = workers.in_flight.values()
-    assert str(entry.job.id) == job_id
+    [entry] = workers.leases.in_flight.values()
+    assert str(entry.item.id) == job_id
     return job_id, entry
 
 
-async def ended(workers: Workers, entry: InFlightJob) -> None:
+async def ended(workers: Workers, entry: Lease[ClaimedJob]) -> None:
     """Wait until the worker has forgotten `entry` (its task and final write are over)."""
+    assert entry.task is not None
     await asyncio.wait({entry.task}, timeout=10)
     if entry.write is not None:
         await asyncio.wait({entry.write}, timeout=10)
     await asyncio.sleep(0)  # the done callbacks, which drop the entry, run next
-    assert entry.job.id not in workers.in_flight
+    assert entry.item.id not in workers.leases.in_flight
 
 
 def stored_files(app: RunningApp) -> list[str]:
@@ -57,18 +60,23 @@ def stored_files(app: RunningApp) -> list[str]:
 
 def test_a_job_moves_only_forward_through_its_phases() -> None:
     order = [Phase.PREPARING, Phase.RENDERING, Phase.FINISHING, Phase.STORING, Phase.RECORDING]
-    assert [p for p in Phase if p.holds_slot] == [*order[:3], Phase.ABORTED]
-    assert [p for p in Phase if p.abortable] == order[:3]
+    assert [p for p in order if p.stage.holds_slot] == order[:3]
+    assert [p for p in order if p.stage.abortable] == order[:3]
+    assert Stage.ABORTED.holds_slot and not Stage.ABORTED.abortable  # until it has unwound
     job = ClaimedJob(uuid.uuid4(), "t", "", {}, {}, attempt=1, max_attempts=1)
-    entry = InFlightJob(job)
+    entry = Lease(job)
     for phase in order[1:]:
-        entry.enter(phase)
+        entry.enter(phase.stage, phase)
     with pytest.raises(RuntimeError):
-        entry.enter(Phase.ABORTED)  # past its render: never cut off
-    late = InFlightJob(job)
-    late.enter(Phase.ABORTED)
+        entry.enter(Stage.ABORTED)  # past its render: never cut off
+    late = Lease(job)
+    late.enter(Stage.ABORTED)
     with pytest.raises(RuntimeError):
-        late.enter(Phase.RENDERING)  # an aborted job records nothing
+        late.enter(Phase.RENDERING.stage, Phase.RENDERING)  # an aborted job records nothing
+    settled = Lease(job)
+    settled.enter(Phase.STORING.stage, Phase.STORING)
+    with pytest.raises(RuntimeError):
+        settled.enter(Phase.RENDERING.stage, Phase.RENDERING)  # never back into its slot
 
 
 async def test_a_job_cancelled_while_rendering_frees_its_slot_and_records_nothing(
@@ -79,13 +87,13 @@ async def test_a_job_cancelled_while_rendering_frees_its_slot_and_records_nothin
     app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     workers: Workers = app.app[WORKERS]
     job_id, entry = await in_slot(app, renderer)
-    assert entry.phase is Phase.RENDERING
+    assert entry.phase == Phase.RENDERING
     async with app.http.post(app.url(f"/v1/jobs/{job_id}/cancel")) as resp:
         assert resp.status == 200
     await ended(workers, entry)
-    assert entry.phase is Phase.ABORTED
+    assert entry.stage is Stage.ABORTED
     assert renderer.rendered == [] and stored_files(app) == []
-    status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", entry.job.id)
+    status = await pool.fetchval("SELECT status FROM jobs WHERE id = $1", entry.item.id)
     assert status == "cancelled"
     # The slot is free again: the next job is rendered in it.
     renderer.gate.set()
@@ -107,10 +115,10 @@ async def test_a_lost_lease_aborts_the_render_and_leaves_the_row_to_its_new_hold
     await pool.execute(
         "UPDATE jobs SET worker_id = 'another', lease_expires_at = now() + interval '1 hour'"
         " WHERE id = $1",
-        entry.job.id,
+        entry.item.id,
     )
     await ended(workers, entry)  # the next heartbeat finds the job gone and aborts it
-    assert entry.phase is Phase.ABORTED
+    assert entry.stage is Stage.ABORTED
     renderer.gate.set()
     row = await pool.fetchrow(
         "SELECT status, worker_id, object_key FROM jobs WHERE id = $1", job_id
@@ -141,7 +149,7 @@ async def test_a_final_write_the_database_refuses_is_logged_and_leaves_the_job_t
     try:
         app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
         workers: Workers = app.app[WORKERS]
-        caplog.set_level(logging.INFO, logger="server.pipeline.worker")
+        caplog.set_level(logging.INFO, logger="server.queue.lease")
         job_id, entry = await in_slot(app, fake_renderer)
         await ended(workers, entry)
         del entry
@@ -153,4 +161,4 @@ async def test_a_final_write_the_database_refuses_is_logged_and_leaves_the_job_t
     assert any("could not record the result" in r.getMessage() for r in caplog.records)
     row = await pool.fetchrow("SELECT status, worker_id FROM jobs WHERE id = $1", job_id)
     assert (row["status"], row["worker_id"]) == ("running", workers.worker_id)  # the rescuer's
-    assert workers.busy == 0  # the slot is free for the next job
+    assert workers.leases.busy == 0  # the slot is free for the next job

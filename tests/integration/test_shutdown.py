@@ -5,6 +5,7 @@ once, instead of leaving them `running` until their lease runs out."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,23 @@ from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
 
+class Heard(logging.Handler):
+    """Sets `event` once a record whose message holds `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
 async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
-    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    start_app: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()  # a render that has begun does not end before the grace
@@ -42,11 +58,17 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
     )
     await jobs.create(pool, [new])
     await asyncio.wait_for(claimed_in_db.wait(), 10)
-    stopping = asyncio.create_task(app.app[WORKERS].stop())
-    await asyncio.sleep(0.2)  # time enough for a stop() that does not wait to have ended
-    assert not stopping.done(), "stop waits for the claim's answer"
-    answer.set()
-    await asyncio.wait_for(stopping, 10)
+    caplog.set_level(logging.INFO, logger="server.queue.lease")
+    heard = Heard("for a claim in flight")
+    logging.getLogger("server.queue.lease").addHandler(heard)
+    try:
+        stopping = asyncio.create_task(app.app[WORKERS].leases.stop())
+        await asyncio.wait_for(heard.event.wait(), 10)  # stop() says it waits for the answer
+        assert not stopping.done(), "stop waits for the claim's answer"
+        answer.set()
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        logging.getLogger("server.queue.lease").removeHandler(heard)
     row = await pool.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", new.id)
     # Whether its render had begun or not, the job is back in the queue, the attempt uncharged.
     assert (row["status"], row["attempts"]) == ("queued", 0)

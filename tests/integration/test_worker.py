@@ -12,6 +12,7 @@ from typing import Any
 
 from server.keys import WORKERS
 from server.pipeline.worker import Phase, Workers
+from server.queue.lease import Stage
 from server.render.chromium import RenderResult
 from tests.conftest import RunningApp
 from tests.integration.test_metrics import scrape
@@ -48,7 +49,7 @@ async def test_a_job_submitted_to_an_idle_worker_starts_at_once_with_its_events_
     # notification can wake the worker before the stream below gives up (15 s).
     app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, poll_interval_s=60)
     workers: Workers = app.app[WORKERS]
-    await asyncio.wait_for(workers.waiting.wait(), 10)  # it found the queue empty and waits
+    await asyncio.wait_for(workers.leases.waiting.wait(), 10)  # it found the queue empty and waits
     created = await submit(app)
     assert created["status"] == "queued"
     seen = await events(app, created["id"])
@@ -102,8 +103,8 @@ async def test_a_stopped_worker_claims_nothing(
 ) -> None:
     app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
     workers: Workers = app.app[WORKERS]
-    await asyncio.wait_for(workers.waiting.wait(), 10)
-    await workers.stop()
+    await asyncio.wait_for(workers.leases.waiting.wait(), 10)
+    await workers.leases.stop()
     claims = (await scrape(app))[CLAIMS]
     created = await submit(app)
     # The job's event reached this process, whose listener woke the worker with it.
@@ -120,13 +121,14 @@ async def test_a_job_cancelled_before_it_reaches_chromium_is_never_rendered(
     workers: Workers = app.app[WORKERS]
     created = await submit(app, {"template": SLOW_TEMPLATE})
     await events(app, created["id"], until="job.running")
-    entry = workers.in_flight[uuid.UUID(created["id"])]
-    assert entry.phase is Phase.PREPARING
+    entry = workers.leases.in_flight[uuid.UUID(created["id"])]
+    assert entry.phase == Phase.PREPARING
     async with app.http.post(app.url(f"/v1/jobs/{created['id']}/cancel")) as resp:
         assert resp.status == 200
     # The cancel reaches the worker as an event through the log; its render is cut off then.
+    assert entry.task is not None
     await asyncio.wait({entry.task}, timeout=10)
-    assert entry.phase is Phase.ABORTED
+    assert entry.stage is Stage.ABORTED
     assert await status(app, created["id"]) == "cancelled"
     assert fake_renderer.calls == []
 
@@ -138,7 +140,7 @@ async def test_stopping_returns_a_job_still_rendering_its_template_at_once(
     created = await submit(app, {"template": SLOW_TEMPLATE})
     await events(app, created["id"], until="job.running")  # its template takes seconds
     started = asyncio.get_running_loop().time()
-    await app.app[WORKERS].stop()
+    await app.app[WORKERS].leases.stop()
     assert asyncio.get_running_loop().time() - started < 5, "not held for the grace period"
     assert await status(app, created["id"]) == "queued"
     assert fake_renderer.calls == []
