@@ -357,6 +357,8 @@ class Consumer(Generic[T]):
         except Exception as exc:
             if lease.stage is Stage.ABORTED:
                 outcome = Outcome.ABORTED
+            elif lease.stage is Stage.RECORDING:
+                raise  # after its final write: nothing left to record (the task's error is logged)
             elif isinstance(exc, Failed):
                 outcome = await self._fail(lease, exc)
             else:
