@@ -6,7 +6,7 @@ BENCH_QUICK=1 runs reduced sizes; --tiny the smallest that still run every path 
 smoke test, tests/integration/test_bench_quick.py). A benchmark that fails is reported and the
 others still run; the exit status says whether any failed.
 
-    python -m bench [--only accept,queue,render,latency,mechanisms,soak,push] [--tiny]
+    python -m bench [--only accept,queue,render,latency,soak,push] [--tiny]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import traceback
 
 import asyncpg
 
-from bench import accept, latency, mechanisms, push, queue, render, soak
+from bench import accept, latency, push, queue, render, soak
 from bench.common import machine, postgres
 
 BENCHMARKS = {
@@ -27,7 +27,6 @@ BENCHMARKS = {
     "queue": queue,
     "render": render,
     "latency": latency,
-    "mechanisms": mechanisms,
     "soak": soak,
     "push": push,
 }
@@ -37,7 +36,6 @@ TINY = {
     "queue": "--jobs 20 --slots 2 --pgqueuer 1x10 --procrastinate 2",
     "render": "--docs 2 --slots 1 --pages 1 --rounds 1 --engines default",
     "latency": "--docs 2 --rounds 1",
-    "mechanisms": "--docs 2 --latency-docs 2 --rounds 1 --configs defaults",
     "soak": "--jobs 10 --every 5 --from-job 5 --slots 1",
     "push": "--events 3 --subscribers 10 --sio-subscribers 10",
 }

@@ -1,7 +1,5 @@
 """The benchmarks run for real at their smallest sizes (`python -m bench --tiny`) and print
-their figures against their baselines; one that breaks fails this test. bench.mechanisms only
-has to load and take its tiny arguments here: with three Chromiums of its own, its run would
-double this test's time (`python -m bench` runs it)."""
+their figures against their baselines; one that breaks fails this test."""
 
 from __future__ import annotations
 
@@ -32,9 +30,6 @@ FIGURES = {
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_every_benchmark_runs_and_prints_its_figures(server_dsn: str, tmp_path: Path) -> None:
-    from bench.__main__ import TINY, mechanisms  # here: collecting the suite needs no Playwright
-
-    mechanisms.parser().parse_args(TINY["mechanisms"].split())
     env = {**os.environ, "BENCH_QUICK": "1", "DATABASE_URL": server_dsn}
     # Each of the runs' dozen Python processes reads the server's modules from bytecode caches,
     # as under `make test` (Makefile), instead of compiling them again.
