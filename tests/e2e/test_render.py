@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import unicodedata
 from collections.abc import Callable
@@ -195,26 +196,45 @@ async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
     assert {p.pid for p in browser_processes()} - others == set()
 
 
-async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_renders() -> None:
+class Logged(logging.Handler):
+    """Sets `seen` once a record whose message starts with `start` is logged."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.start):
+            self.seen.set()
+
+
+async def test_browser_above_its_memory_mark_is_recycled_without_holding_up_renders(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
-    from server.render.chromium import ChromiumRenderer
+    from server.render import chromium
 
     # Any browser uses more than 1 MiB: the reading taken in the background marks it, and
     # the render after that starts a new one.
-    renderer = ChromiumRenderer(
+    renderer = chromium.ChromiumRenderer(
         policy=NetworkPolicy(), slots=1, max_rss_mb=1, memory_check_interval_s=0
     )
+    caplog.set_level(logging.INFO, logger=chromium.__name__)
+    marked = Logged("browser uses")
+    logging.getLogger(chromium.__name__).addHandler(marked)
     await renderer.start()
     try:
-        for n in range(20):
-            result = await renderer.render(f"<p>{n}</p>", RenderOptions(), timeout_s=20)
-            assert result.data.startswith(b"%PDF-")
-            if renderer.launches > 1:
-                break
-            await asyncio.sleep(0.2)  # time for the background reading to land
-        assert renderer.launches > 1
+        result = await renderer.render("<p>1</p>", RenderOptions(), timeout_s=20)
+        assert result.data.startswith(b"%PDF-") and renderer.launches == 1
+        async with asyncio.timeout(10):
+            await marked.seen.wait()  # the background reading found it above its mark
+        result = await renderer.render("<p>2</p>", RenderOptions(), timeout_s=20)
+        assert result.data.startswith(b"%PDF-")
+        assert renderer.launches == 2, "the render after the reading starts a new browser"
     finally:
+        logging.getLogger(chromium.__name__).removeHandler(marked)
         await renderer.close()
 
 
