@@ -6,8 +6,10 @@ On top of it every step a template takes is counted against a deadline (loop ite
 calls, attribute reads, operators, filters), and every value it builds is weighed as the text
 it would print before it is built where the size can be known in advance (`'x' * n`, `**`,
 padding widths, `replace`, joins) and right after otherwise, so no single step allocates much
-more than the value limit. Rendering runs in a worker thread; a thread cannot be killed, so
-these checks are what stop it.
+more than the value limit. Loop steps, `~` and literals, which no hook of the sandbox sees, are
+routed through filters by a rewrite of the parsed template (`_bounded`), with Jinja's public
+API only (docs/decisions/010-template-bounds.md). Rendering runs in a worker thread; a thread
+cannot be killed, so these checks are what stop it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import Any, Generic, TypeVar
 
 import jinja2
 from jinja2 import nodes
-from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Context, markup_join, str_join
+from jinja2.nodes import EvalContext
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, generate_lorem_ipsum
+from markupsafe import Markup, soft_str
 
 from server.errors import PermanentError
 
@@ -341,53 +344,64 @@ def _check_method(method: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any])
 # --- the environment ------------------------------------------------------------------------
 
 
-class _Generator(CodeGenerator):
-    """Routes loops, `~` and literals through the environment's checks."""
+# Jinja's sandbox hooks see calls, attribute reads, items and operators, but not the steps of
+# a `{% for %}` (a loop with an empty body calls nothing), nor `~` and literal lists, tuples
+# and dicts. The parsed template is rewritten, with Jinja's documented node classes, so that
+# these pass through the filters below before it is compiled. A colon cannot be part of a
+# filter name in a template, so only the rewrite can name these.
+_LOOP = "pressroom:loop"
+_CONCAT = "pressroom:concat"
+_LITERAL = "pressroom:literal"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._loop_iterables: set[int] = set()
 
-    def visit_For(self, node: nodes.For, frame: Frame) -> None:
-        # Jinja allows no custom node types, so the iterable is marked and wrapped in visit().
-        self._loop_iterables.add(id(node.iter))
-        super().visit_For(node, frame)
+def _loop_steps(iterable: Iterable[Any]) -> Iterator[Any]:
+    """Every item a `{% for %}` takes is a step."""
+    budget = _budget()
+    for item in iterable:
+        budget.tick()
+        yield item
 
-    def visit(self, node: nodes.Node, *args: Any, **kwargs: Any) -> Any:
-        if id(node) not in self._loop_iterables:
-            return super().visit(node, *args, **kwargs)
-        self.write("environment.guard_iter(")
-        super().visit(node, *args, **kwargs)
-        self.write(")")
-        return None
 
-    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.join_parts((")
-        for arg in node.nodes:
-            self.visit(arg, frame)
-            self.write(", ")
-        self.write("), ")
-        if frame.eval_ctx.volatile:
-            self.write("context.eval_ctx.autoescape)")
-        else:
-            self.write(f"{bool(frame.eval_ctx.autoescape)!r})")
+@jinja2.pass_eval_context
+def _concat(eval_ctx: EvalContext, parts: tuple[Any, ...]) -> str:
+    """`a ~ b`, measured before it is joined; with autoescape on, as Jinja joins it."""
+    budget = _budget()
+    budget.tick()
+    _limit(sum(budget.weigh(part) for part in parts), "concatenation (~)")
+    texts = [soft_str(part) for part in parts]
+    if eval_ctx.autoescape and any(hasattr(text, "__html__") for text in texts):
+        return Markup("").join(texts)
+    return "".join(texts)
 
-    def _checked(self, visit: Callable[[Any, Frame], None], node: Any, frame: Frame) -> None:
-        if getattr(node, "ctx", "load") != "load":
-            visit(node, frame)  # an assignment target, not a value
-            return
-        self.write("environment.checked_value(")
-        visit(node, frame)
-        self.write(")")
 
-    def visit_List(self, node: nodes.List, frame: Frame) -> None:
-        self._checked(super().visit_List, node, frame)
+def _literal(value: Any) -> Any:
+    """`[a, b]`, `(a, b)`, `{k: v}` once built."""
+    budget = _budget()
+    budget.tick()
+    return budget.checked(value)
 
-    def visit_Tuple(self, node: nodes.Tuple, frame: Frame) -> None:
-        self._checked(super().visit_Tuple, node, frame)
 
-    def visit_Dict(self, node: nodes.Dict, frame: Frame) -> None:
-        self._checked(super().visit_Dict, node, frame)
+def _through(name: str, node: nodes.Node) -> nodes.Filter:
+    return nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
+
+
+def _bounded(node: nodes.Node) -> nodes.Node:
+    """Routes every loop, `~` and literal in `node` through the filters above, in place;
+    returns the node that takes the place of `node`."""
+    for field, value in node.iter_fields():
+        if isinstance(value, nodes.Node):
+            setattr(node, field, _bounded(value))
+        elif isinstance(value, list):
+            value[:] = [_bounded(v) if isinstance(v, nodes.Node) else v for v in value]
+    if isinstance(node, nodes.For):
+        node.iter = _through(_LOOP, node.iter)
+    elif isinstance(node, nodes.Concat):
+        return _through(_CONCAT, nodes.Tuple(node.nodes, "load", lineno=node.lineno))
+    elif isinstance(node, (nodes.List, nodes.Dict)):
+        return _through(_LITERAL, node)
+    elif isinstance(node, nodes.Tuple) and node.ctx == "load":  # not an assignment target
+        return _through(_LITERAL, node)
+    return node
 
 
 def _bounded_range(*args: int) -> range:
@@ -452,7 +466,6 @@ def _guard_test(func: Callable[..., Any]) -> Callable[..., Any]:
 class _Sandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox with a deadline and size limits on every step."""
 
-    code_generator_class = _Generator
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self) -> None:
@@ -466,6 +479,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         self.globals["range"] = _bounded_range
         self.globals["lipsum"] = _lipsum
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
+        self.filters.update({_LOOP: _loop_steps, _CONCAT: _concat, _LITERAL: _literal})
         tests: dict[str, Any] = self.tests  # typed as a bare "function" in Jinja's stubs
         self.tests = {name: _guard_test(f) for name, f in tests.items()}
 
@@ -475,23 +489,6 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         pieces = list(parts)
         _limit(sum(len(piece) for piece in pieces), "a block")
         return "".join(pieces)
-
-    def guard_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        budget = _budget()
-        for item in iterable:
-            budget.tick()
-            yield item
-
-    def join_parts(self, parts: tuple[Any, ...], autoescape: bool) -> str:
-        budget = _budget()
-        budget.tick()
-        _limit(sum(budget.weigh(part) for part in parts), "concatenation (~)")
-        return markup_join(parts) if autoescape else str_join(parts)
-
-    def checked_value(self, value: Any) -> Any:
-        budget = _budget()
-        budget.tick()
-        return budget.checked(value)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         budget = _budget()
@@ -568,8 +565,17 @@ class _Recent(Generic[T]):
         return value
 
 
+def _from_source(source: str) -> jinja2.Template:
+    """Parse, bound, compile: Environment.parse and from_string of a node tree are Jinja's
+    documented API, so no private part of Jinja's compiler is needed."""
+    tree = _env.parse(source)
+    _bounded(tree)
+    tree.set_environment(_env)  # the filter nodes the rewrite added
+    return _env.from_string(tree)
+
+
 # Compiled templates are large; most clients send the same few templates again and again.
-_compile: _Recent[jinja2.Template] = _Recent(_env.from_string)
+_compile: _Recent[jinja2.Template] = _Recent(_from_source)
 
 
 def _check_compiles(source: str) -> str | None:
