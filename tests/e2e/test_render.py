@@ -254,7 +254,7 @@ async def test_a_browser_that_stops_answering_mid_setup_does_not_hold_the_job(
     renderer = chromium.ChromiumRenderer(policy=NetworkPolicy(), slots=1)
     await renderer.start()
     try:
-        monkeypatch.setattr(render, "CLOSE_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(chromium, "CLOSE_TIMEOUT_S", 0.5)
         # The browser freezes after the context exists: opening its page and closing it hang.
         monkeypatch.setattr(BrowserContext, "new_page", hang)
         monkeypatch.setattr(BrowserContext, "close", hang)
@@ -304,7 +304,7 @@ async def test_killing_a_hung_browser_spares_other_renderers_of_the_process(
     try:
         await other.render("<p>other</p>", RenderOptions(), timeout_s=20)
         hung_browser, other_browser = main_process(hung), main_process(other)
-        monkeypatch.setattr(render, "CLOSE_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(chromium, "CLOSE_TIMEOUT_S", 0.5)
         monkeypatch.setattr(Browser, "close", hang)  # the browser does not close: it is killed
         await hung.close()
         monkeypatch.undo()

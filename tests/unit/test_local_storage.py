@@ -31,7 +31,7 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
 async def test_a_put_syncs_the_file_and_every_folder_it_created_in_its_parent(
     tmp_path: Path, synced: list[Path]
 ) -> None:
-    storage = LocalStorage(tmp_path / "files", "secret")
+    storage = LocalStorage(tmp_path / "files")
     try:
         await storage.put("acme/job-1/1.pdf", minimal_pdf(), filename="job-1.pdf")
         root = (tmp_path / "files").resolve()
@@ -55,7 +55,7 @@ async def test_a_put_syncs_the_file_and_every_folder_it_created_in_its_parent(
 async def test_a_rendered_file_is_stored_only_whole_and_of_the_type_it_claims(
     tmp_path: Path,
 ) -> None:
-    storage = LocalStorage(tmp_path, "secret")
+    storage = LocalStorage(tmp_path)
     try:
         png = small_image("png")
         await storage.put("t/j/1.png", png, filename="j.png", content_type="image/png")
