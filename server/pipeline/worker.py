@@ -129,9 +129,7 @@ class Workers:
                 grace_s=config.shutdown_grace_s,
             ),
             holder=self.worker_id,
-            observe=lambda phase, spent_s: self._metrics.phase_seconds.labels(phase).observe(
-                spent_s
-            ),
+            observe=self._observe,
             on_outcome=self._count,
         )
         self.rendered = 0
@@ -184,6 +182,9 @@ class Workers:
         if state is JobState.QUEUED:
             return Outcome.RETRYING
         return Outcome.FAILED if state is JobState.FAILED else None
+
+    def _observe(self, phase: str, spent_s: float) -> None:
+        self._metrics.phase_seconds.labels(phase).observe(spent_s)
 
     def _count(self, outcome: Outcome) -> None:
         if outcome is not Outcome.LATE:
