@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 import time
 import traceback
 
 import asyncpg
 
-from bench import accept, latency, push, queue, render, soak
 from bench.common import machine, postgres
 
-BENCHMARKS = {
-    "accept": accept,
-    "queue": queue,
-    "render": render,
-    "latency": latency,
-    "soak": soak,
-    "push": push,
-}
-#: Each benchmark's arguments with --tiny.
+#: Each benchmark (the module bench.<name>) in the order they run, with its --tiny arguments.
 TINY = {
     "accept": "--duration 0.3 --clients 4 --rate 40 --connections 2",
     "queue": "--jobs 20 --slots 2 --pgqueuer 1x10 --procrastinate 2",
@@ -50,7 +42,9 @@ async def run(names: list[str], tiny: bool) -> list[str]:
         await conn.close()
         print(f"machine: {machine()}; PostgreSQL {version}", flush=True)
         for name in names:
-            module = BENCHMARKS[name]
+            # Only the benchmarks asked for are imported: Playwright, Socket.IO and the peers'
+            # libraries load where they are needed.
+            module = importlib.import_module(f"bench.{name}")
             args = module.parser().parse_args(TINY[name].split() if tiny else [])
             print(f"== {name}", flush=True)
             started = time.perf_counter()
@@ -67,11 +61,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help="a comma-separated subset")
+    parser.add_argument("--only", default=",".join(TINY), help="a comma-separated subset")
     parser.add_argument("--tiny", action="store_true", help="the smallest sizes (the suite's)")
     args = parser.parse_args()
     names = args.only.split(",")
-    if unknown := set(names) - set(BENCHMARKS):
+    if unknown := set(names) - set(TINY):
         parser.error(f"--only: no benchmark named {', '.join(sorted(unknown))}")
     if failed := asyncio.run(run(names, args.tiny)):
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

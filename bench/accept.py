@@ -18,18 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import ClientSession, TCPConnector, web
+from aiohttp import web
 
 from bench.common import (
-    INVOICE,
     QUICK,
     database,
-    invoice_data,
     machine,
     postgres,
     run_module,
@@ -39,9 +35,6 @@ from bench.common import (
 )
 from server.queue import db, jobs
 from server.queue.jobs import NewJob
-
-NAME = "bench.accept"
-WARMUP_S = 0.2 if QUICK else 1.0  # connections, pools and prepared statements
 
 
 @contextlib.asynccontextmanager
@@ -71,65 +64,6 @@ async def bare_service(dsn: str, connections: int) -> AsyncIterator[str]:
         await pool.close()
 
 
-async def closed_loop(send: Callable[[], Awaitable[None]], clients: int, seconds: float) -> float:
-    """Requests per second from `clients` clients, each sending when its last was answered."""
-    count = 0
-    deadline = time.perf_counter() + seconds
-
-    async def one_client() -> None:
-        nonlocal count
-        while time.perf_counter() < deadline:
-            await send()
-            count += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one_client() for _ in range(clients)))
-    return count / (time.perf_counter() - started)
-
-
-async def open_loop(
-    send: Callable[[], Awaitable[None]], rate: float, seconds: float
-) -> list[float]:
-    """Milliseconds of each request sent on a fixed schedule, from its scheduled moment."""
-    latencies: list[float] = []
-    started = time.perf_counter()
-
-    async def one(due: float) -> None:
-        await send()
-        latencies.append((time.perf_counter() - due) * 1000)
-
-    tasks = []
-    for i in range(int(rate * seconds)):
-        due = started + i / rate
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        tasks.append(asyncio.create_task(one(due)))
-    await asyncio.gather(*tasks)
-    return latencies
-
-
-async def measure(
-    session: ClientSession, url: str, clients: int, seconds: float, rate: float
-) -> dict[str, float]:
-    """Throughput in a closed loop, then latency on a fixed schedule, against `url`."""
-    body = json.dumps({"template": INVOICE, "data": invoice_data(1)}).encode()
-    headers = {"Content-Type": "application/json"}
-
-    async def send() -> None:
-        async with session.post(f"{url}/v1/jobs", data=body, headers=headers) as resp:
-            await resp.read()
-            if resp.status != 202:
-                raise RuntimeError(f"POST /v1/jobs answered {resp.status}")
-
-    await closed_loop(send, min(clients, 8), WARMUP_S)
-    throughput = await closed_loop(send, clients, seconds)
-    return {"jobs_per_s": throughput, **summary(await open_loop(send, rate, seconds))}
-
-
-async def client(urls: list[str], clients: int, seconds: float, rate: float) -> list[Any]:
-    async with ClientSession(connector=TCPConnector(limit=0)) as session:
-        return [await measure(session, url, clients, seconds, rate) for url in urls]
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load = ["--clients", str(args.clients), "--duration", str(args.duration)]
     load += ["--rate", str(args.rate)]
@@ -140,7 +74,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         database() as bare_dsn,
         bare_service(bare_dsn, args.connections) as bare_base,
     ):
-        ours, bare = await run_module(NAME, "--client", base, bare_base, *load)
+        ours, bare = await run_module("bench.clients", "load", base, bare_base, *load)
+    for side in (ours, bare):
+        side |= summary(side.pop("ms"))
     ratio = ours["jobs_per_s"] / bare["jobs_per_s"]
     print(
         f"accept  {args.clients} clients: Pressroom {ours['jobs_per_s']:7.0f} jobs/s, bare "
@@ -162,16 +98,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rate", type=float, default=500, help="requests per second")
     parser.add_argument("--connections", type=int, default=16, help="the baseline's pool")
-    parser.add_argument("--client", nargs="+", metavar="URL", help=argparse.SUPPRESS)
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
-    if args.client:
-        result = asyncio.run(client(args.client, args.clients, args.duration, args.rate))
-        print(json.dumps(result))
-        return
     print(f"machine: {machine()}")
     asyncio.run(run(args))
 

@@ -1,5 +1,5 @@
 """What the benchmarks share: one PostgreSQL server, throwaway databases, the app on a socket,
-the invoice, the clients' calls and a few statistics."""
+the clients in processes of their own (bench/clients.py), and the machine's name."""
 
 from __future__ import annotations
 
@@ -19,44 +19,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import psutil
-from aiohttp import ClientResponse, ClientSession, web
+from aiohttp import web
 
 from server.queue import db
+from server.settings import Settings
+from server.web.app import create_app
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ROOT = Path(__file__).resolve().parent.parent
-#: The all-jobs stream filtered to the events that end a job's attempts.
-FINAL_TYPES = "job.done,job.failed"
-
-INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
-  body { font-family: "DejaVu Sans", sans-serif; margin: 24px; color: #222; }
-  h1 { font-size: 22px; margin: 0 0 4px; } .muted { color: #777; font-size: 12px; }
-  table { width: 100%; border-collapse: collapse; margin-top: 18px; font-size: 12px; }
-  th, td { padding: 6px 8px; border-bottom: 1px solid #ddd; text-align: left; }
-  td.n { text-align: right; } tfoot td { font-weight: bold; border-top: 2px solid #222; }
-</style></head><body>
-  <h1>Invoice {{ number }}</h1><div class="muted">{{ customer }} · due {{ due }}</div>
-  <table><thead><tr><th>Item</th><th>Qty</th><th>Price</th><th>Total</th></tr></thead><tbody>
-  {% for line in lines %}<tr><td>{{ line.item }}</td><td class="n">{{ line.qty }}</td>
-  <td class="n">{{ "%.2f"|format(line.price) }}</td>
-  <td class="n">{{ "%.2f"|format(line.qty * line.price) }}</td></tr>{% endfor %}
-  </tbody><tfoot><tr><td colspan="3">Total</td>
-  <td class="n">{{ "%.2f"|format(lines|sum(attribute="total")) }}</td></tr></tfoot></table>
-</body></html>"""
-
-
-def invoice_data(n: int, lines: int = 20) -> dict[str, Any]:
-    """Invoice number `n` with `lines` table lines (about 32 fill an A4 page)."""
-    rows = [
-        {
-            "item": f"Service {i}",
-            "qty": i % 5 + 1,
-            "price": 9.5 + i,
-            "total": (i % 5 + 1) * (9.5 + i),
-        }
-        for i in range(lines)
-    ]
-    return {"number": f"INV-{n:05d}", "customer": "Ana Lima", "due": "2026-12-31", "lines": rows}
 
 
 def machine() -> str:
@@ -83,12 +53,6 @@ def percentile(values: list[float], p: float) -> float:
 def summary(latencies_ms: list[float]) -> dict[str, float]:
     """p50 and p99 of a list of milliseconds."""
     return {"p50": percentile(latencies_ms, 50), "p99": percentile(latencies_ms, 99)}
-
-
-def command(module: str, *args: object) -> str:
-    """The shell command that reproduces a figure."""
-    prefix = "BENCH_QUICK=1 " if QUICK else ""
-    return f"{prefix}python -m {module} " + " ".join(str(a) for a in args)
 
 
 #: A database migrated once per run, which every migrated database of the run is a copy of.
@@ -173,11 +137,6 @@ async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, we
     The per-tenant cap on jobs in flight is lifted: benchmarks queue far more than a tenant
     would.
     """
-    # Imported here: the clients import this module in child processes of their own, and the
-    # app's modules would make each of them start in five seconds instead of one.
-    from server.settings import Settings
-    from server.web.app import create_app
-
     renderer_factory = overrides.pop("renderer_factory", None)
     env = {name: value for name, value in os.environ.items() if name.startswith("PRESSROOM_")}
     env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": tempfile.mkdtemp(prefix="prb-data-")}
@@ -201,42 +160,11 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def submit_many(
-    session: ClientSession, base: str, bodies: list[dict[str, Any]], concurrency: int
-) -> list[str]:
-    """POST every body to /v1/jobs, `concurrency` at a time; the jobs' ids."""
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def one(body: dict[str, Any]) -> str:
-        async with semaphore, session.post(f"{base}/v1/jobs", json=body) as resp:
-            assert resp.status == 202, await resp.text()
-            return str((await resp.json())["id"])
-
-    return list(await asyncio.gather(*(one(b) for b in bodies)))
-
-
-async def until_done(resp: ClientResponse, ids: set[str]) -> None:
-    """Read an open event stream until every id in `ids` is done (or failed, which raises)."""
-    pending = set(ids)
-    event = ""
-    async for raw in resp.content:
-        line = raw.decode().strip()
-        if line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:") and event in ("job.done", "job.failed"):
-            job = json.loads(line[5:])["job"]
-            if event == "job.failed":
-                raise RuntimeError(f"job failed: {job['error']}")
-            pending.discard(job["id"])
-            if not pending:
-                return
-
-
 async def run_module(module: str, *args: str) -> Any:
     """Run `python -m module args…` in a child process and return the JSON it prints last.
 
-    Clients run in their own process, so the client's CPU is not charged to the server's
-    event loop, as a real client's is not."""
+    The clients (bench/clients.py) run so, and their CPU is not charged to the server's event
+    loop, as a real client's is not."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE
     )

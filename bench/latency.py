@@ -15,47 +15,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from typing import Any
 
-from aiohttp import ClientSession
-
+from bench.clients import INVOICE, burst, invoice_data
 from bench.common import (
-    FINAL_TYPES,
-    INVOICE,
     QUICK,
     checkpoint,
     database,
-    invoice_data,
     machine,
     postgres,
     run_module,
     running_app,
     summary,
-    until_done,
 )
-from bench.render import RawLoop, print_burst
+from bench.render import RawLoop
 from server.render import templates
-
-NAME = "bench.latency"
-
-
-async def client(url: str, docs: int) -> list[float]:
-    """Milliseconds from each POST to its job.done on the stream, one job at a time."""
-    latencies: list[float] = []
-    async with ClientSession() as session:
-        async with session.get(f"{url}/v1/events?type={FINAL_TYPES}") as stream:
-            for n in range(docs):
-                body = {"template": INVOICE, "data": invoice_data(n)}
-                started = time.perf_counter()
-                async with session.post(f"{url}/v1/jobs", json=body) as resp:
-                    assert resp.status == 202, await resp.text()
-                    job_id = str((await resp.json())["id"])
-                await until_done(stream, {job_id})
-                latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
 
 
 async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
@@ -78,11 +54,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         running_app(dsn) as (base, _app),
     ):
         await raw.warm(html)
-        await print_burst(base, 4)
+        await burst(base, 4)
         await checkpoint(dsn)
         for _ in range(args.rounds):
             floor = summary(await raw_latencies(raw, html))
-            ours = summary(await run_module(NAME, "--client", base, "--docs", str(args.docs)))
+            timed = await run_module("bench.clients", "one-at-a-time", base, f"--docs={args.docs}")
+            ours = summary(timed)
             rounds.append(
                 {
                     "raw_p50": floor["p50"],
@@ -108,15 +85,11 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--docs", type=int, default=20 if QUICK else 100, help="per round")
     parser.add_argument("--rounds", type=int, default=1 if QUICK else 3)
-    parser.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
-    if args.client:
-        print(json.dumps(asyncio.run(client(args.client, args.docs))))
-        return
     print(f"machine: {machine()}")
     asyncio.run(run(args))
 

@@ -10,7 +10,7 @@ Latency runs from the moment the committing statement is sent to the moment the 
 read the event; the baseline, an asyncpg LISTEN connection here hearing each commit's NOTIFY,
 is timed the same way on the same events, so the difference is what Pressroom adds to
 PostgreSQL. The fan-out's subscribers are bare sockets in client processes of their own
-(bench/fanout.py, at most --per-process each, each from an address of its own); five events,
+(bench/clients.py, at most --per-process each, each from an address of its own); five events,
 one at a time, each from its commit to the moment the last subscriber has it
 (time.monotonic(), one clock for every process of the machine), the median printed. A server
 process holds at most its open-file limit of connections (it raises its own to `ulimit -Hn`):
@@ -201,7 +201,7 @@ async def fan_out(
     per_process = max(1, min(per_process, open_files_limit() - CLIENT_FD_RESERVE))
     shares = [min(per_process, count - first) for first in range(0, count, per_process)]
     rss_before, started = rss_mb(pid), time.monotonic()
-    client = [sys.executable, "-m", "bench.fanout", "--url", base, "--transport", transport]
+    client = [sys.executable, "-m", "bench.clients", "subscribers", base, "--transport", transport]
     procs = [
         await asyncio.create_subprocess_exec(
             *client,

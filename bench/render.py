@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import resource
 import shutil
@@ -29,28 +28,14 @@ import statistics
 import time
 from typing import Any
 
-from aiohttp import ClientSession
 from playwright.async_api import Page, async_playwright
 
-from bench.common import (
-    FINAL_TYPES,
-    INVOICE,
-    QUICK,
-    checkpoint,
-    database,
-    invoice_data,
-    machine,
-    postgres,
-    run_module,
-    running_app,
-    submit_many,
-    until_done,
-)
+from bench.clients import INVOICE, burst, invoice_data
+from bench.common import QUICK, checkpoint, database, machine, postgres, run_module, running_app
 from server.options import RenderOptions
 from server.render import templates
 from server.render.chromium import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium
 
-NAME = "bench.render"
 #: The engines --engines names, by the Debian command each is.
 ENGINES = {"headless-shell": "chromium-headless-shell", "chromium": "chromium"}
 
@@ -115,23 +100,11 @@ class RawLoop:
         return len(html) / elapsed, (cpu_s() - cpu) * 1000 / len(html)
 
 
-async def print_burst(base: str, docs: int, lines: int = 20) -> float:
-    """Submit `docs` invoices, 32 at a time, and follow the stream until the last is done;
-    seconds from the first submission. The stream is live from before the first, so rounds
-    against one server replay none of the earlier rounds' events."""
-    bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
-    async with ClientSession() as session:
-        async with session.get(f"{base}/v1/events?type={FINAL_TYPES}") as stream:
-            started = time.perf_counter()
-            await until_done(stream, set(await submit_many(session, base, bodies, 32)))
-            return time.perf_counter() - started
-
-
 async def pressroom(base: str, docs: int, lines: int) -> tuple[float, float]:
     """PDFs per second end to end through the app at `base`, submitted and followed by a client
     in a process of its own; and this process's (the server's) CPU milliseconds per PDF."""
     cpu = cpu_s()
-    seconds = await run_module(NAME, "--client", base, "--docs", str(docs), "--lines", str(lines))
+    seconds = await run_module("bench.clients", "burst", base, f"--docs={docs}", f"--lines={lines}")
     return docs / seconds, (cpu_s() - cpu) * 1000 / docs
 
 
@@ -147,7 +120,7 @@ async def row(engine: str, pages: int, docs: int, slots: int, rounds: int) -> di
         running_app(dsn, render_slots=slots, chromium=engine) as (base, _app),
     ):
         await raw.warm(html)
-        await print_burst(base, slots * 2, lines)
+        await burst(base, slots * 2, lines)
         await checkpoint(dsn)
         for _ in range(rounds):
             raw_rate, raw_cpu = await raw.run(html)
@@ -216,16 +189,11 @@ def parser() -> argparse.ArgumentParser:
         default="default" if QUICK else "headless-shell,chromium",
         help="headless-shell, chromium, default (the one Pressroom chooses here)",
     )
-    parser.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
-    parser.add_argument("--lines", type=int, default=20, help=argparse.SUPPRESS)
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
-    if args.client:
-        print(json.dumps(asyncio.run(print_burst(args.client, args.docs, args.lines))))
-        return
     print(f"machine: {machine()}")
     asyncio.run(run(args))
 

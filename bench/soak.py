@@ -21,16 +21,8 @@ from typing import Any
 import psutil
 from aiohttp import ClientSession
 
-from bench.common import (
-    INVOICE,
-    QUICK,
-    database,
-    invoice_data,
-    machine,
-    postgres,
-    running_app,
-    submit_many,
-)
+from bench.clients import INVOICE, invoice_data, submit_many
+from bench.common import QUICK, database, machine, postgres, running_app
 from server.events import JobEvent
 from server.keys import CHROMIUM, HUB
 from server.render.chromium import browser_processes
