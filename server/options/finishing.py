@@ -220,7 +220,11 @@ class Encrypt(BaseModel):
             "extract_accessibility",
             "assemble",
         ]
-    ] = Field(default_factory=list, description="What a reader may do (default: nothing).")
+    ] = Field(
+        default_factory=list,
+        description="What a reader may do, each once (default: nothing).",
+        json_schema_extra={"uniqueItems": True},
+    )
 
     @field_validator("allow")
     @classmethod

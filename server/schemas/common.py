@@ -57,6 +57,24 @@ TEMPLATE_ID_PATTERN = rf"{NAME_PATTERN}(@[1-9][0-9]{{0,8}})?"
 TEMPLATE_ID = re.compile(rf"(?P<name>{NAME_PATTERN})(?:@(?P<version>[1-9][0-9]{{0,8}}))?")
 
 
+def decimal_at_most(most: int) -> str:
+    """A pattern of the numbers 0 to `most` in as many decimal digits as `most` has at most
+    (leading zeros allowed): the shorter ones, then, for each nonzero digit of `most`, those
+    that begin as `most` does up to it and have a smaller digit there."""
+    digits = str(most)
+    below = [
+        f"{digits[:n]}[0-{int(digit) - 1}][0-9]{{{len(digits) - n - 1}}}"
+        for n, digit in enumerate(digits)
+        if digit != "0"
+    ]
+    return "|".join([f"[0-9]{{1,{len(digits) - 1}}}", *below, digits])
+
+
+#: An event id as a header or query parameter carries it.
+EVENT_ID_PATTERN = f"(?:{decimal_at_most(MAX_EVENT_ID)})"
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
 class StoredSource(Protocol):
     """What validation needs of a stored template (server/files/library.py: StoredTemplate)."""
 
@@ -103,9 +121,7 @@ def ascii_digits(raw: str) -> bool:
 
 def event_id(raw: str) -> int | None:
     """An event id from a header or query parameter, None when it cannot be one."""
-    if not ascii_digits(raw) or int(raw) > MAX_EVENT_ID:
-        return None
-    return int(raw)
+    return int(raw) if _EVENT_ID.fullmatch(raw) else None
 
 
 def parse_time(value: Any) -> dt.datetime | None:

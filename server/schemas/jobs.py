@@ -4,6 +4,7 @@ long-poll queries, and the job as every route and stream shows it."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -196,14 +197,19 @@ class JobRequest(BaseModel):
         return mapped
 
 
+#: next_cursor of a page of jobs: its last job's created_at (ISO 8601) and id, joined by "~".
+CURSOR_PATTERN = (
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?[+-][0-9]{2}:[0-9]{2}"
+    r"~[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
+_CURSOR = re.compile(CURSOR_PATTERN)
+
+
 def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
-    created, _, job_id = value.partition("~") if isinstance(value, str) else ("", "", "")
-    parsed = parse_time(created)
-    try:
-        if parsed is not None:
+    if isinstance(value, str) and _CURSOR.fullmatch(value):
+        created, _, job_id = value.partition("~")
+        if (parsed := parse_time(created)) is not None:
             return parsed, uuid.UUID(job_id)
-    except ValueError:
-        pass
     raise ValueError("is not a cursor this server gave out")
 
 
@@ -225,7 +231,7 @@ class JobListQuery(BaseModel):
         Annotated[
             tuple[dt.datetime, uuid.UUID],
             PlainValidator(_cursor),
-            WithJsonSchema({"type": "string"}),
+            WithJsonSchema({"type": "string", "pattern": f"^{CURSOR_PATTERN}$"}),
         ]
         | None
     ) = Field(None, description="next_cursor of the previous page.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,7 +21,7 @@ from pydantic import (
 from server import events
 from server.access.signing import MAX_TOKEN_CHANNELS, MAX_TOKEN_CHARS
 from server.schemas.common import QUERY, REQUEST, Channel, EventId, Integral, WaitSeconds
-from server.schemas.jobs import Job
+from server.schemas.jobs import Job, StreamReset
 
 
 def _uuid(message: str) -> Any:
@@ -42,12 +42,13 @@ def _event_types(value: Any, info: ValidationInfo) -> list[str]:
     return value
 
 
+#: The JSON Schema of an event type.
+EVENT_TYPE: dict[str, Any] = {"type": "string", "enum": sorted(events.TYPES)}
+EventType = Annotated[str, WithJsonSchema(EVENT_TYPE)]
 EventTypes = Annotated[
     list[str],
     BeforeValidator(_event_types),
-    WithJsonSchema(
-        {"type": "array", "minItems": 1, "items": {"type": "string", "enum": sorted(events.TYPES)}}
-    ),
+    WithJsonSchema({"type": "array", "minItems": 1, "items": EVENT_TYPE}),
 ]
 
 
@@ -168,25 +169,42 @@ class EventPollQuery(BaseModel):
     )
 
 
+class Event(BaseModel):
+    """What SSE, Socket.IO and webhooks carry for one event."""
+
+    event_id: int = Field(description="Its place in the log; resume after it.")
+    type: EventType = Field(description="What happened: job.queued, job.done, batch.progress, …")
+    at: dt.datetime = Field(description="When it happened.")
+    job: Job | None = Field(None, description="The job then (job events).")
+    batch: dict[str, Any] | None = Field(None, description="The batch then (batch events).")
+
+
+class JobStreamReset(StreamReset):
+    """A job stream's `reset`: with the job's state now, to reload from."""
+
+    job: Job = Field(description="The job now.")
+
+
+class StreamClosed(BaseModel):
+    """A `closed`, the last message of a stream the server ends."""
+
+    type: Literal["closed"] = Field(description="Always closed.")
+    reason: str = Field(description="Why, for a person.")
+    code: str = Field(
+        description="What to do: token_expired, reconnect with a fresh token; revoked, with new "
+        "credentials; behind, shutdown, unavailable or internal, reconnect from the last event id."
+    )
+
+
 class EventPoll(BaseModel):
     """The answer of GET /v1/events?wait=: events as the stream sends them, and the cursor."""
 
-    events: list[dict[str, Any]] = Field(
+    events: list[Event | StreamReset] = Field(
         description="The events (each as an SSE event's data), or a reset first."
     )
     last_event_id: int = Field(
         description="Pass as last_event_id to the next poll: nothing is missed between polls."
     )
-
-
-class Event(BaseModel):
-    """What SSE, Socket.IO and webhooks carry for one event."""
-
-    event_id: int = Field(description="Its place in the log; resume after it.")
-    type: str = Field(description="job.queued, job.done, batch.progress, …")
-    at: dt.datetime = Field(description="When it happened.")
-    job: Job | None = Field(None, description="The job then (job events).")
-    batch: dict[str, Any] | None = Field(None, description="The batch then (batch events).")
 
 
 class Token(BaseModel):
@@ -197,6 +215,8 @@ class Token(BaseModel):
 #: Models in components.schemas though no path names them (Socket.IO, streams).
 EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (
     Event,
+    JobStreamReset,
+    StreamClosed,
     SubscribeRequest,
     RefreshRequest,
     EventPoll,

@@ -104,7 +104,9 @@ class TemplateListQuery(BaseModel):
     model_config = QUERY
 
     limit: Limit = Field(50, description="Templates per page.")
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    cursor: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] | None = Field(
+        None, description="next_cursor of the previous page: the last name it showed."
+    )
 
 
 class TemplateLinks(BaseModel):

@@ -149,7 +149,9 @@ VIA_KEY, VIA_TOKEN, VIA_SIGNATURE, VIA_DEV = "key", "token", "signature", "dev"
 OPEN_V1_PATHS = frozenset({"/v1/openapi.json"})
 # Where a subscription token is a credential: the streams and a job's GET (the long-poll).
 _TOKEN_PATH = re.compile(r"/v1/(?:events|jobs/[^/]+(?:/events)?)")
-_DOWNLOAD_PATH = re.compile(r"/v1/jobs/[^/]+/pdf")
+# Downloads, where a signed link (its expires, key and sig) is the credential.
+_DOWNLOAD_PATH = re.compile(r"/v1/(?:jobs/[^/]+/(?:pdf|thumbnail)|batches/[^/]+/pdf)")
+_LINK_PARAMETERS = ("expires", "key", "sig")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -537,10 +539,9 @@ class Authenticator:
                 "The URL must not contain NUL (%00) characters.",
                 kind="malformed-request",
             )
-        if _DOWNLOAD_PATH.fullmatch(path) and (
-            "sig" in request.query or "expires" in request.query
-        ):
-            # The signature is the credential; api.download checks it and finds the tenant.
+        if _DOWNLOAD_PATH.fullmatch(path) and any(p in request.query for p in _LINK_PARAMETERS):
+            # The signed link is the credential; server/web/files.py checks it (a link with a
+            # part missing is refused there) and finds the tenant.
             request[VIA] = VIA_SIGNATURE
             return await handler(request)
         await self._authenticate(request)

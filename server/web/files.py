@@ -21,7 +21,7 @@ async def download_tenant(
     """Whose file a download opens: the tenant `owner_sql` names for the subject (a job, a
     batch: `what`) when the request holds a link signed for this route of it (no credentials
     needed), else the caller's."""
-    if "sig" not in request.query and "expires" not in request.query:
+    if request.get(auth.VIA) != auth.VIA_SIGNATURE:
         return tenant_of(request)
     minted_by = signing.check_download(
         request.app[SETTINGS].secret,

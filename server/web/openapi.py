@@ -12,16 +12,33 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from server import events
+from server.access.signing import NO_KEY
 from server.channels import CHANNEL_PATTERN
 from server.files import assets
+from server.keys import AUTH
 from server.options import RenderOptions, outputs
 from server.queue import admission
 from server.schemas.assets import Asset, AssetList, AssetListQuery
 from server.schemas.batches import Batch, BatchRequest
-from server.schemas.common import Health, Problem, Readiness
-from server.schemas.jobs import Job, JobList, JobListQuery, JobRequest, JobWaitQuery
-from server.schemas.streams import EXTRA_SCHEMAS, EventPollQuery, Token, TokenRequest
+from server.schemas.common import (
+    EVENT_ID_PATTERN,
+    TEMPLATE_ID_PATTERN,
+    Health,
+    Problem,
+    Readiness,
+)
+from server.schemas.jobs import Job, JobList, JobListQuery, JobRequest, JobWaitQuery, StreamReset
+from server.schemas.streams import (
+    EVENT_TYPE,
+    EXTRA_SCHEMAS,
+    Event,
+    EventPoll,
+    EventPollQuery,
+    JobStreamReset,
+    StreamClosed,
+    Token,
+    TokenRequest,
+)
 from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
@@ -32,47 +49,52 @@ from server.schemas.templates import (
 )
 
 JsonSchema = dict[str, Any]
-# A model, a media type (its bytes), media types (bytes of one of them), or no body.
-Body = type[BaseModel] | str | tuple[str, ...] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stream:
+    """A text/event-stream body: job events, and the `reset` model the stream sends."""
+
+    reset: type[BaseModel]
+
+
+# A model, a media type (its bytes), a stream, several of them (one is sent), or no body.
+Part = type[BaseModel] | str | Stream
+Body = Part | tuple[Part, ...] | None
 PROBLEM = "application/problem+json"
 REF = "#/components/schemas/{model}"
-
-PATH_PARAMETERS = {
-    "job_id": ("uuid", "The job's id. Another tenant's job answers 404, as an unknown id."),
-    "batch_id": ("uuid", "The batch's id. Another tenant's batch answers 404, as an unknown id."),
-    "template_id": (None, "A template name (latest version) or name@version."),
+UUID: JsonSchema = {"type": "string", "format": "uuid"}
+PATH_PARAMETERS: dict[str, tuple[JsonSchema, str]] = {
+    "job_id": (UUID, "The job's id. Another tenant's job answers 404, as an unknown id."),
+    "batch_id": (UUID, "The batch's id. Another tenant's batch answers 404, as an unknown id."),
+    "template_id": (
+        {"type": "string", "pattern": f"^{TEMPLATE_ID_PATTERN}$"},
+        "A template name (latest version) or name@version.",
+    ),
     "asset_id": (
-        None,
+        {"type": "string", "pattern": f"^{assets.ID_PATTERN}$"},
         "The asset's id, sha256:<hex>. Another tenant's asset answers 404, as an unknown id.",
     ),
 }
-TOKEN_PARAMETER: JsonSchema = {
-    "name": "token",
-    "in": "query",
-    "schema": {"type": "string"},
-    "description": "A subscription token (POST /v1/tokens, links.events of a new job, or "
-    "minted by the tenant's backend) instead of the Authorization header, which "
-    "EventSource cannot send. It opens its scope only: the tenant's streams, one job's, "
-    "or one channel's.",
-}
+#: An event id, or empty for none.
+CURSOR: JsonSchema = {"type": "string", "pattern": f"^({EVENT_ID_PATTERN})?$"}
 STREAM_PARAMETERS: list[JsonSchema] = [
     {
         "name": "Last-Event-ID",
         "in": "header",
-        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+        "schema": CURSOR,
         "description": "Resume after this event id: every missed event, then live ones.",
     },
     {
         "name": "last_event_id",
         "in": "query",
-        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+        "schema": CURSOR,
         "description": "Last-Event-ID for clients that cannot set headers (a new EventSource).",
     },
-    TOKEN_PARAMETER,
     {
         "name": "type",
         "in": "query",
-        "schema": {"type": "array", "items": {"type": "string", "enum": sorted(events.TYPES)}},
+        "schema": {"type": "array", "items": EVENT_TYPE},
         "style": "form",
         "explode": True,
         "description": "Only events of these types (repeat the parameter, or separate types "
@@ -89,27 +111,35 @@ CHANNEL_PARAMETER: JsonSchema = {
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
-    "schema": {"type": "string", "minLength": 1, "maxLength": admission.MAX_IDEMPOTENCY_KEY_CHARS},
+    "schema": {
+        "type": "string",
+        "pattern": "^[!-~]([ -~]*[!-~])?$",
+        "maxLength": admission.MAX_IDEMPOTENCY_KEY_CHARS,
+    },
     "description": "Retries with the same key and body return the original job; keys are "
-    f"kept {admission.IDEMPOTENCY_TTL_S // 3600} hours, per tenant.",
+    f"kept {admission.IDEMPOTENCY_TTL_S // 3600} hours, per tenant. Printable ASCII.",
 }
+#: A signed link's parameters besides its signature (the `signedLink` credential).
 DOWNLOAD_PARAMETERS: list[JsonSchema] = [
-    {"name": "expires", "in": "query", "schema": {"type": "string"}},
+    {
+        "name": "expires",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "When the link stops working (Unix seconds); signed with the rest.",
+    },
     {
         "name": "key",
         "in": "query",
-        "schema": {"type": "string"},
+        "schema": {"type": "integer", "minimum": 0},
         "description": "The id of the API key the link was minted for (0: none, as in webhook "
         "deliveries); signed with the rest.",
     },
-    {"name": "sig", "in": "query", "schema": {"type": "string"}},
 ]
-SSE: JsonSchema = {
-    "description": "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as "
-    "JSON; `reset` when the cursor is no longer kept, `closed` (then the stream ends) when the "
-    "server drops a slow consumer, shuts down, or the API key behind the stream is revoked.",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
-}
+SSE = (
+    "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as JSON; `reset` when "
+    "the cursor is no longer kept, `closed` (then the stream ends) when the server drops a slow "
+    "consumer, shuts down, or the API key behind the stream is revoked."
+)
 
 # Problems any operation can answer; the table adds each operation's own.
 COMMON_ERRORS = {
@@ -119,7 +149,8 @@ COMMON_ERRORS = {
     "503": "The database is unreachable.",
 }
 BODY_ERRORS = {
-    "400": "The body is not JSON or not UTF-8.",
+    "400": "The body is not JSON or not UTF-8, or a string in it holds NUL (\\u0000) or a lone "
+    "surrogate, which no stored text can.",
     "413": "The body is over PRESSROOM_MAX_BODY_BYTES.",
     "415": "The body is not application/json.",
     "422": "Invalid fields (see errors).",
@@ -163,6 +194,41 @@ PDF = outputs.PDF.content_type
 DOCUMENT = (PDF, *(outputs.OUTPUTS[name].content_type for name in outputs.IMAGES))
 
 
+# What an operation takes as credentials, any one of: an API key; a subscription token as well
+# (the streams and the long-poll, as EventSource sends no header); a signed link as well (the
+# downloads); nothing. In dev mode (no key exists) requests need none: see build().
+KEY = ("bearer",)
+TOKEN = ("bearer", "subscriptionToken")
+LINK = ("bearer", "signedLink")
+OPEN: tuple[str, ...] = ()
+SECURITY_SCHEMES: dict[str, JsonSchema] = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key from `pressroom keys create --tenant NAME`, as "
+        "`Authorization: Bearer KEY`.",
+    },
+    "subscriptionToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "token",
+        "description": "A subscription token (POST /v1/tokens, links.events of a new job, or a "
+        "JWT the tenant's backend mints with its token secret, HS256, or with a private key it "
+        "registered, by `kid`), for clients that cannot send the Authorization header "
+        "(EventSource). It opens its scope only: the tenant's streams, one job's, or those of "
+        "its channels; a request with an Authorization header is judged by its key.",
+    },
+    "signedLink": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "sig",
+        "description": "The signature of a download link (a job's url or thumbnail_url, a "
+        "batch's combined.url), with its expires and key: the link works without other "
+        "credentials until it expires or its key is revoked.",
+    },
+}
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Op:
     """One operation: what it reads, what it answers."""
@@ -179,7 +245,8 @@ class Op:
     body_required: bool = True
     query: type[BaseModel] | None = None
     parameters: tuple[JsonSchema, ...] = ()
-    security: tuple[str, ...] | None = None  # None: the API key; () none at all
+    #: The credentials it takes, any one of them (securitySchemes); OPEN: none at all.
+    security: tuple[str, ...] = KEY
     headers: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
@@ -205,7 +272,7 @@ OPERATIONS = (
        {"200": ("The job.", Job), "304": ("Unchanged since If-None-Match.", None)},
        {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=JobWaitQuery,
        parameters=({"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},),
-       headers={"200": ("ETag",)}, security=("bearer", "subscriptionToken")),
+       headers={"200": ("ETag",)}, security=TOKEN),
     Op("post", "/v1/jobs/{job_id}/cancel", "Cancel a queued or running job", "jobs",
        {"200": ("Cancelled.", Job)}, {**NO_JOB, "409": "The job is final."}),
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
@@ -218,7 +285,7 @@ OPERATIONS = (
        {**NO_JOB, "401": "The signed link was minted for an API key since revoked.",
         "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
         "410": "The file was deleted (retention)."},
-       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=LINK),
     Op("get", "/v1/jobs/{job_id}/thumbnail",
        "Download the PNG of the PDF's first page (with an API key, or with the signed "
        "thumbnail_url of the job)", "jobs",
@@ -228,24 +295,23 @@ OPERATIONS = (
         "401": "The signed link was minted for an API key since revoked.",
         "403": "The signed link is invalid or has expired.", "409": "The job is not done.",
         "410": "The file was deleted (retention)."},
-       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=LINK),
     Op("get", "/v1/jobs/{job_id}/events", "Server-Sent Events of one job; ends after its "
        "final event", "events",
-       {"200": ("", "text/event-stream"),
+       {"200": (SSE, Stream(JobStreamReset)),
         "204": ("The job is final and the cursor is at or after its final event: nothing "
                 "more will come (EventSource stops reconnecting).", None)},
        {**NO_JOB, **OUT_OF_SCOPE,
         "422": "Last-Event-ID is not an event id, or a type is unknown."},
-       parameters=tuple(STREAM_PARAMETERS), security=("bearer", "subscriptionToken")),
+       parameters=tuple(STREAM_PARAMETERS), security=TOKEN),
     Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel; "
        "with ?wait=, a long-poll answering the same events as JSON", "events",
-       {"200": ("The stream; with ?wait=, an EventPoll.",
-                ("text/event-stream", "application/json"))},
+       {"200": (f"{SSE} With ?wait=, an EventPoll.", (Stream(StreamReset), EventPoll))},
        {**OUT_OF_SCOPE,
         "422": "Last-Event-ID is not an event id, a type is unknown, the channel is "
         "malformed, or wait is not a number of seconds from 0 to 60."},
        query=EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
-       security=("bearer", "subscriptionToken")),
+       security=TOKEN),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
        "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
        {"200": ("The token.", Token)},
@@ -268,7 +334,7 @@ OPERATIONS = (
         "403": "The signed link is invalid or has expired.",
         "409": "The combined PDF is not done (pending, running or failed).",
         "410": "The file was deleted (retention)."},
-       parameters=tuple(DOWNLOAD_PARAMETERS), security=("bearer", "")),
+       parameters=tuple(DOWNLOAD_PARAMETERS), security=LINK),
     Op("post", "/v1/assets", "Upload an asset: the body is the file, of its Content-Type",
        "assets",
        {"201": ("Stored.", Asset), "200": ("The same bytes were stored before.", Asset)},
@@ -309,14 +375,14 @@ OPERATIONS = (
        {**PREVIEW_ERRORS, "404": "No such template."}, body=PreviewRequest,
        body_required=False),
     Op("get", "/v1/openapi.json", "This document", "meta",
-       {"200": ("OpenAPI 3.1.", "application/json")}, security=()),
+       {"200": ("OpenAPI 3.1.", "application/json")}, security=OPEN),
     Op("get", "/healthz", "Liveness", "meta", {"200": ("The process answers.", Health)},
-       security=()),
+       security=OPEN),
     Op("get", "/readyz", "Readiness: database, LISTEN connection, storage, browser", "meta",
        {"200": ("Ready.", Readiness), "503": ("Not ready; checks say why.", Readiness)},
-       security=()),
+       security=OPEN),
     Op("get", "/metrics", "Prometheus metrics", "meta",
-       {"200": ("The Prometheus text format.", "text/plain")}, security=()),
+       {"200": ("The Prometheus text format.", "text/plain")}, security=OPEN),
 )  # fmt: skip
 # What a created job or batch links to (schemathesis' stateful phase follows these).
 LINKS = {
@@ -334,7 +400,10 @@ def schemas() -> dict[str, JsonSchema]:
     named: set[type[BaseModel]] = {RenderOptions, Problem, *EXTRA_SCHEMAS}
     for op in OPERATIONS:
         named.update(x for x in (op.body, op.query) if x is not None)
-        named.update(body for _, body in op.ok.values() if isinstance(body, type))
+        for _, body in op.ok.values():
+            for part in body if isinstance(body, tuple) else (body,):
+                named.update((part,) if isinstance(part, type) else ())
+                named.update((part.reset,) if isinstance(part, Stream) else ())
     _, document = models_json_schema(
         [(model, "validation") for model in sorted(named, key=lambda model: model.__name__)],
         ref_template=REF,
@@ -351,16 +420,50 @@ def _content(media: str, schema: JsonSchema) -> JsonSchema:
     return {media: {"schema": schema}}
 
 
+def _json_text(model: type[BaseModel]) -> JsonSchema:
+    """An SSE field holding one JSON object."""
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(model)}
+
+
+def _stream(stream: Stream) -> JsonSchema:
+    """One message of an event stream, as its fields (OpenAPI 3.2's itemSchema, which 3.1
+    tools read from `schema`): a job or batch event, a reset, or the closing message."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "oneOf": [
+            {
+                "required": ["id"],
+                "properties": {
+                    "id": {"type": "string", "pattern": f"^{EVENT_ID_PATTERN}$"},
+                    "event": EVENT_TYPE,
+                    "data": _json_text(Event),
+                },
+            },
+            {"properties": {"event": {"const": "reset"}, "data": _json_text(stream.reset)}},
+            {"properties": {"event": {"const": "closed"}, "data": _json_text(StreamClosed)}},
+        ],
+    }
+
+
+def _part(part: Part, alone: bool) -> tuple[str, JsonSchema]:
+    """A response body's media type and schema; a media type `alone` is of its kind (JSON, text),
+    one of several is any bytes of it."""
+    if isinstance(part, Stream):
+        return "text/event-stream", _stream(part)
+    if isinstance(part, type):
+        return "application/json", _ref(part)
+    if not alone:
+        return part, {}
+    return part, {"type": "object"} if part == "application/json" else {"type": "string"}
+
+
 def _response(description: str, body: Body, headers: tuple[str, ...]) -> JsonSchema:
     response: JsonSchema = {"description": description or "OK."}
-    if isinstance(body, type):
-        response["content"] = _content("application/json", _ref(body))
-    elif isinstance(body, tuple):
-        response["content"] = {media: {"schema": {}} for media in body}
-    elif body == "application/json":
-        response["content"] = _content(body, {"type": "object"})
-    elif body is not None:
-        response["content"] = _content(body, {"type": "string"})
+    if body is not None:
+        parts = body if isinstance(body, tuple) else (body,)
+        media = [_part(part, alone=len(parts) == 1) for part in parts]
+        response["content"] = {kind: {"schema": schema} for kind, schema in media}
     if headers:
         response["headers"] = {name: {"$ref": f"#/components/headers/{name}"} for name in headers}
     return response
@@ -379,10 +482,10 @@ def _parameters(op: Op) -> list[JsonSchema]:
             "name": name,
             "in": "path",
             "required": True,
-            "schema": {"type": "string", **({"format": kind} if kind else {})},
+            "schema": schema,
             "description": description,
         }
-        for name, (kind, description) in PATH_PARAMETERS.items()
+        for name, (schema, description) in PATH_PARAMETERS.items()
         if f"{{{name}}}" in op.path
     ]
     if op.query is not None:
@@ -413,17 +516,18 @@ def operation_id(op: Op) -> str:
     return name.replace(".", "")
 
 
-def _operation(op: Op) -> JsonSchema:
+def _security(schemes: tuple[str, ...], dev_mode: bool) -> list[JsonSchema]:
+    """Security requirements, any one of which will do; in dev mode, no credentials (`{}`)."""
+    return [{name: []} for name in schemes] + ([{}] if dev_mode and schemes else [])
+
+
+def _operation(op: Op, dev_mode: bool) -> JsonSchema:
     if op.path.startswith("/v1/") and op.path != "/v1/openapi.json":
         errors = {**COMMON_ERRORS, **op.errors}
     else:
         errors = dict(op.errors)
     responses: JsonSchema = {
-        status: (
-            SSE
-            if body == "text/event-stream"
-            else _response(description, body, op.headers.get(status, ()))
-        )
+        status: _response(description, body, op.headers.get(status, ()))
         for status, (description, body) in op.ok.items()
     }
     for status, description in errors.items():
@@ -436,6 +540,7 @@ def _operation(op: Op) -> JsonSchema:
         "tags": [op.tag],
         "operationId": operation_id(op),
         "responses": responses,
+        "security": _security(op.security, dev_mode),
     }
     if parameters := _parameters(op):
         operation["parameters"] = parameters
@@ -443,8 +548,6 @@ def _operation(op: Op) -> JsonSchema:
     content.update(op.media)
     if content:
         operation["requestBody"] = {"required": op.body_required, "content": content}
-    if op.security is not None:
-        operation["security"] = [{name: []} if name else {} for name in op.security]
     if (op.path, op.method) in LINKS:
         parameter, targets = LINKS[(op.path, op.method)]
         links = {
@@ -456,46 +559,41 @@ def _operation(op: Op) -> JsonSchema:
     return operation
 
 
-def build(served: set[str] | None = None) -> JsonSchema:
-    """The whole document; with `served`, only those paths (a trimmed app serves fewer)."""
+def build(served: set[str] | None = None, *, dev_mode: bool = False) -> JsonSchema:
+    """The whole document; with `served`, only those paths (a trimmed app serves fewer). In
+    `dev_mode` (no API key exists, loopback only) every operation takes requests without
+    credentials, as the server does then."""
     paths: dict[str, JsonSchema] = {}
     for op in OPERATIONS:
         if served is None or op.path in served:
-            paths.setdefault(op.path, {})[op.method] = _operation(op)
+            paths.setdefault(op.path, {})[op.method] = _operation(op, dev_mode)
+    mode = (
+        " This server runs in dev mode: no API key exists, so requests need no credentials "
+        "(tenant default) until the first key is created."
+        if dev_mode
+        else ""
+    )
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "Pressroom",
             "version": "1",
             "description": "HTML templates + JSON data in, PDFs out, every state change pushed "
-            "(SSE, Socket.IO at /socket.io/, webhooks). Errors are RFC 9457 problem+json.",
+            "(SSE, Socket.IO at /socket.io/, webhooks). Errors are RFC 9457 problem+json." + mode,
         },
-        "security": [{"bearer": []}],
+        "security": _security(KEY, dev_mode),
         "paths": paths,
         "components": {
             "schemas": schemas(),
-            "securitySchemes": {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "An API key from `pressroom keys create --tenant NAME`. "
-                    "With no key created the server runs open on 127.0.0.1 (dev mode).",
-                },
-                "subscriptionToken": {
-                    "type": "apiKey",
-                    "in": "query",
-                    "name": "token",
-                    "description": "A JWT (HS256) signed with the tenant's token secret: "
-                    '`sub` the tenant, `iat`, `exp`, and `pressroom: {"scope": "tenant" | '
-                    '"job" | "channel", "job_id", "channel"}`.',
-                },
-            },
+            "securitySchemes": SECURITY_SCHEMES,
             "headers": {name: {"schema": {"type": "string"}} for name in sorted(HEADERS)},
         },
     }
 
 
 async def handler(request: web.Request) -> web.Response:
-    """GET /v1/openapi.json: the routes this app serves (a worker-only or trimmed app has fewer)."""
+    """GET /v1/openapi.json: the routes this app serves (a worker-only or trimmed app has fewer),
+    and whether it asks for credentials now (no key exists: dev mode)."""
     served = {route.resource.canonical for route in request.app.router.routes() if route.resource}
-    return web.json_response(build(served))
+    dev_mode = await request.app[AUTH].key_active(NO_KEY)
+    return web.json_response(build(served, dev_mode=dev_mode))

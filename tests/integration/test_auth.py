@@ -244,6 +244,24 @@ async def test_other_tenants_jobs_are_404_exactly_like_unknown_ones(
         assert resp.status == 200 and (await resp.read()).startswith(b"%PDF-")
 
 
+async def test_every_signed_download_link_needs_no_key(
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+) -> None:
+    """A thumbnail's link and a combined PDF's are credentials too, as a job's url is."""
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    alice = await new_key(dsn, tmp_path, "alice")
+    job = await submit(app, alice, {**SEED, "options": {"thumbnail": {"width": 50}}})
+    done = await wait_done(app, alice, job["id"])
+    body = {"items": [{"key": "a", **SEED}], "combine": True}
+    async with app.http.post(app.url("/v1/batches"), json=body, headers=bearer(alice)) as resp:
+        assert resp.status == 202, await resp.text()
+    replay = app.url("/v1/events?last_event_id=0")
+    got = await collect(app.http, replay, until="batch.done", headers=bearer(alice))
+    for link in (done["thumbnail_url"], got[-1].json["batch"]["combined"]["url"]):
+        async with app.http.get(link) as resp:
+            assert resp.status == 200, (link, await resp.text())
+
+
 async def test_all_jobs_stream_never_carries_another_tenants_events(
     start_app: Callable[..., Any], dsn: str, tmp_path: Path
 ) -> None:

@@ -316,6 +316,7 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
         QUERY_EXAMPLES["cursor"] = (await resp.json())["next_cursor"]
     async with app.http.get(app.url("/v1/assets?limit=1")) as resp:
         PATH_QUERY_EXAMPLES["/v1/assets", "cursor"] = (await resp.json())["next_cursor"]
+    PATH_QUERY_EXAMPLES["/v1/templates", "cursor"] = "walk"  # a page's last template name
     return app, document
 
 
