@@ -269,7 +269,7 @@ TemplateId = Annotated[
 ]
 
 
-# --- the page's own secrets ----------------------------------------------------------------
+# --- the page's own secrets --------------------------------------------------------------
 
 
 # The JSON Schema of "no cookies or headers in the options": they go with page_url only.
@@ -315,7 +315,7 @@ def no_cookies_or_headers(given: RenderOptions | None, page_url: str | None) -> 
             )
 
 
-# --- query parameters ------------------------------------------------------------------
+# --- query parameters --------------------------------------------------------------------
 
 
 def _query_int(value: Any) -> Any:
