@@ -84,7 +84,7 @@ CHECKS = (
     "positive_data_acceptance",
     "negative_data_rejection",
 )
-#: Seconds each run may take: coverage, then fuzzing until it is spent.
+#: Seconds each run may take: coverage, then fuzzing and stateful runs until it is spent.
 BUDGET_S = 40
 SETTINGS = """
 request-timeout = 10
@@ -121,10 +121,10 @@ async def schemathesis_run(app: RunningApp, folder: Path, *arguments: str) -> st
         "--checks",
         ",".join(CHECKS),
         "--phases",
-        "examples,coverage,fuzzing",
+        "examples,coverage,fuzzing,stateful",
         "--max-time",
         str(BUDGET_S),
-        # Few examples an operation per fuzzing pass: the time one does not take goes to the next.
+        # Few examples an operation per pass: the time one does not take goes to the next.
         "--max-examples",
         "5",
         "--generation-deterministic",
