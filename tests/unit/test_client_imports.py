@@ -25,9 +25,7 @@ def loaded(code: str, tmp_path: Path) -> tuple[set[str], subprocess.CompletedPro
 
 
 def test_importing_the_client_as_the_readme_shows_is_light(tmp_path: Path) -> None:
-    modules, done = loaded(
-        "from pressroom import AsyncClient, Client, PressroomError\n", tmp_path
-    )
+    modules, done = loaded("from pressroom import AsyncClient, Client, PressroomError\n", tmp_path)
     assert done.returncode == 0, done.stderr
     assert "aiohttp" in modules  # the probe sees what the client does load
     assert sorted(modules & set(HEAVY)) == []
