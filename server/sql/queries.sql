@@ -705,11 +705,20 @@ ORDER BY i.position;
 
 -- combine_done --
 -- The file of attempt $3 is stored: only the process ($2) still holding that attempt records it.
-UPDATE batch_combines
-SET status = 'done', object_key = $4, pages = $5, bytes = $6, error = NULL,
-    worker_id = NULL, lease_expires_at = NULL, finished_at = now()
-WHERE batch_id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
-RETURNING batch_id;
+-- A join already done with this attempt's own file ($4, one key per attempt) counts as
+-- recorded: a retry of this write after its first try committed but its answer was lost must
+-- not disown, and delete, the file the batch now names.
+WITH done AS (
+    UPDATE batch_combines
+    SET status = 'done', object_key = $4, pages = $5, bytes = $6, error = NULL,
+        worker_id = NULL, lease_expires_at = NULL, finished_at = now()
+    WHERE batch_id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
+    RETURNING batch_id
+)
+SELECT batch_id FROM done
+UNION ALL
+SELECT batch_id FROM batch_combines
+WHERE batch_id = $1 AND status = 'done' AND object_key = $4 AND attempts = $3;
 
 -- combine_failed --
 -- A failed attempt: due again after $5 seconds while attempts remain and the error ($4) may

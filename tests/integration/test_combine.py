@@ -21,7 +21,9 @@ from pypdf import PdfReader
 from server.errors import PermanentError
 from server.keys import COMBINER, POOL, SETTINGS, STORAGE
 from server.options import RenderOptions
-from server.queue import retention
+from server.pipeline.combiner import Combiner
+from server.queue import combine, retention
+from server.queue.lease import Outcome
 from server.render.chromium import Assets, RenderResult
 from tests.conftest import RunningApp
 from tests.integration.test_batches import all_events, post_batch, read_until
@@ -423,3 +425,49 @@ async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
     assert [e["type"] for e in events].count("batch.done") == 1
     folder = storage.root / "default" / "batches" / batch["id"]  # type: ignore[attr-defined]
     assert [f.name for f in folder.iterdir()] == ["2.pdf"]
+
+
+async def test_a_join_recorded_whose_answer_was_lost_keeps_its_file(
+    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The done write commits but its answer never comes (a failover, a cut cable): the join
+    # writes again, and must be told the file is its own, not delete the file the batch names.
+    real = combine.finish_done
+    calls: list[bool] = []
+    attempts: asyncio.Queue[Outcome] = asyncio.Queue()
+    attempt = Combiner._attempt
+
+    async def reported(self: Combiner, held: Any) -> Outcome:
+        outcome = await attempt(self, held)
+        attempts.put_nowait(outcome)
+        return outcome
+
+    async def committed_then_cut(*args: Any, **kwargs: Any) -> bool:
+        recorded = await real(*args, **kwargs)
+        calls.append(recorded)
+        if len(calls) == 1:
+            raise ConnectionResetError("connection lost before the answer")
+        return recorded
+
+    monkeypatch.setattr(combine, "finish_done", committed_then_cut)
+    monkeypatch.setattr(Combiner, "_attempt", reported)
+    api: RunningApp = await start_app(renderer=labelled(), render_slots=2)
+    async with all_events(api) as stream:
+        status, batch = await post_batch(api, {"items": ITEMS, "combine": True})
+        assert status == 202, batch
+        got = await read_until(stream, batch_done(batch["id"]))
+    # batch.done comes with the first write; the join goes on with its retry.
+    async with asyncio.timeout(10):
+        assert await attempts.get() == Outcome.DONE
+    assert calls == [True, True], "written once, then recognised as already recorded"
+    combined = got[-1].json["batch"]["combined"]
+    assert combined["status"] == "done"
+    assert texts(await download(api, combined["url"])) == [f"Statement {k[6:]}" for k in KEYS]
+    assert api.app[COMBINER].joined == 1
+    row = await api.app[POOL].fetchrow("SELECT attempts, status FROM batch_combines")
+    assert (row["attempts"], row["status"]) == (1, "done")
+    # Another attempt's write is still refused.
+    other = combine.Claimed(
+        batch_id=uuid.UUID(batch["id"]), tenant="default", attempt=2, max_attempts=3, outline=True
+    )
+    assert await real(api.app[POOL], other, worker_id="w", pages=1, size_bytes=1) is False
