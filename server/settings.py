@@ -378,7 +378,9 @@ class Settings(BaseSettings):
         5.0, "how often each process looks for expired leases"
     )
     shutdown_grace_s: PositiveFloat = setting(20.0, "how long SIGTERM lets running renders finish")
-    log_json: bool = setting(False, "JSON log lines (with `job_id` and `tenant`)")
+    log_format: Literal["text", "json"] = setting(
+        "text", "`json` writes one JSON object per log line (with `job_id` and `tenant`)"
+    )
     log_level: LogLevel = setting(
         "INFO", "the least severe log lines written: `DEBUG`, `INFO`, `WARNING` or `ERROR`"
     )

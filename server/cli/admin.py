@@ -61,7 +61,7 @@ class TextFormatter(logging.Formatter):
 
 def setup_logging(settings: Settings) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if settings.log_json:
+    if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

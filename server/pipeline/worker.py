@@ -154,7 +154,7 @@ class Workers:
     async def _claim(self, limit: int, holder: str, lease_s: float) -> list[ClaimedJob]:
         with self._metrics.claim_seconds.time():
             claimed = await jobs.claim(self._pool, limit=limit, worker_id=holder, lease_s=lease_s)
-        self._metrics.jobs_started.labels("claim").inc(len(claimed))
+        self._metrics.jobs_started.inc(len(claimed))
         for job in claimed:
             log.info(
                 "job running (attempt %s/%s)", job.attempt, job.max_attempts, extra=job.log_extra

@@ -191,8 +191,8 @@ class InFlight:
 
     def admitted(self, pool: asyncpg.Pool, tenant: str) -> None:
         """Count a job just inserted. A stale count is read again in the background from
-        here, not from `check`: a read started before the insert would run first and hold
-        up the job's start when it is handed to an idle worker (about 1 ms, bench.queue)."""
+        here, not from `check`: a read started before the insert would run first on the same
+        connection and delay the submission's answer."""
         count, read_at = self._counts.get(tenant, (0, float("-inf")))
         self._counts[tenant] = (count + 1, read_at)
         if time.monotonic() - read_at > self._ttl_s and tenant not in self._refreshing:

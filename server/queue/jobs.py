@@ -155,10 +155,6 @@ async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> 
         *job_columns(new),
         [j.idempotency_key for j in new],
         [j.request_hash for j in new],
-        # $13 to $15 would insert jobs already running for a worker: none is.
-        [False] * len(new),
-        None,
-        0.0,
         [j.assets for j in new],
         *source_columns(new),
         [j.channel for j in new],

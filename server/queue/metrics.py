@@ -82,8 +82,7 @@ class Metrics:
         )
         self.jobs_started = Counter(
             "pressroom_job_starts",
-            "Attempts started, by how the worker got the job (a claim from the queue).",
-            ["via"],
+            "Attempts started (claimed from the queue).",
             registry=self.registry,
         )
         self.jobs_finished = Counter(

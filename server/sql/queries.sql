@@ -5,51 +5,29 @@
 -- here repeats it.
 
 -- insert_jobs --
--- $1..$12 are parallel arrays, one element per job (many requests share one transaction).
--- $13 marks the jobs an idle worker of this process took (hand-off): they are inserted
--- running, attempt 1, held by worker $14 with a lease of $15 seconds, with their job.queued
--- and job.running events, so they skip the claim and its commit (and the trigger's NOTIFY
--- tells the workers of no work). The job JSON returned is the job.queued event's, whichever
--- way the job went. $16 holds the jobs' assets (NULL for a job without any); $17 and $18 each
--- job's source and sealed secrets; $19 each job's channel.
+-- $1..$12 are parallel arrays, one element per job (many requests share one transaction);
+-- $13 holds the jobs' assets (NULL for a job without any); $14 and $15 each job's source and
+-- sealed secrets; $16 each job's channel. Each job comes with its job.queued event.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash, channel,
-                      status, attempts, worker_id, lease_expires_at, started_at, assets,
-                      source, secrets)
+                      assets, source, secrets)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
-           CASE WHEN handed THEN 'running' ELSE 'queued' END,
-           CASE WHEN handed THEN 1 ELSE 0 END,
-           CASE WHEN handed THEN $14 END,
-           CASE WHEN handed THEN now() + make_interval(secs => $15) END,
-           CASE WHEN handed THEN now() END,
            assets, source, secrets
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::bool[], $16::jsonb[], $17::text[], $18::bytea[], $19::text[])
+                $13::jsonb[], $14::text[], $15::bytea[], $16::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, idempotency_key, request_hash, handed, assets, source,
+              max_attempts, run_after, idempotency_key, request_hash, assets, source,
               secrets, channel)
     RETURNING *
 ), ev AS (
-    -- Every job.queued event first, then the job.running ones: a handed-off job's events
-    -- keep the order of its states. Its job.queued payload is the row as it was queued.
     INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT n.id, n.tenant, e.type,
-           CASE WHEN e.type = 'job.queued' AND n.status = 'running'
-                THEN job_public(n::jobs)
-                     || '{"status": "queued", "attempts": 0, "started_at": null}'::jsonb
-                ELSE job_public(n::jobs) END
-    FROM new n
-    JOIN (VALUES (1, 'job.queued'), (2, 'job.running')) AS e (step, type)
-        ON e.step = 1 OR n.status = 'running'
-    ORDER BY e.step
-    RETURNING id, job_id, type, payload
+    SELECT id, tenant, 'job.queued', job_public(new::jobs) FROM new
+    RETURNING job_id, payload
 )
-SELECT n.id, q.payload AS job
-FROM new n
-JOIN ev q ON q.job_id = n.id AND q.type = 'job.queued';
+SELECT job_id AS id, payload AS job FROM ev;
 
 -- claim_jobs --
 -- One statement: pick due jobs without waiting on rows others hold, mark them running,

@@ -455,7 +455,7 @@ class Authenticator:
         answered from the cache since the last pass, in one statement. An answer is still
         never older than auth_cache_s (a request that finds one expired reads it itself), so
         a revoked key stops working as soon as it did before. Without it every request
-        after an answer expired waited for a read (about 1-2 ms, bench.queue).
+        after an answer expired waited for a read (about 1-2 ms).
 
         The same pass closes the streams opened with a key that is no longer active (or
         with a token it minted); with the cache off, it runs every poll interval for them."""

@@ -68,7 +68,7 @@ async def test_metrics_move_when_their_events_happen(start_app: Callable[..., An
     assert after[(phase, (("phase", "preparing"),))] == 3, "every attempt left preparing"
     assert after[(phase, (("phase", "rendering"),))] == 3, "and rendering"
     assert after[(phase, (("phase", "storing"),))] == 2, "the two done ones stored"
-    started = after[("pressroom_job_starts_total", (("via", "claim"),))]
+    started = after[("pressroom_job_starts_total", ())]
     assert started == 3, "every attempt is counted once, as it is claimed"
     assert after[("pressroom_events_published_total", ())] >= 8
     assert after[("pressroom_db_pool_size", ())] >= 1

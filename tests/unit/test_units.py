@@ -71,6 +71,30 @@ def test_json_log_lines_carry_job_id_and_tenant() -> None:
     assert line["job_id"] == "5b0c" and line["tenant"] == "acme"
 
 
+def test_log_format_json_installs_the_json_formatter_and_other_values_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import logging
+
+    import pydantic
+
+    from server.cli.admin import JsonFormatter, TextFormatter, setup_logging
+    from server.settings import Settings
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    monkeypatch.setenv("PRESSROOM_LOG_FORMAT", "json")
+    setup_logging(Settings())
+    assert isinstance(root.handlers[0].formatter, JsonFormatter)
+    monkeypatch.setenv("PRESSROOM_LOG_FORMAT", "text")
+    setup_logging(Settings())
+    assert isinstance(root.handlers[0].formatter, TextFormatter)
+    monkeypatch.setenv("PRESSROOM_LOG_FORMAT", "yaml")
+    with pytest.raises(pydantic.ValidationError, match="log_format"):
+        Settings()
+
+
 @pytest.mark.parametrize(
     "text",
     [
