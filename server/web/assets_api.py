@@ -49,7 +49,13 @@ async def upload(request: web.Request) -> web.Response:
     data = await uploads.read_limited(
         request.content.iter_chunked(uploads.READ_CHUNK_BYTES), limit, refuse
     )
-    [(asset, created)] = await uploads.store(request, [await Upload.of(data, kind)])
+    [(asset, created)] = await uploads.store(
+        request.app[POOL],
+        request.app[STORAGE],
+        tenant_of(request),
+        [await Upload.of(data, kind)],
+        max_total_bytes=settings.tenant_max_asset_bytes,
+    )
     shown = asset.public()
     return json_response(
         shown, status=201 if created else 200, headers={"Location": shown["links"]["self"]}

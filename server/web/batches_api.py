@@ -21,7 +21,7 @@ from aiohttp import web
 
 from server.access import signing
 from server.delivery import downloads
-from server.keys import POOL, SETTINGS, STORAGE
+from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
 from server.pipeline import vault
 from server.problems import Problem, invalid, not_found
 from server.queue import admission, combine
@@ -68,12 +68,14 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         (item.get("template") for item in raw_items if isinstance(item, dict)),
         max_bytes=MAX_TEMPLATE_BYTES,
     )
-    stored = await submission.templates_named(request, raw_items)
-    found = await submission.assets_named(request, raw_items, stored.values())
+    pool, tenant = request.app[POOL], tenant_of(request)
+    stored = await submission.templates_named(pool, tenant, raw_items)
+    found = await submission.assets_named(pool, tenant, raw_items, stored.values())
     named = checks(request, stored, found)
     batch = validated(BatchRequest, body, named)
-    await submission.check_invoices(request, list(batch.items), prefix="items[{index}].")
-    tenant = tenant_of(request)
+    await submission.check_invoices(
+        request.app[ASSET_CACHE], tenant, list(batch.items), prefix="items[{index}]."
+    )
     jobs = [
         submission.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
     ]

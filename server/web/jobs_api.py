@@ -15,7 +15,7 @@ from server.access import signing
 from server.delivery import webhooks
 from server.events import JobEvent, streams
 from server.events.hub import Subscription, etag, etag_matches
-from server.keys import AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS
+from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
 from server.pipeline import vault
 from server.problems import Problem, not_found
 from server.queue import admission, jobs
@@ -55,15 +55,22 @@ async def submit(request: web.Request) -> web.Response:
     key = admission.idempotency_key(request.headers.get("Idempotency-Key"))
     if isinstance(raw, dict):
         await templates.warm([raw.get("template")], max_bytes=MAX_TEMPLATE_BYTES)
-    stored = await submission.templates_named(request, [raw])
+    pool, tenant = request.app[POOL], tenant_of(request)
+    stored = await submission.templates_named(pool, tenant, [raw])
     pending = multipart.uploads if multipart else ()
-    found = await submission.assets_named(request, [raw], stored.values(), pending)
+    found = await submission.assets_named(pool, tenant, [raw], stored.values(), pending)
     named = checks(request, stored, found)
     valid = validated(JobRequest, raw, named)
-    await submission.check_invoices(request, [valid], pending)
-    new = submission.new_job(valid, tenant_of(request), named)
+    await submission.check_invoices(request.app[ASSET_CACHE], tenant, [valid], pending)
+    new = submission.new_job(valid, tenant, named)
     if multipart is not None and multipart.uploads:
-        await uploads.store(request, multipart.uploads)
+        await uploads.store(
+            pool,
+            request.app[STORAGE],
+            tenant,
+            multipart.uploads,
+            max_total_bytes=settings.tenant_max_asset_bytes,
+        )
     if key is not None:
         fingerprint = admission.request_hash(vault.fingerprinted(raw, secret=settings.secret))
         new = dataclasses.replace(new, idempotency_key=key, request_hash=fingerprint)

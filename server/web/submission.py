@@ -10,24 +10,24 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from aiohttp import web
+import asyncpg
 
 from server import options
 from server.errors import PermanentError
 from server.files import assets, library
-from server.files.assets import Asset, Upload
+from server.files.assets import Asset, AssetCache, Upload
 from server.files.library import Ref, StoredTemplate
-from server.keys import ASSET_CACHE, POOL
 from server.options import finishing
 from server.pipeline import vault
 from server.problems import invalid
 from server.queue.jobs import NewJob
 from server.schemas.common import Checks, parse_template_id
 from server.schemas.jobs import JobRequest
-from server.web.common import tenant_of
 
 
-async def templates_named(request: web.Request, bodies: Iterable[Any]) -> dict[Ref, StoredTemplate]:
+async def templates_named(
+    pool: asyncpg.Pool, tenant: str, bodies: Iterable[Any]
+) -> dict[Ref, StoredTemplate]:
     """The stored templates these job bodies name with template_id (unknown ones are missing:
     validation reports them with the bodies' other problems)."""
     refs = [
@@ -35,7 +35,7 @@ async def templates_named(request: web.Request, bodies: Iterable[Any]) -> dict[R
         for body in bodies
         if isinstance(body, dict) and (ref := parse_template_id(body.get("template_id")))
     ]
-    return await library.find(request.app[POOL], tenant_of(request), refs)
+    return await library.find(pool, tenant, refs)
 
 
 class _Stored(Protocol):
@@ -60,7 +60,8 @@ def _ids(body: Any) -> list[str]:
 
 
 async def assets_named(
-    request: web.Request,
+    pool: asyncpg.Pool,
+    tenant: str,
     bodies: Iterable[Any],
     stored: Iterable[_Stored] = (),
     pending: Iterable[Upload] = (),
@@ -70,7 +71,7 @@ async def assets_named(
     validation reports them."""
     ids = [i for body in bodies for i in _ids(body)]
     ids += [i for t in stored for i in _ids({"assets": t.assets, "options": t.options})]
-    found = await assets.find(request.app[POOL], tenant_of(request), ids) if ids else {}
+    found = await assets.find(pool, tenant, ids) if ids else {}
     for upload in pending:
         found.setdefault(
             upload.id, Asset(upload.id, upload.size, upload.content_type, dt.datetime.now(dt.UTC))
@@ -113,7 +114,11 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
 
 
 async def check_invoices(
-    request: web.Request, jobs: list[JobRequest], pending: Iterable[Upload] = (), prefix: str = ""
+    cache: AssetCache,
+    tenant: str,
+    jobs: list[JobRequest],
+    pending: Iterable[Upload] = (),
+    prefix: str = "",
 ) -> None:
     """422 naming the first problem of each Factur-X XML the jobs embed (checked against its
     schema off the event loop); `prefix` is how the body names a job (items[0])."""
@@ -125,7 +130,7 @@ async def check_invoices(
             continue
         xml = uploads.get(invoice.xml)
         if xml is None:
-            xml = await request.app[ASSET_CACHE].get(tenant_of(request), invoice.xml)
+            xml = await cache.get(tenant, invoice.xml)
         try:
             await asyncio.to_thread(_check_invoice, xml, invoice.profile)
         except PermanentError as exc:

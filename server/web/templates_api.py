@@ -54,9 +54,7 @@ async def create_template(request: web.Request) -> web.Response:
     body = await read_json(request)
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
-    new = validated(
-        TemplateRequest, body, checks(request, {}, await submission.assets_named(request, [body]))
-    )
+    new = validated(TemplateRequest, body, checks(request, {}, await _named(request, body)))
     tenant = tenant_of(request)
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("template_lock"), tenant, new.name)
@@ -155,7 +153,7 @@ async def preview_inline(request: web.Request) -> web.Response:
 async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
     """The assets a preview's finishing options name (a preview shows Chromium's print: its
     finishing steps are a job's), so that its options validate as a job's do."""
-    return await submission.assets_named(request, [body])
+    return await submission.assets_named(request.app[POOL], tenant_of(request), [body])
 
 
 async def _preview(

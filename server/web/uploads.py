@@ -10,16 +10,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote
 
+import asyncpg
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from server.errors import StorageError
 from server.files import assets
 from server.files.assets import Asset, QuotaExceeded, Upload
-from server.keys import POOL, SETTINGS, STORAGE
+from server.files.storage import Storage
+from server.keys import SETTINGS
 from server.problems import Problem, invalid
 from server.schemas.assets import MAX_JOB_ASSETS, asset_path_problem
-from server.web.common import parse_json, tenant_of
+from server.web.common import parse_json
 
 READ_CHUNK_BYTES = 64 * 1024
 JOB_PART = "job"
@@ -73,19 +75,20 @@ def storage_unavailable(exc: StorageError) -> Problem:
     )
 
 
-async def store(request: web.Request, uploads: list[Upload]) -> list[tuple[Asset, bool]]:
-    """Store the uploads for the request's tenant; the quota and storage failures answered."""
+async def store(
+    pool: asyncpg.Pool,
+    storage: Storage,
+    tenant: str,
+    uploads: list[Upload],
+    *,
+    max_total_bytes: int,
+) -> list[tuple[Asset, bool]]:
+    """Store the uploads for the tenant; the quota and storage failures answered."""
     for upload in uploads:
         if (why := upload.problem()) is not None:
             raise invalid([("", f"the {upload.content_type} asset {why}")])
     try:
-        return await assets.store(
-            request.app[POOL],
-            request.app[STORAGE],
-            tenant_of(request),
-            uploads,
-            max_total_bytes=request.app[SETTINGS].tenant_max_asset_bytes,
-        )
+        return await assets.store(pool, storage, tenant, uploads, max_total_bytes=max_total_bytes)
     except QuotaExceeded as exc:
         raise over_quota(exc) from None
     except StorageError as exc:
