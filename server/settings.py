@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import difflib
 import ipaddress
 import os
 import re
@@ -98,12 +99,6 @@ def _tsa_url(raw: str) -> str:
     return raw
 
 
-def _schedule(delays: tuple[float, ...]) -> tuple[float, ...]:
-    if not delays or any(not delay > 0 for delay in delays):
-        raise ValueError("must be a comma-separated list of seconds, each greater than 0")
-    return delays
-
-
 _HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 
 
@@ -166,14 +161,10 @@ LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR"],
     BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
 ]
-Schedule = Annotated[tuple[float, ...], BeforeValidator(_comma_list), AfterValidator(_schedule)]
 WebhookSecret = Annotated[str, AfterValidator(_webhook_secret)]
 PublicUrl = Annotated[str, AfterValidator(_public_url)]
 Origins = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_origins)]
 TsaUrl = Annotated[str, AfterValidator(_tsa_url)]
-
-#: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: the last attempt comes about 28 hours in.
-DEFAULT_WEBHOOK_SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 
 
 def setting(
@@ -287,10 +278,10 @@ class Settings(BaseSettings):
         None, "an existing PostgreSQL", env="DATABASE_URL", shown="embedded"
     )
     render_slots: NonNegativeInt = setting(2, "concurrent renders in this process (0 = no worker)")
-    combine_slots: NonNegativeInt = setting(
-        1, "batch joins (`combine`) at once in this process (0 = this process joins none)"
-    )
     run_web: bool = internal(True, "serve the web app (`pressroom worker` turns it off)")
+    run_background: bool = internal(
+        True, "run batch joins and webhook deliveries (`pressroom web` turns it off)"
+    )
     storage: Storage = setting("local", "`local` or `s3`")
     s3_endpoint: str | None = setting(
         None,
@@ -332,12 +323,6 @@ class Settings(BaseSettings):
         30.0, "time limit of one render (template rendering and the browser each)"
     )
     max_attempts: PositiveInt = setting(3, "attempts per job (per job: `max_attempts`)")
-    lease_s: PositiveFloat = setting(30.0, "lease of a running job; renewed every third of it")
-    poll_interval_s: PositiveFloat = setting(1.0, "safety-net poll when no NOTIFY arrives")
-    retry_base_s: PositiveFloat = setting(
-        2.0, "first delay of the exponential backoff between attempts"
-    )
-    retry_max_s: PositiveFloat = setting(300.0, "longest delay between attempts")
     chromium: str | None = setting(
         None,
         "a Chromium executable instead of Playwright's build, Debian's headless shell or "
@@ -366,16 +351,12 @@ class Settings(BaseSettings):
     rate_limit_rps: PositiveFloat = setting(
         50.0, "requests per second per API key and process (429 above)"
     )
-    rate_limit_burst: PositiveInt = setting(100, "requests an API key may send at once")
     tenant_max_inflight: PositiveInt = setting(
         10000, "queued and running jobs a tenant may have (429 above)"
     )
     auth_cache_s: NonNegativeFloat = setting(
         5.0,
         "how long a process trusts what it read about API keys; revocations take effect within it",
-    )
-    rescue_interval_s: PositiveFloat = setting(
-        5.0, "how often each process looks for expired leases"
     )
     shutdown_grace_s: PositiveFloat = setting(20.0, "how long SIGTERM lets running renders finish")
     log_format: Literal["text", "json"] = setting(
@@ -398,18 +379,6 @@ class Settings(BaseSettings):
         "API, streams, downloads and Socket.IO, for every tenant; a tenant adds its own with "
         "`pressroom tenants origins` (docs/cors.md)",
         shown="none",
-    )
-    webhook_timeout_s: PositiveFloat = setting(10.0, "time limit of one webhook POST")
-    webhook_schedule_s: Schedule = setting(
-        DEFAULT_WEBHOOK_SCHEDULE_S,
-        "delays before each webhook retry; one attempt more than entries (about a day)",
-    )
-    webhook_rotation_overlap_s: NonNegativeFloat = setting(
-        24 * 3600.0,
-        "after `pressroom tenants webhook-secret T --rotate`, how long the old secret signs too",
-    )
-    webhook_concurrency: NonNegativeInt = setting(
-        8, "concurrent webhook POSTs from this process (0 = this process sends none)"
     )
     signing_key: Path | None = setting(
         None,
@@ -505,6 +474,49 @@ class Settings(BaseSettings):
                 update["webhook_secret_generated"] = not secret_file.exists()
             update["webhook_secret"] = _read_or_create_secret(secret_file, new_webhook_secret)
         return settings.model_copy(update=update) if update else settings
+
+
+#: The command-line client's own variables (pressroom/client.py), which the server never reads.
+CLIENT_VARIABLES = frozenset({"PRESSROOM_URL", "PRESSROOM_API_KEY"})
+#: Settings of earlier releases that are constants now, each in the module that uses it.
+RETIRED = frozenset(
+    {
+        "PRESSROOM_COMBINE_SLOTS",
+        "PRESSROOM_LEASE_S",
+        "PRESSROOM_POLL_INTERVAL_S",
+        "PRESSROOM_RETRY_BASE_S",
+        "PRESSROOM_RETRY_MAX_S",
+        "PRESSROOM_RATE_LIMIT_BURST",
+        "PRESSROOM_RESCUE_INTERVAL_S",
+        "PRESSROOM_WEBHOOK_TIMEOUT_S",
+        "PRESSROOM_WEBHOOK_SCHEDULE_S",
+        "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S",
+        "PRESSROOM_WEBHOOK_CONCURRENCY",
+    }
+)
+
+
+def unread_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each PRESSROOM_* variable that no setting reads: one an earlier release
+    read, or a misspelt one, with the setting it is closest to."""
+    known = {env_name(name, field) for name, field in Settings.model_fields.items()}
+    warnings = []
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in known or var in CLIENT_VARIABLES:
+            continue
+        if var in RETIRED:
+            warnings.append(f"{var} is no longer a setting and is ignored: remove it")
+            continue
+        # Names compared without the prefix they all share, which would make any two alike.
+        suffixes = [name.removeprefix(ENV_PREFIX) for name in known if name]
+        close = difflib.get_close_matches(var.removeprefix(ENV_PREFIX), suffixes, n=1)
+        hint = (
+            f"; did you mean {ENV_PREFIX}{close[0]}?"
+            if close
+            else " (the README lists every setting)"
+        )
+        warnings.append(f"{var} is not a setting and is ignored{hint}")
+    return warnings
 
 
 def _first_problem(exc: ValidationError, given: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import ClientSession, test_utils, web
 from aiohttp.test_utils import get_port_socket
 
-from server.queue import db
+from server.queue import db, listener
 from server.settings import Settings
 from server.web import sse
 from server.web.app import create_app
@@ -151,12 +151,12 @@ def make_settings(
 ) -> Callable[..., Settings]:
     """Settings for a test app: its own database and data folder, quick polls and pings."""
     monkeypatch.setattr(sse, "PING_S", 1.0)
+    monkeypatch.setattr(listener, "POLL_INTERVAL_S", 0.5)
 
     def make(**overrides: Any) -> Settings:
         env = {
             "DATABASE_URL": dsn,
             "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
-            "PRESSROOM_POLL_INTERVAL_S": "0.5",
             "PRESSROOM_RENDER_TIMEOUT_S": "20",
         }
         env.update({k: str(v) for k, v in overrides.pop("env", {}).items()})

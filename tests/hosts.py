@@ -35,6 +35,7 @@ from server.web import sse
 from tests.netns import Host, Network, wait_for
 from tests.pgcluster import Cluster
 from tests.sse import messages
+from tests.timings import as_env
 
 DB_CIDR = "198.18.0.0/24"
 #: The delay of the slow line to the database host (Network.impair), towards that host.
@@ -50,12 +51,10 @@ START_TIMEOUT_S = 90.0
 #: Quick leases, polls and retries, so that a lost host's jobs move within seconds.
 QUICK = {
     "PRESSROOM_RENDER_SLOTS": "2",
-    "PRESSROOM_LEASE_S": "3",
-    "PRESSROOM_RESCUE_INTERVAL_S": "0.5",
-    "PRESSROOM_POLL_INTERVAL_S": "0.5",
-    "PRESSROOM_RETRY_BASE_S": "0.2",
-    "PRESSROOM_RETRY_MAX_S": "2",
     "PRESSROOM_SHUTDOWN_GRACE_S": "2",
+    **as_env(
+        LEASE_S=3, RESCUE_INTERVAL_S=0.5, POLL_INTERVAL_S=0.5, RETRY_BASE_S=0.2, RETRY_MAX_S=2
+    ),
 }
 
 # A page that takes about `ms` to become printable: scripts run in their own context.
@@ -93,7 +92,7 @@ class PressroomHost:
 
     def start(self) -> None:
         self.process = self.host.spawn(
-            [sys.executable, "-m", "server", "serve"], env=self.env, log=self.log_path
+            [sys.executable, "-m", "tests.timings", "serve"], env=self.env, log=self.log_path
         )
 
     def ready(self, client: Host) -> bool:

@@ -15,7 +15,8 @@ from server.queue.listener import CHANNEL
 
 
 class PressroomProcess:
-    """`python -m server COMMAND` with its own environment; logs go to a file for post-mortems."""
+    """`python -m server COMMAND` with its own environment (and the timings of
+    tests/timings.py, where it sets them); logs go to a file for post-mortems."""
 
     def __init__(self, command: str, env: Mapping[str, str], log_path: Path) -> None:
         self.command = command
@@ -26,7 +27,14 @@ class PressroomProcess:
     async def start(self) -> None:
         with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "server", self.command, env=self.env, stdout=log, stderr=log
+                sys.executable,
+                "-m",
+                "tests.timings",
+                self.command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=log,
             )
 
     def kill(self) -> None:

@@ -30,6 +30,9 @@ from server.settings import new_webhook_secret
 from server.sql import query
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+#: After a rotation the old webhook secret signs too for a day: time for every receiver to
+#: take the new one while each delivery still verifies with either.
+ROTATION_OVERLAP_S = 24 * 3600.0
 
 
 def check_tenant(name: str) -> str | None:

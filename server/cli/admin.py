@@ -21,7 +21,7 @@ import asyncpg
 from server.access import apikeys, tenants, token_keys
 from server.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.queue import db
-from server.settings import Settings, SettingsError, check_origin
+from server.settings import Settings, SettingsError, check_origin, unread_variables
 
 log = logging.getLogger("server")
 
@@ -210,7 +210,7 @@ async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
         return await run_token_keys(settings, args)
     if args.tenants_command == "origins":
         return await run_origins(settings, args)
-    overlap_s = settings.webhook_rotation_overlap_s
+    overlap_s = tenants.ROTATION_OVERLAP_S
     async with _database(settings) as conn:
         if args.rotate:
             found = await tenants.rotate_webhook_secret(conn, args.tenant, overlap_s=overlap_s)
@@ -233,7 +233,7 @@ async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
     if found.previous_until is not None:
         print(
             f"deliveries carry a signature with the previous secret too until "
-            f"{_cell(found.previous_until)} (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S={overlap_s:g})",
+            f"{_cell(found.previous_until)} ({overlap_s / 3600:g} h after the rotation)",
             file=sys.stderr,
         )
     print(found.current)  # alone on stdout, as with keys create
@@ -408,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pressroom", description="Asynchronous PDF service.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="web app and render workers in one process")
-    web_cmd = commands.add_parser("web", help="web app only (no render workers, no joins)")
+    web_cmd = commands.add_parser(
+        "web", help="web app only (no renders, batch joins or webhook deliveries)"
+    )
     worker = commands.add_parser("worker", help="render workers only (no web app)")
     for command in (serve, web_cmd, worker):
         command.add_argument("--host", help="listen address (PRESSROOM_HOST)")
@@ -432,8 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     secret.add_argument(
         "--rotate",
         action="store_true",
-        help="make a new secret and print it; the old one also signs for "
-        "PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S (24 h)",
+        help="make a new secret and print it; the old one also signs for 24 h",
     )
     token_secret = tenants_commands.add_parser(
         "secret", help="make a new secret that signs a tenant's subscription tokens"
@@ -485,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides[field] = value
     if args.command == "web":
         overrides["render_slots"] = 0
-        overrides["combine_slots"] = 0
+        overrides["run_background"] = False
     if args.command == "worker":
         overrides["run_web"] = False
     try:
@@ -494,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pressroom: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings)
+    for warning in unread_variables(os.environ):
+        log.warning("%s", warning)
     with contextlib.suppress(KeyboardInterrupt):
         if args.command == "migrate":
             asyncio.run(run_migrate(settings))

@@ -40,6 +40,7 @@ from server.errors import DB_OR_QUERY_ERRORS, StorageError, jittered
 from server.files.storage import Storage
 from server.netpolicy import NetworkPolicy
 from server.queue import lease
+from server.queue import listener as notifications
 from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.settings import Settings
 from server.sql import query
@@ -52,6 +53,13 @@ MAX_ERROR_BODY_CHARS = 200
 LEASE_MARGIN_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 USER_AGENT = "Pressroom-Webhooks/1"
+#: The time limit of one POST: receivers are told to answer 2xx at once and work later.
+TIMEOUT_S = 10.0
+#: POSTs at once from one process: receivers are other teams' servers, and every process sends.
+CONCURRENCY = 8
+#: Waits before each retry, 5 s to 10 h: the last of 8 attempts comes about 28 hours in, so a
+#: receiver down for a day still gets every event (the Standard Webhooks guidance).
+SCHEDULE_S: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes | str) -> str:
@@ -232,16 +240,16 @@ class WebhookSender:
         self._settings = settings
         self._http = http
         self.sender_id = sender_id or f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
-        lease_s = settings.webhook_timeout_s + LEASE_MARGIN_S
+        lease_s = TIMEOUT_S + LEASE_MARGIN_S
         self.leases: Consumer[Delivery] = Consumer(
             # No heartbeat: the lease outlasts a POST and its checks.
             Queries(claim=self._claim, fail=self._fail, release=self._release),
             self._send,
             lease.Config(
                 name="webhook",
-                slots=settings.webhook_concurrency,
+                slots=CONCURRENCY,
                 lease_s=lease_s,
-                poll_interval_s=settings.poll_interval_s,
+                poll_interval_s=notifications.POLL_INTERVAL_S,
                 backoff=self._next_try_in_s,
                 grace_s=min(SHUTDOWN_GRACE_S, lease_s),
             ),
@@ -257,7 +265,7 @@ class WebhookSender:
     ) -> AsyncIterator[WebhookSender]:
         """A sender with its own HTTP client, closed on exit."""
         async with aiohttp.ClientSession(
-            connector=guarded_connector(policy, limit=settings.webhook_concurrency),
+            connector=guarded_connector(policy, limit=CONCURRENCY),
             headers={"User-Agent": USER_AGENT},
         ) as http:
             yield cls(pool, storage, policy, settings, http)
@@ -267,7 +275,7 @@ class WebhookSender:
         self.leases.wake()
 
     def _next_try_in_s(self, attempt: int, retry_after_s: float | None) -> float | None:
-        return next_try_in_s(attempt, self._settings.webhook_schedule_s, retry_after_s)
+        return next_try_in_s(attempt, SCHEDULE_S, retry_after_s)
 
     # --- The outbox SQL the consumer calls --------------------------------------------------
 
@@ -402,7 +410,7 @@ class WebhookSender:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign_all(signing, str(delivery.id), timestamp, body),
         }
-        timeout_s = self._settings.webhook_timeout_s
+        timeout_s = TIMEOUT_S
         try:
             async with self._http.post(
                 URL(delivery.url, encoded=True),
@@ -452,7 +460,7 @@ class WebhookSender:
         delivery so that a rotation takes effect at once; the deployment's secret for the
         dev-mode tenant, which has no key."""
         found = await tenants.webhook_secrets(
-            self._pool, tenant, overlap_s=self._settings.webhook_rotation_overlap_s
+            self._pool, tenant, overlap_s=tenants.ROTATION_OVERLAP_S
         )
         return [self._settings.webhook_secret] if found is None else found.signing
 

@@ -1,7 +1,7 @@
 """The joins of one process: fetch → join → store → done, a handler on the lease consumer.
 
-A batch with `combine` is due once every item is done (0016_batch_combine.sql). A process with
-join slots (PRESSROOM_COMBINE_SLOTS) claims it, copies the items' PDFs from storage into a
+A batch with `combine` is due once every item is done (0016_batch_combine.sql). A process that
+renders (`serve` or `worker`) claims it, copies the items' PDFs from storage into a
 temporary folder, a few at a time, joins them in a child process (server/pdf/join.py: the
 event loop never runs PDF code, and the child's memory is given back when it ends), stores the
 file and only then records it done, as a job's file. The consumer (server/queue/lease.py)
@@ -47,14 +47,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 TRANSIENT: tuple[type[Exception], ...] = (StorageError, *DB_OR_QUERY_ERRORS)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CombinerConfig:
-    slots: int
-    lease_s: float
-    time_limit_s: float
-    poll_interval_s: float
-    retry_base_s: float
-    retry_max_s: float
+#: Joins at once in a process: a join is a copy and a page-tree merge, bound by the bucket and
+#: the disk, and many processes share the batches.
+SLOTS = 1
 
 
 class JoinError(Failed):
@@ -78,26 +73,20 @@ class Combiner:
         self,
         pool: asyncpg.Pool,
         storage: Storage,
-        config: CombinerConfig,
         *,
+        time_limit_s: float,
         worker_id: str,
         metrics: Metrics | None = None,
     ) -> None:
         self._pool = pool
         self._storage = storage
-        self._config = config
+        self._time_limit_s = time_limit_s
         self._metrics = metrics or Metrics()
         self.worker_id = worker_id
         self.leases: Consumer[Claimed] = Consumer(
             Queries(claim=self._claim, fail=self._fail, release=self._release, renew=self._renew),
             self._attempt,
-            lease.Config(
-                name="join",
-                slots=config.slots,
-                lease_s=config.lease_s,
-                poll_interval_s=config.poll_interval_s,
-                backoff=lease.doubling(config.retry_base_s, config.retry_max_s),
-            ),
+            lease.standard("join", SLOTS),
             holder=worker_id,
             on_outcome=self._count,
         )
@@ -164,7 +153,7 @@ class Combiner:
                 claimed.object_key,
                 filename=combine.filename(claimed.batch_id),
                 outline=claimed.outline,
-                time_limit_s=self._config.time_limit_s,
+                time_limit_s=self._time_limit_s,
             )
         except TRANSIENT as exc:
             raise Failed(str(exc)) from exc

@@ -41,11 +41,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerConfig:
     slots: int
-    lease_s: float
     render_timeout_s: float
-    poll_interval_s: float
-    retry_base_s: float
-    retry_max_s: float
     shutdown_grace_s: float
     max_pages: int = 1000
     #: PRESSROOM_SECRET: opens the secrets sealed with a job (server/pipeline/vault.py).
@@ -120,14 +116,7 @@ class Workers:
         self.leases: Consumer[ClaimedJob] = Consumer(
             Queries(claim=self._claim, fail=self._fail, release=self._release, renew=self._renew),
             self._attempt,
-            lease.Config(
-                name="job",
-                slots=config.slots,
-                lease_s=config.lease_s,
-                poll_interval_s=config.poll_interval_s,
-                backoff=lease.doubling(config.retry_base_s, config.retry_max_s),
-                grace_s=config.shutdown_grace_s,
-            ),
+            lease.standard("job", config.slots, grace_s=config.shutdown_grace_s),
             holder=self.worker_id,
             observe=self._observe,
             on_outcome=self._count,

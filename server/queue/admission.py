@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
@@ -30,12 +31,19 @@ MAX_IDEMPOTENCY_KEY_CHARS = 255
 IDEMPOTENCY_TTL_S = 24 * 3600
 
 
-class RateLimiter:
-    """A token bucket per key, in this process's memory: `rate_per_s` sustained, `burst` at once."""
+#: A key may send this many seconds' worth of its rate at once: a page load's or a batch's
+#: first requests come together.
+BURST_S = 2.0
 
-    def __init__(self, rate_per_s: float, burst: int) -> None:
+
+class RateLimiter:
+    """A token bucket per key, in this process's memory: `rate_per_s` sustained, `burst` at once
+    (BURST_S of the rate, at least one request)."""
+
+    def __init__(self, rate_per_s: float) -> None:
         self._rate_per_s = rate_per_s
-        self._burst = float(burst)
+        self.burst = max(1, math.ceil(rate_per_s * BURST_S))
+        self._burst = float(self.burst)
         self._buckets: dict[Hashable, tuple[float, float]] = {}
 
     def take(self, key: Hashable, now: float | None = None) -> float:

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from server.errors import DB_ERRORS, DB_OR_QUERY_ERRORS, backoff_s, jittered
+from server.queue import listener as notifications
 from server.tasks import background
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ log = logging.getLogger(__name__)
 RECORD_RETRY_S = 0.5
 #: How long stopping waits for a claim in flight, and for work it cut off to unwind.
 STOP_WAIT_S = 5.0
+#: A claimed row stays its holder's this long without a heartbeat (renewed every third of it):
+#: a process frozen or cut off longer loses its rows to another, one that died is rescued after.
+LEASE_S = 30.0
+#: The first wait before a failed attempt's next, doubled per attempt up to RETRY_MAX_S: a
+#: database or bucket away for minutes is outlasted in a job's few attempts.
+RETRY_BASE_S = 2.0
+RETRY_MAX_S = 300.0
 
 R = TypeVar("R")
 
@@ -144,6 +152,18 @@ class Config:
     backoff: Backoff
     #: At stop, how long work that has begun may go on before it is cut off and handed back.
     grace_s: float = 0.0
+
+
+def standard(name: str, slots: int, *, grace_s: float = 0.0) -> Config:
+    """A consumer at the standard lease, poll and backoff, as they are when it starts."""
+    return Config(
+        name=name,
+        slots=slots,
+        lease_s=LEASE_S,
+        poll_interval_s=notifications.POLL_INTERVAL_S,
+        backoff=doubling(RETRY_BASE_S, RETRY_MAX_S),
+        grace_s=grace_s,
+    )
 
 
 class Lease(Generic[T]):

@@ -26,6 +26,9 @@ KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
 RECONNECT_BASE_S = 0.1
 RECONNECT_MAX_S = 5.0
+#: How often work queues and the event log are read when no NOTIFY woke anyone: a notification
+#: sent while this connection was away is gone, and this bounds how late that leaves anyone.
+POLL_INTERVAL_S = 1.0
 
 
 #: What asyncpg calls on a notification: connection, sender's pid, channel, payload.

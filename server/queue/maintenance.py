@@ -21,6 +21,9 @@ from server.tasks import periodic
 
 log = logging.getLogger(__name__)
 
+#: How often each process looks for leases that ran out: a dead process's jobs move on within
+#: the lease and this.
+RESCUE_INTERVAL_S = 5.0
 IDEMPOTENCY_PRUNE_INTERVAL_S = 600.0
 #: The event log's pass: partitions made ahead of its writers, expired ones dropped. Often
 #: enough that a burst rarely outruns the partitions made ahead (it would use the overflow).
@@ -82,7 +85,7 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
             log.info("retention deleted %s combined batches older than %s days", deleted, days)
 
     found = [
-        Service("rescuer", settings.rescue_interval_s, rescue),
+        Service("rescuer", RESCUE_INTERVAL_S, rescue),
         Service("idempotency-pruner", IDEMPOTENCY_PRUNE_INTERVAL_S, prune_keys),
         Service("event-log", EVENT_LOG_INTERVAL_S, event_log),
     ]

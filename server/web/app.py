@@ -37,10 +37,11 @@ from server.keys import (
     WORKERS,
 )
 from server.netpolicy import NetworkPolicy
-from server.pipeline.combiner import Combiner, CombinerConfig
+from server.pipeline.combiner import Combiner
 from server.pipeline.worker import WorkerConfig, Workers, new_worker_id
 from server.problems import middleware as problem_middleware
 from server.queue import db
+from server.queue import listener as notifications
 from server.queue import maintenance as services
 from server.queue.admission import InFlight
 from server.queue.jobs import GroupCommit
@@ -130,7 +131,7 @@ def create_app(
             await asyncio.to_thread(local.close)
 
     async def hub(app: web.Application) -> AsyncIterator[None]:
-        hub = Hub(app[POOL], poll_interval_s=settings.poll_interval_s)
+        hub = Hub(app[POOL], poll_interval_s=notifications.POLL_INTERVAL_S)
         app[HUB] = hub
         hub.add_encoder(app[SSE_STREAMS].encode)  # Socket.IO adds its own (sockets.py)
 
@@ -189,11 +190,7 @@ def create_app(
             return
         config = WorkerConfig(
             slots=settings.render_slots,
-            lease_s=settings.lease_s,
             render_timeout_s=settings.render_timeout_s,
-            poll_interval_s=settings.poll_interval_s,
-            retry_base_s=settings.retry_base_s,
-            retry_max_s=settings.retry_max_s,
             shutdown_grace_s=settings.shutdown_grace_s,
             max_pages=settings.max_pages,
             secret=settings.secret,
@@ -215,26 +212,24 @@ def create_app(
         await workers.close()
 
     async def combiner(app: web.Application) -> AsyncIterator[None]:
-        if settings.combine_slots == 0:
+        if not settings.run_background:
             yield
             return
-        config = CombinerConfig(
-            slots=settings.combine_slots,
-            lease_s=settings.lease_s,
-            time_limit_s=settings.render_timeout_s,
-            poll_interval_s=settings.poll_interval_s,
-            retry_base_s=settings.retry_base_s,
-            retry_max_s=settings.retry_max_s,
-        )
         worker_id = app[WORKERS].worker_id if WORKERS in app else new_worker_id()
-        joins = Combiner(app[POOL], app[STORAGE], config, worker_id=worker_id, metrics=metrics)
+        joins = Combiner(
+            app[POOL],
+            app[STORAGE],
+            time_limit_s=settings.render_timeout_s,
+            worker_id=worker_id,
+            metrics=metrics,
+        )
         app[COMBINER] = joins
         app[HUB].add_listener(joins.on_event)
         async with joins.leases.running():
             yield
 
     async def webhooks(app: web.Application) -> AsyncIterator[None]:
-        if settings.webhook_concurrency == 0:
+        if not settings.run_background:
             yield
             return
         async with WebhookSender.open(app[POOL], app[STORAGE], app[POLICY], settings) as sender:

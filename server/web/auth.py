@@ -45,6 +45,7 @@ from server.access.signing import (
 from server.errors import DB_OR_QUERY_ERRORS
 from server.events.hub import Reason
 from server.problems import Problem
+from server.queue import listener as notifications
 from server.queue.admission import RateLimiter
 from server.settings import Settings
 
@@ -250,7 +251,7 @@ class Authenticator:
         # Token secrets of the tenants in use, as last read, with when each answer expires.
         self._secrets: dict[str, tuple[float, tenants.TokenSecret]] = {}
         self._watches: dict[Hold, set[Watch]] = {}
-        self._limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
+        self._limiter = RateLimiter(settings.rate_limit_rps)
 
     async def start(self, pool: asyncpg.Pool) -> None:
         """Refuse to serve open beyond loopback; say which mode the server runs in."""
@@ -461,7 +462,7 @@ class Authenticator:
         with a token it minted); with the cache off, it runs every poll interval for them."""
         if not self._settings.run_web:
             return  # nothing asks
-        interval_s = self._settings.auth_cache_s / 2 or self._settings.poll_interval_s
+        interval_s = self._settings.auth_cache_s / 2 or notifications.POLL_INTERVAL_S
         while True:
             await asyncio.sleep(interval_s)
             try:
@@ -554,7 +555,7 @@ class Authenticator:
                 429,
                 "Too many requests",
                 f"This API key may make {self._settings.rate_limit_rps:g} requests per "
-                f"second (bursts of {self._settings.rate_limit_burst}); retry later.",
+                f"second (bursts of {self._limiter.burst}); retry later.",
                 kind="rate-limited",
                 headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
             )

@@ -28,6 +28,7 @@ from server.access import tenants
 from server.errors import DB_OR_QUERY_ERRORS
 from server.keys import POOL
 from server.problems import Problem
+from server.queue import listener as notifications
 from server.settings import Settings
 from server.tasks import background
 from server.web import auth
@@ -126,7 +127,7 @@ class Cors:
 
     async def _refresh_loop(self, pool: asyncpg.Pool) -> None:
         # With the keys' cache off, as often as the keys are read then (server/web/auth.py).
-        interval_s = self._settings.auth_cache_s / 2 or self._settings.poll_interval_s
+        interval_s = self._settings.auth_cache_s / 2 or notifications.POLL_INTERVAL_S
         while True:
             await asyncio.sleep(interval_s)
             try:

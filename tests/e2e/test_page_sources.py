@@ -169,7 +169,6 @@ async def app(
         {
             "DATABASE_URL": module_dsn,
             "PRESSROOM_DATA_DIR": str(data),
-            "PRESSROOM_POLL_INTERVAL_S": "0.5",
             "PRESSROOM_RENDER_TIMEOUT_S": "30",
             "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",
         },

@@ -10,6 +10,7 @@ import pytest
 from server.queue import jobs
 from server.queue.jobs import NewJob
 from tests.processes import PressroomProcess, wait_until
+from tests.timings import as_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -24,7 +25,7 @@ async def test_200_jobs_4_slots_2_processes_each_rendered_once(
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
         "PRESSROOM_RENDER_SLOTS": "2",
-        "PRESSROOM_POLL_INTERVAL_S": "0.5",
+        **as_env(POLL_INTERVAL_S=0.5),
     }
     workers = [PressroomProcess("worker", env, tmp_path / f"worker{i}.log") for i in range(2)]
     for worker in workers:

@@ -28,6 +28,7 @@ from tests.pdfs import FakeRenderer
 from tests.pgcluster import Cluster
 from tests.processes import PressroomProcess, wait_until
 from tests.sse import collect, messages
+from tests.timings import as_env, quick
 
 pytestmark = [pytest.mark.slow]
 
@@ -119,10 +120,7 @@ async def test_killing_worker_processes_loses_nothing(
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
         "PRESSROOM_RENDER_SLOTS": "2",
-        "PRESSROOM_LEASE_S": "2",
-        "PRESSROOM_RESCUE_INTERVAL_S": "0.5",
-        "PRESSROOM_POLL_INTERVAL_S": "0.5",
-        "PRESSROOM_RETRY_BASE_S": "0.2",
+        **as_env(LEASE_S=2, RESCUE_INTERVAL_S=0.5, POLL_INTERVAL_S=0.5, RETRY_BASE_S=0.2),
     }
     logs = iter(range(1000))
     workers = [PressroomProcess("worker", env, tmp_path / f"w{next(logs)}.log") for _ in range(2)]
@@ -191,9 +189,12 @@ async def test_killing_worker_processes_loses_nothing(
 
 
 @pytest.mark.browser
-async def test_killing_chromium_mid_render_retries_the_job(start_app: Callable[..., Any]) -> None:
+async def test_killing_chromium_mid_render_retries_the_job(
+    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     others = other_browsers()
-    app: RunningApp = await start_app(render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.1"})
+    quick(monkeypatch, RETRY_BASE_S=0.1)
+    app: RunningApp = await start_app(render_slots=1)
     body = {
         "template": SLOW_PAGE,
         "data": {"n": 1, "ms": 3000},
@@ -294,12 +295,13 @@ async def test_sigterm_finishes_or_requeues_renders_in_flight(
         assert await worker.stop() == 0
 
 
-async def test_retries_are_spaced_by_exponential_backoff(start_app: Callable[..., Any]) -> None:
+async def test_retries_are_spaced_by_exponential_backoff(
+    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     renderer = FakeRenderer()
     renderer.fail_with = TransientError("storage unavailable")
-    app: RunningApp = await start_app(
-        renderer=renderer, render_slots=1, env={"PRESSROOM_RETRY_BASE_S": "0.2"}
-    )
+    quick(monkeypatch, RETRY_BASE_S=0.2)
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     async with app.http.post(
         app.url("/v1/jobs"), json={"template": "<p>x</p>", "max_attempts": 4}
     ) as resp:
@@ -332,8 +334,7 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
         "PRESSROOM_RENDER_SLOTS": "2",
         "PRESSROOM_PORT": str(port),
-        "PRESSROOM_POLL_INTERVAL_S": "0.5",
-        "PRESSROOM_LEASE_S": "10",
+        **as_env(POLL_INTERVAL_S=0.5, LEASE_S=10),
     }
     server = PressroomProcess("serve", env, tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
@@ -442,11 +443,12 @@ async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
 
 
 @pytest.mark.browser
-async def test_a_hung_chromium_is_replaced(start_app: Callable[..., Any]) -> None:
+async def test_a_hung_chromium_is_replaced(
+    start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     others = other_browsers()
-    app: RunningApp = await start_app(
-        render_slots=1, env={"PRESSROOM_RENDER_TIMEOUT_S": "3", "PRESSROOM_RETRY_BASE_S": "0.1"}
-    )
+    quick(monkeypatch, RETRY_BASE_S=0.1)
+    app: RunningApp = await start_app(render_slots=1, env={"PRESSROOM_RENDER_TIMEOUT_S": "3"})
     body = {
         "template": SLOW_PAGE,
         "data": {"n": 1, "ms": 1500},

@@ -30,6 +30,7 @@ from tests.integration.test_batches import all_events, post_batch, read_until
 from tests.pdfs import FakeRenderer
 from tests.processes import PressroomProcess
 from tests.sse import Message
+from tests.timings import as_env, quick
 
 KEYS = ["march-ana", "march-bo", "march-cy"]
 ITEMS = [
@@ -359,20 +360,18 @@ class HeldWhileMarked(FakeRenderer):
 
 @pytest.mark.slow
 async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
-    start_app: Callable[..., Any], dsn: str, tmp_path: Path
+    start_app: Callable[..., Any], dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    quick = {"lease_s": 2, "rescue_interval_s": 0.5}
+    quick(monkeypatch, LEASE_S=2, RESCUE_INTERVAL_S=0.5)
     # This one renders and joins nothing: the process started below takes the join.
     renderer = HeldWhileMarked("Statement cy")
-    api: RunningApp = await start_app(renderer=renderer, render_slots=2, combine_slots=0, **quick)
+    api: RunningApp = await start_app(renderer=renderer, render_slots=2, run_background=False)
     pool, storage = api.app[POOL], api.app[STORAGE]
     env = {
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(api.app[SETTINGS].data_dir),
         "PRESSROOM_RENDER_SLOTS": "0",
-        "PRESSROOM_COMBINE_SLOTS": "1",
-        "PRESSROOM_LEASE_S": "2",
-        "PRESSROOM_POLL_INTERVAL_S": "0.5",
+        **as_env(LEASE_S=2, POLL_INTERVAL_S=0.5),
     }
     joiner = PressroomProcess("worker", env, tmp_path / "joiner.log")
     await joiner.start()  # it starts up while the items print
@@ -405,7 +404,7 @@ async def test_a_process_killed_mid_join_is_rescued_and_the_batch_joined_once(
             path.write_bytes(original)
 
             # Its lease runs out; a process that joins takes it over.
-            survivor: RunningApp = await start_app(renderer=labelled(), render_slots=0, **quick)
+            survivor: RunningApp = await start_app(renderer=labelled(), render_slots=0)
             got = await read_until(stream, batch_done(batch["id"]))
     finally:
         joiner.kill()

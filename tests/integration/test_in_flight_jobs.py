@@ -23,6 +23,7 @@ from server.queue.lease import Lease, Stage
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.sse import collect
+from tests.timings import quick
 
 
 async def submit(app: RunningApp, name: str = "Ana") -> str:
@@ -104,11 +105,12 @@ async def test_a_job_cancelled_while_rendering_frees_its_slot_and_records_nothin
 
 
 async def test_a_lost_lease_aborts_the_render_and_leaves_the_row_to_its_new_holder(
-    start_app: Callable[..., Any], pool: asyncpg.Pool
+    start_app: Callable[..., Any], pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     renderer = FakeRenderer()
     renderer.gate = asyncio.Event()
-    app: RunningApp = await start_app(renderer=renderer, render_slots=1, lease_s=0.6)
+    quick(monkeypatch, LEASE_S=0.6)
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     workers: Workers = app.app[WORKERS]
     job_id, entry = await in_slot(app, renderer)
     # Another worker holds the job now (as after a rescue and its claim), for a long lease.

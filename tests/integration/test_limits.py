@@ -23,20 +23,20 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def test_token_bucket_refills_at_the_rate() -> None:
-    limiter = RateLimiter(rate_per_s=2.0, burst=3)
-    assert [limiter.take("k", now=100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    limiter = RateLimiter(rate_per_s=2.0)
+    assert limiter.burst == 4  # two seconds' worth at once
+    assert [limiter.take("k", now=100.0) for _ in range(4)] == [0.0] * 4
     assert limiter.take("k", now=100.0) == 0.5  # one token every 0.5 s
     assert limiter.take("other", now=100.0) == 0.0  # buckets are per key
     assert limiter.take("k", now=100.5) == 0.0
     assert limiter.take("k", now=100.5) > 0
+    assert RateLimiter(rate_per_s=0.1).burst == 1, "a slow rate still lets one request through"
 
 
 async def test_rate_limit_per_key_answers_429_with_retry_after(
     start_app: Callable[..., Any], pool: asyncpg.Pool
 ) -> None:
-    app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, rate_limit_rps=0.1, rate_limit_burst=3
-    )
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, rate_limit_rps=1.5)
     _row, hasty = await apikeys.create_key(pool, "acme", "hasty")
     _row, calm = await apikeys.create_key(pool, "acme", "calm")
     statuses = []
@@ -49,9 +49,10 @@ async def test_rate_limit_per_key_answers_429_with_retry_after(
     assert statuses == [200, 200, 200, 429]
     assert resp.content_type == "application/problem+json"
     assert (
-        problem["type"].endswith("/rate-limited") and "0.1 requests per second" in problem["detail"]
+        problem["type"].endswith("/rate-limited")
+        and "1.5 requests per second (bursts of 3)" in problem["detail"]
     )
-    assert 1 <= retry_after <= 10
+    assert retry_after == 1
     async with app.http.get(app.url("/v1/jobs"), headers=bearer(calm)) as resp:
         assert resp.status == 200, "another key has its own bucket"
     async with app.http.get(app.url("/healthz")) as resp:

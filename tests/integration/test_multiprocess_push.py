@@ -20,6 +20,7 @@ from tests.pdfs import FakeRenderer
 from tests.processes import PressroomProcess
 from tests.sio import SioClient
 from tests.sse import Message, messages
+from tests.timings import as_env
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,7 @@ async def test_every_client_of_every_process_gets_every_event_in_order(
     env = {
         "DATABASE_URL": dsn,
         "PRESSROOM_DATA_DIR": str(tmp_path / "data"),
-        "PRESSROOM_POLL_INTERVAL_S": "0.5",
+        **as_env(POLL_INTERVAL_S=0.5),
     }
     ports = [free_port(), free_port()]
     webs = [

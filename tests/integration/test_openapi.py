@@ -177,7 +177,7 @@ async def test_schemathesis_finds_nothing_in_dev_mode_or_with_keys(
     """The server keeps to its description in both modes, each run at once: with no key (dev
     mode, which takes requests without credentials) and with a key required."""
     _row, key = await apikeys.create_key(pool, "fuzz")
-    options = {"renderer": FakeRenderer(), "rate_limit_rps": 1000, "rate_limit_burst": 1000}
+    options = {"renderer": FakeRenderer(), "rate_limit_rps": 1000}
     keyed: RunningApp = await start_app(render_slots=1, **options)
     env = {"DATABASE_URL": dev_dsn, "PRESSROOM_DATA_DIR": str(tmp_path / "dev-data")}
     dev: RunningApp = await start_app(render_slots=1, env=env, **options)

@@ -290,7 +290,6 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
         renderer=FakeRenderer(),
         render_slots=1,
         rate_limit_rps=1000,
-        rate_limit_burst=1000,
         env={"PRESSROOM_SIGNING_KEY": ca.p12, "PRESSROOM_SIGNING_KEY_PASSWORD": ca.password},
     )
     async with app.http.get(app.url("/v1/openapi.json")) as resp:

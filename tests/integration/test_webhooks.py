@@ -31,10 +31,11 @@ from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.processes import admin_cli
 from tests.sse import collect
+from tests.timings import quick
 
 SECRET = "whsec_" + base64.b64encode(b"pressroom webhook test secret 32").decode()
 #: Quick retries so a test sees several attempts; one more attempt than entries.
-SCHEDULE = "0.05,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1"
+SCHEDULE = (0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)
 WAIT_S = 15.0
 Refused = standardwebhooks.webhooks.WebhookVerificationError
 
@@ -160,20 +161,29 @@ async def due_shortly(hooked: Hooked) -> None:
 
 
 @pytest.fixture
-def start_hooked(start_app: Callable[..., Any]) -> StartHooked:
+def start_hooked(start_app: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> StartHooked:
+    """Start an app that sends webhooks on a quick schedule; `sends=False`, one whose sender
+    never runs (`pressroom web`'s), `schedule_s` and `timeout_s` for every sender."""
+    quick(monkeypatch, SCHEDULE_S=SCHEDULE)
+
     async def start(
-        renderer: FakeRenderer | None = None, render_slots: int = 1, **env: str
+        renderer: FakeRenderer | None = None,
+        render_slots: int = 1,
+        *,
+        sends: bool = True,
+        env: dict[str, str] | None = None,
+        **timings: Any,
     ) -> Hooked:
-        settings_env = {
-            "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",
-            "PRESSROOM_WEBHOOK_SECRET": SECRET,
-            "PRESSROOM_WEBHOOK_SCHEDULE_S": SCHEDULE,
-            **env,
-        }
+        quick(monkeypatch, **timings)
         app = await start_app(
             renderer=renderer if render_slots else None,
             render_slots=render_slots,
-            env=settings_env,
+            run_background=sends,
+            env={
+                "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",
+                "PRESSROOM_WEBHOOK_SECRET": SECRET,
+                **(env or {}),
+            },
         )
         return Hooked(app)
 
@@ -341,7 +351,7 @@ async def test_a_rotated_secret_signs_alongside_the_old_one_until_the_overlap_en
     for secret in (old, new):  # receivers that know either one accept it
         assert verify(secret, headers, during.body)
 
-    # The overlap (PRESSROOM_WEBHOOK_ROTATION_OVERLAP_S, a day here) ends: moved into the past
+    # The overlap (tenants.ROTATION_OVERLAP_S, a day) ends: moved into the past
     # rather than waited out.
     await pool.execute("UPDATE tenants SET rotated_at = now() - interval '1 day 1 second'")
     await submit_with_key(hooked, key, receiver.url)
@@ -357,7 +367,7 @@ async def test_receiver_down_then_up_gets_it_with_the_same_id(start_hooked: Star
     blocker.bind(("127.0.0.1", 0))
     port = blocker.getsockname()[1]
     # Retries for several seconds, however slowly the receiver comes up on a busy machine.
-    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_SCHEDULE_S="0.05" + ",0.2" * 30)
+    hooked = await start_hooked(FakeRenderer(), SCHEDULE_S=(0.05,) + (0.2,) * 30)
     job = await hooked.submit(f"http://127.0.0.1:{port}/hook")
 
     first, second = await hooked.next_attempt(), await hooked.next_attempt()
@@ -421,7 +431,7 @@ async def test_500_three_times_then_200_records_four_attempts(
 
 async def test_429_retry_after_is_honoured(start_hooked: StartHooked, receiver: Receiver) -> None:
     receiver.script = [(429, {"Retry-After": "1"})]
-    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_SCHEDULE_S="0.05,5")
+    hooked = await start_hooked(FakeRenderer(), SCHEDULE_S=(0.05, 5))
     await hooked.submit(receiver.url)
 
     attempts = await hooked.until_final()
@@ -436,7 +446,7 @@ async def test_hanging_receiver_times_out_and_is_retried(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:
     receiver.script = ["hang"]
-    hooked = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_TIMEOUT_S="0.5")
+    hooked = await start_hooked(FakeRenderer(), TIMEOUT_S=0.5)
     job = await hooked.submit(receiver.url)
 
     attempts = await hooked.until_final()
@@ -491,11 +501,11 @@ async def test_address_blocked_at_delivery_time_fails_with_the_reason(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:
     # Accepted while 127.0.0.1 was allowed; by delivery time the policy (like DNS) has changed.
-    submitter = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    submitter = await start_hooked(FakeRenderer(), sends=False)
     job = await submitter.submit(receiver.url)
     assert (await submitter.wait_final(job["id"]))["status"] == "done"
     await due_shortly(submitter)
-    sender = await start_hooked(render_slots=0, PRESSROOM_ALLOW_HOSTS="")
+    sender = await start_hooked(render_slots=0, env={"PRESSROOM_ALLOW_HOSTS": ""})
 
     [attempt] = await sender.until_final()
 
@@ -510,7 +520,7 @@ async def test_state_change_survives_a_sender_that_never_ran(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:
     # The process that finished the job dies before any POST: its outbox row is all that is left.
-    crashed = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    crashed = await start_hooked(FakeRenderer(), sends=False)
     job = await crashed.submit(receiver.url)
     assert (await crashed.wait_final(job["id"]))["status"] == "done"
     [pending] = (await crashed.get(job["id"]))["webhooks"]
@@ -529,7 +539,7 @@ async def test_state_change_survives_a_sender_that_never_ran(
 async def test_delivery_leased_by_a_dead_sender_is_sent_once_the_lease_ends(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:
-    crashed = await start_hooked(FakeRenderer(), PRESSROOM_WEBHOOK_CONCURRENCY="0")
+    crashed = await start_hooked(FakeRenderer(), sends=False)
     job = await crashed.submit(receiver.url)
     await crashed.wait_final(job["id"])
     # A sender claimed the row (attempt 1) and died mid-POST; its lease still runs for 1 s.

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from server.keys import WORKERS
 from server.pipeline.worker import Phase, Workers
 from server.queue.lease import Stage
@@ -18,6 +20,7 @@ from tests.conftest import RunningApp
 from tests.integration.test_metrics import scrape
 from tests.pdfs import FakeRenderer
 from tests.sse import Message, collect
+from tests.timings import quick
 
 # A template that takes seconds to render (in a thread): its job stays in preparing meanwhile.
 SLOW_TEMPLATE = "{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}done"
@@ -43,11 +46,12 @@ async def status(app: RunningApp, job_id: str) -> str:
 
 
 async def test_a_job_submitted_to_an_idle_worker_starts_at_once_with_its_events_in_order(
-    start_app: Callable[..., Any], fake_renderer: FakeRenderer
+    start_app: Callable[..., Any], fake_renderer: FakeRenderer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No poll while the test runs (60 s, jittered to 30 s at the least): only the insert's
     # notification can wake the worker before the stream below gives up (15 s).
-    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1, poll_interval_s=60)
+    quick(monkeypatch, POLL_INTERVAL_S=60)
+    app: RunningApp = await start_app(renderer=fake_renderer, render_slots=1)
     workers: Workers = app.app[WORKERS]
     await asyncio.wait_for(workers.leases.waiting.wait(), 10)  # it found the queue empty and waits
     created = await submit(app)

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from server.settings import Settings, SettingsError, env_name, with_table
+from server.settings import (
+    CLIENT_VARIABLES,
+    Settings,
+    SettingsError,
+    env_name,
+    unread_variables,
+    with_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Read by the client and the `pressroom` client commands, not by the server.
-CLIENT_VARIABLES = {"PRESSROOM_URL", "PRESSROOM_API_KEY"}
 
 
 def test_defaults_match_the_contract(tmp_path: Path) -> None:
@@ -163,3 +169,21 @@ def test_every_variable_the_docs_name_is_a_setting() -> None:
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         named |= set(re.findall(r"\b(?:PRESSROOM|S3)_[A-Z0-9_]+", path.read_text()))
     assert named - settings == CLIENT_VARIABLES
+
+
+def test_variables_no_setting_reads_are_named_with_what_to_do() -> None:
+    environ = {
+        "PRESSROOM_RENDER_SLOTS": "2",  # a setting
+        "PRESSROOM_URL": "http://127.0.0.1:8080",  # the client's own
+        "PRESSROOM_LEASE_S": "10",  # a setting of an earlier release
+        "PRESSROOM_RENDR_SLOTS": "4",  # misspelt
+        "PRESSROOM_NOTHING_LIKE_IT": "1",
+        "HOME": "/root",
+    }
+    assert unread_variables(environ) == [
+        "PRESSROOM_LEASE_S is no longer a setting and is ignored: remove it",
+        "PRESSROOM_NOTHING_LIKE_IT is not a setting and is ignored (the README lists every "
+        "setting)",
+        "PRESSROOM_RENDR_SLOTS is not a setting and is ignored; did you mean "
+        "PRESSROOM_RENDER_SLOTS?",
+    ]
