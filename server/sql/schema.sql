@@ -791,8 +791,8 @@ $$;
 -- - the webhook outbox: a row per delivered event, unless a delivery of that job or batch to
 --   that URL was disabled (410 Gone); then one NOTIFY on pressroom_webhooks, payload 'w'.
 -- - NOTIFY on pressroom, payload '<kind>:<greatest event id of the statement>': kind 'q' when
---   some job of the statement was queued or retried and not also started in it (a hand-off
---   inserts a job running, with both events), so the workers look for work; 'e' otherwise.
+--   some job of the statement was queued or retried, so the workers look for work (0023);
+--   'e' otherwise.
 -- PostgreSQL sends one notification per distinct payload per transaction, so a statement
 -- sends one. One look at the rows first, so a statement does only the work its events call
 -- for (an empty claim, the idle poll, none at all).
@@ -800,16 +800,14 @@ CREATE FUNCTION job_events_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     last_id bigint;
     queued boolean;
-    started boolean;
     batches_only boolean;
     hooks boolean;
 BEGIN
     SELECT max(a.id),
            bool_or(a.type IN ('job.queued', 'job.retrying')),
-           bool_or(a.type = 'job.running'),
            bool_and(a.job_id IS NULL),
            bool_or(event_is_delivered(a.type, a.payload))
-    INTO last_id, queued, started, batches_only, hooks
+    INTO last_id, queued, batches_only, hooks
     FROM added a;
     IF last_id IS NULL THEN
         RETURN NULL;
@@ -845,12 +843,6 @@ BEGIN
         END IF;
     END IF;
 
-    IF queued AND started THEN
-        SELECT bool_or(j.queued AND NOT j.started) INTO queued
-        FROM (SELECT bool_or(a.type IN ('job.queued', 'job.retrying')) AS queued,
-                     bool_or(a.type = 'job.running') AS started
-              FROM added a GROUP BY a.job_id) j;
-    END IF;
     IF NOT (batches_only AND pg_trigger_depth() > 1) THEN
         PERFORM pg_notify('pressroom', CASE WHEN queued THEN 'q:' ELSE 'e:' END || last_id);
     END IF;
