@@ -34,7 +34,8 @@ from bench.clients import INVOICE, burst, invoice_data
 from bench.common import QUICK, checkpoint, database, machine, postgres, run_module, running_app
 from server.options import RenderOptions
 from server.render import templates
-from server.render.chromium import CHROMIUM_ARGS, PRINT_VIEWPORT, choose_chromium
+from server.render.browsers import CHROMIUM_ARGS, choose_chromium
+from server.render.printing import PRINT_VIEWPORT
 
 #: The engines --engines names, by the Debian command each is.
 ENGINES = {"headless-shell": "chromium-headless-shell", "chromium": "chromium"}

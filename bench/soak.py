@@ -25,7 +25,7 @@ from bench.clients import INVOICE, invoice_data, submit_many
 from bench.common import QUICK, database, machine, postgres, running_app
 from server.events import JobEvent
 from server.keys import CHROMIUM, HUB
-from server.render.chromium import browser_processes
+from server.render.browsers import browser_processes
 
 MIB = 1024 * 1024
 

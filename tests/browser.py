@@ -17,7 +17,7 @@ from aiohttp import ClientSession, web
 from playwright.async_api import Browser, Playwright, async_playwright
 from yarl import URL
 
-from server.render.chromium import CHROMIUM_ARGS, choose_chromium
+from server.render.browsers import CHROMIUM_ARGS, choose_chromium
 from server.settings import Settings
 from server.web.app import create_app
 from server.web.protocol import AppRunner

@@ -4,16 +4,8 @@ Isolation without a new browser context per job: pages without scripts print in 
 slots, each a context of its own with JavaScript off and one page (nothing can write globals,
 storage or cookies from script; cookies set by subresource responses are cleared after each
 job, and concurrent jobs never share a cookie jar). A page with scripts gets a fresh context
-of its own, closed after the job.
-
-The reusable slots' pages have a viewport of one pixel. Printing lays the document out again
-at the paper's width, so the screen viewport does not change the PDF (the same bytes save the
-dates, tests/e2e/test_render.py), but Chromium then has almost nothing to lay out and paint
-for the screen first: a one-page invoice costs about a tenth less CPU. A job that waits for a
-selector to become visible gets Playwright's usual 1280x720 while it waits, since visibility
-on screen is what it asks about; pages with scripts keep 1280x720 too, as scripts (charts,
-say) may size themselves to the window before printing. An image output gets the viewport its
-screenshot asks for (server/render/images.py takes it).
+of its own, closed after the job. What a job does in its slot is server/render/printing.py;
+which browser runs, with which flags, is server/render/browsers.py.
 """
 
 from __future__ import annotations
@@ -25,64 +17,34 @@ import logging
 import math
 import os
 import re
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, Protocol
 
 import psutil
-from playwright.async_api import (
-    Browser,
-    BrowserContext,
-    Page,
-    Playwright,
-    ViewportSize,
-    async_playwright,
-)
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
 from server.pdf import docinfo
-from server.render import images, navigation
+from server.render.browsers import (
+    CHROMIUM_ARGS,
+    browser_memory_mb,
+    browser_processes,
+    child_pids,
+    choose_chromium,
+    renderer_pids,
+)
 from server.render.cgroups import Leaf, RenderCgroups
 from server.render.dropuser import Launcher, launcher
-from server.render.egress import DOCUMENT_URL, Gate, Site
+from server.render.egress import Gate, Site
+from server.render.printing import PRINT_VIEWPORT, SCREEN_VIEWPORT, Slot, print_in
 from server.render.sources import Document, PageUrl
 
 log = logging.getLogger(__name__)
 
-CHROMIUM_ARGS = (
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    # Everything leaves through a gate (server/render/egress.py). What a proxy cannot carry is off:
-    # QUIC and WebRTC's UDP; and Chromium resolves no name itself (a proxied request needs
-    # none), so DNS prefetch and anything that would bypass the gate find no address.
-    "--disable-quic",
-    # The full browser reads the first, the headless shell the second (each ignores the other).
-    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-    "--no-pings",
-    # A job's frames share its renderer process, so one memory bound covers all of them
-    # (jobs never share one: each context has processes of its own).
-    "--disable-site-isolation-trials",
-    "--disable-features=IsolateOrigins,site-per-process",
-)
-# After Playwright's own build (itself the headless shell), in this order: the headless shell
-# prints what the full browser prints with about half its CPU; the full browser after it.
-SYSTEM_CHROMIUM_NAMES = (
-    "chromium-headless-shell",
-    "chromium",
-    "chromium-browser",
-    "google-chrome",
-    "google-chrome-stable",
-)
 _PAGE_OBJECT = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 CLOSE_TIMEOUT_S = 5.0
 # Reading PSS walks every mapping of every Chromium process (about 50 ms of CPU with two
@@ -95,8 +57,6 @@ RECYCLE_AFTER_JOBS = 1000
 # Several times what a browser of two slots settles at (about 410 MiB PSS in the soak of
 # docs/performance.md), so only one that leaks or hoards is recycled for its memory.
 MAX_RSS_MB = 1500
-PRINT_VIEWPORT: ViewportSize = {"width": 1, "height": 1}
-SCREEN_VIEWPORT: ViewportSize = {"width": 1280, "height": 720}  # Playwright's default
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,95 +93,6 @@ class Renderer(Protocol):
 def count_pages(pdf: bytes) -> int:
     """Page objects in a Chromium PDF (Skia writes no object streams, so they are plain text)."""
     return len(_PAGE_OBJECT.findall(pdf))
-
-
-def find_system_chromium() -> str | None:
-    for name in SYSTEM_CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def choose_chromium(playwright_build: str) -> str:
-    """Playwright's own Chromium when it is installed, else a system one."""
-    if os.path.exists(playwright_build):
-        return playwright_build
-    found = find_system_chromium()
-    if found is None:
-        raise RuntimeError(
-            "no Chromium found: run `make install` (Playwright's browser, else Debian's "
-            "chromium-headless-shell or chromium) or set PRESSROOM_CHROMIUM"
-        )
-    log.info("Playwright's Chromium is not installed; using %s", found)
-    return found
-
-
-def browser_processes(driver: int | None = None) -> list[psutil.Process]:
-    """Chromium processes started by this process (through Playwright's driver), or by one
-    driver (its pid) only: those of one renderer when a process holds several."""
-    found = []
-    try:
-        root = psutil.Process(driver if driver is not None else os.getpid())
-        children = root.children(recursive=True)
-    except psutil.Error:
-        return []
-    for child in children:
-        try:
-            name = child.name().lower()
-        except psutil.Error:
-            continue
-        if "chrom" in name or "headless_shell" in name:
-            found.append(child)
-    return found
-
-
-def browser_memory_mb(driver: int | None = None) -> float:
-    """Memory of the Chromium processes of this process (or of one driver), in MiB: the sum of
-    proportional set sizes, so pages the processes share are counted once (a sum of RSS counts
-    them in each process and makes a browser with a few contexts look twice its size)."""
-    total = 0
-    for process in browser_processes(driver):
-        try:
-            info = process.memory_full_info()
-        except psutil.Error:
-            continue
-        total += getattr(info, "pss", info.rss)
-    return total / (1024 * 1024)
-
-
-def _child_pids() -> set[int]:
-    return {child.pid for child in psutil.Process(os.getpid()).children()}
-
-
-@dataclasses.dataclass(slots=True)
-class _Slot:
-    """A page in its own context, with what the current job noted while it printed."""
-
-    context: BrowserContext
-    page: Page
-    gate: Gate
-    generation: int
-    javascript: bool
-    viewport: ViewportSize
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    media: dict[str, str] = dataclasses.field(default_factory=dict)  # as emulated last
-    leaves: list[Leaf] = dataclasses.field(default_factory=list)
-    oom_kills: int = 0
-    served: bool = False  # the page is at the gate's reserved origin (a job with assets)
-
-    def out_of_memory(self) -> bool:
-        return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
-
-
-def renderer_pids(driver: int | None) -> set[int]:
-    """Chromium's renderer processes (one per context here) below Playwright's driver."""
-    found = set()
-    for process in browser_processes(driver):
-        with contextlib.suppress(psutil.Error):
-            if "--type=renderer" in process.cmdline():
-                found.add(process.pid)
-    return found
 
 
 class ChromiumRenderer:
@@ -267,7 +138,7 @@ class ChromiumRenderer:
         self._driver: int | None = None  # pid of Playwright's driver; None: not known
         self._browser: Browser | None = None
         self._generation = 0
-        self._idle: list[_Slot] = []
+        self._idle: list[Slot] = []
         # Chromium's own proxy setting: no page uses it (every context has a gate of its own),
         # only the browser's background requests, and no job needs those.
         self._browser_gate = Gate(None)
@@ -305,9 +176,9 @@ class ChromiumRenderer:
         # launches runs below it: knowing its pid scopes the memory reading and the kill of a
         # hung browser to this renderer's own. Should two renderers start at once, neither
         # knows which new child is its own and both fall back to every Chromium of the process.
-        before = _child_pids()
+        before = child_pids()
         self._playwright = await async_playwright().start()
-        started = _child_pids() - before
+        started = child_pids() - before
         self._driver = started.pop() if len(started) == 1 else None
         await self._browser_gate.start()
         self._cgroups, why = RenderCgroups.create(self._render_max_mb)
@@ -446,7 +317,7 @@ class ChromiumRenderer:
             log.info("browser uses %.0f MiB, above %s MiB", used_mb, self._max_rss_mb)
             self._recycle_due = True  # the next render recycles it
 
-    async def _new_slot(self, *, javascript: bool, user_agent: str | None = None) -> _Slot:
+    async def _new_slot(self, *, javascript: bool, user_agent: str | None = None) -> Slot:
         assert self._browser is not None
         viewport = SCREEN_VIEWPORT if javascript else PRINT_VIEWPORT
         gate = Gate(self._policy)
@@ -467,7 +338,7 @@ class ChromiumRenderer:
             await self._cleanup(context.close())
             await gate.close()
             raise
-        slot = _Slot(
+        slot = Slot(
             context=context,
             page=page,
             gate=gate,
@@ -499,7 +370,7 @@ class ChromiumRenderer:
                 await self._cleanup(page.close())
                 raise TransientError(f"cannot bound the renderer's memory: {exc}") from None
 
-    async def _drop_slot(self, slot: _Slot) -> None:
+    async def _drop_slot(self, slot: Slot) -> None:
         await self._cleanup(slot.context.close())
         await slot.gate.close()
         self._stale_leaves += [leaf for leaf in slot.leaves if not leaf.remove()]
@@ -518,7 +389,7 @@ class ChromiumRenderer:
         return True
 
     @contextlib.asynccontextmanager
-    async def _reused_slot(self) -> AsyncIterator[_Slot]:
+    async def _reused_slot(self) -> AsyncIterator[Slot]:
         slot = self._idle.pop() if self._idle else await self._new_slot(javascript=False)
         slot.warnings.clear()
         slot.gate.used = False
@@ -542,7 +413,7 @@ class ChromiumRenderer:
     @contextlib.asynccontextmanager
     async def _private_slot(
         self, *, javascript: bool = True, user_agent: str | None = None
-    ) -> AsyncIterator[_Slot]:
+    ) -> AsyncIterator[Slot]:
         slot = await self._new_slot(javascript=javascript, user_agent=user_agent)
         try:
             yield slot
@@ -600,7 +471,9 @@ class ChromiumRenderer:
             slot.gate.site = site
             slot.served = site is not None
             try:
-                data = await self._print(slot, html, options, timeout_s)
+                data = await print_in(
+                    slot, html, options, timeout_s=timeout_s, max_pages=self._max_pages
+                )
             except PlaywrightError:
                 if slot.out_of_memory():
                     raise PermanentError(
@@ -615,66 +488,6 @@ class ChromiumRenderer:
         # Outside the slot: the page takes the next job while the metadata is written.
         data = await docinfo.apply(data, options)
         return RenderResult(data=data, pages=pages, warnings=warnings)
-
-    async def _print(
-        self,
-        slot: _Slot,
-        html: Document,
-        options: RenderOptions,
-        timeout_s: float,
-    ) -> bytes:
-        timeout_ms = timeout_s * 1000
-        page = slot.page
-        media = options.emulated_media()
-        if slot.media != media:
-            await page.emulate_media(**media)  # type: ignore[arg-type]
-            slot.media = media
-        scripts = slot.javascript or options.wait_for_selector
-        viewport = images.viewport(options) or (SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT)
-        if slot.viewport != viewport:
-            await page.set_viewport_size(viewport)
-            slot.viewport = viewport
-        fail_on = options.fail_on
-        # Listeners only where the source or the options need them (server/render/navigation.py).
-        watch = None
-        if isinstance(html, PageUrl) or fail_on.console_errors or fail_on.resource_errors:
-            watch = navigation.Watch(page, options, slot.warnings)
-        try:
-            if isinstance(html, PageUrl):
-                await navigation.open_url(
-                    page, html.url, options, timeout_ms=timeout_ms, warnings=slot.warnings
-                )
-                if options.css:
-                    await page.add_style_tag(content=options.css)
-            else:
-                await _open(page, html, options, timeout_ms, served=slot.served)
-            # Without scripts, Chromium loads lazy images at once: there is nothing to scroll for.
-            if options.lazy_load and slot.javascript:
-                await navigation.scroll_to_end(page)
-            if options.wait_for_selector:
-                await page.wait_for_selector(options.wait_for_selector, timeout=timeout_ms)
-            if options.wait_for_expression:
-                await page.wait_for_function(options.wait_for_expression, timeout=timeout_ms)
-            if options.wait_delay_ms:
-                await asyncio.sleep(options.wait_delay_ms / 1000)
-            if watch is not None:
-                watch.check()
-        finally:
-            if watch is not None:
-                watch.stop()
-        return await images.capture(page, options, self._max_pages)
-
-
-async def _open(
-    page: Page, html: str, options: RenderOptions, timeout_ms: float, *, served: bool
-) -> None:
-    """Load the document: written into the page (about:blank, nothing relative resolves), or,
-    when its slot's gate serves it (a job with assets), opened at the gate's reserved origin,
-    where relative URLs reach the job's files. Only jobs with assets pay for the navigation."""
-    if served:
-        await page.goto(DOCUMENT_URL, wait_until=options.wait_until, timeout=timeout_ms)
-    else:
-        await page.set_content(html, wait_until=options.wait_until, timeout=timeout_ms)
 
 
 async def _blank(page: Page) -> None:

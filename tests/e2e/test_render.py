@@ -177,7 +177,8 @@ async def test_the_print_viewport_does_not_change_the_pdf(raw_options: dict[str,
 async def test_browser_is_recycled_after_a_number_of_jobs() -> None:
     from server.netpolicy import NetworkPolicy
     from server.options import RenderOptions
-    from server.render.chromium import ChromiumRenderer, browser_processes
+    from server.render.browsers import browser_processes
+    from server.render.chromium import ChromiumRenderer
 
     others = {p.pid for p in browser_processes()}  # other tests' browsers, if any are open
     renderer = ChromiumRenderer(policy=NetworkPolicy(), slots=1, recycle_after_jobs=3)

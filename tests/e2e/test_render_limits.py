@@ -16,8 +16,9 @@ from pypdf import PdfReader
 from server.keys import CHROMIUM
 from server.netpolicy import NetworkPolicy
 from server.options import parse
+from server.render.browsers import browser_memory_mb, browser_processes
 from server.render.cgroups import RenderCgroups
-from server.render.chromium import ChromiumRenderer, browser_memory_mb, browser_processes
+from server.render.chromium import ChromiumRenderer
 from tests.conftest import RunningApp
 from tests.sse import collect
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from server.render import chromium
+from server.render import browsers
 
 
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """What exists on this pretend machine: paths, and command names on PATH."""
     present: set[str] = set()
-    monkeypatch.setattr(chromium.os.path, "exists", lambda path: path in present)
+    monkeypatch.setattr(browsers.os.path, "exists", lambda path: path in present)
     monkeypatch.setattr(
-        chromium.shutil, "which", lambda name: f"/usr/bin/{name}" if name in present else None
+        browsers.shutil, "which", lambda name: f"/usr/bin/{name}" if name in present else None
     )
     return present
 
@@ -35,9 +35,9 @@ def test_the_engine_falls_back_in_order(
     installed: set[str], present: set[str], chosen: str
 ) -> None:
     installed |= present
-    assert chromium.choose_chromium(PLAYWRIGHT) == chosen
+    assert browsers.choose_chromium(PLAYWRIGHT) == chosen
 
 
 def test_no_engine_is_a_clear_error(installed: set[str]) -> None:
     with pytest.raises(RuntimeError, match="chromium-headless-shell or chromium"):
-        chromium.choose_chromium(PLAYWRIGHT)
+        browsers.choose_chromium(PLAYWRIGHT)

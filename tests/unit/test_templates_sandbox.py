@@ -10,7 +10,7 @@ import time
 import pytest
 
 from server.errors import PermanentError
-from server.render import templates
+from server.render import limits, templates
 
 ESCAPES = [
     "{{ ''.__class__.__mro__ }}",
@@ -178,7 +178,7 @@ async def test_rendering_in_a_thread_keeps_the_event_loop_serving() -> None:
 
 
 def test_a_stopped_render_ends_its_thread() -> None:
-    budget = templates._Budget(60)
+    budget = limits.Budget(60)
     failures: list[BaseException] = []
 
     def run() -> None:
@@ -272,7 +272,7 @@ async def test_template_errors_on_the_loop_are_the_same_permanent_errors(
 def test_weighing_a_long_list_meets_the_deadline_on_the_way() -> None:
     # One step (weighing what a filter got) can walk a list of 100,000 items; it checks the
     # deadline as it goes, so a render on the event loop hands over to a thread in time.
-    budget = templates._Budget(0.0, on_loop=True)
+    budget = limits.Budget(0.0, on_loop=True)
     time.sleep(0.001)
-    with pytest.raises(templates._NotQuick):
+    with pytest.raises(limits.NotQuick):
         budget.weigh(list(range(5000)))
