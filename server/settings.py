@@ -15,6 +15,7 @@ import re
 import secrets
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -52,15 +53,6 @@ def _port(value: int) -> int:
     if not 0 <= value <= 65535:
         raise ValueError("must be a port number from 0 to 65535")
     return value
-
-
-def _one_of(*allowed: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return value
-
-    return check
 
 
 def _comma_list(value: Any) -> Any:
@@ -150,12 +142,52 @@ def _origins(entries: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(checked)
 
 
+@dataclass(frozen=True)
+class S3Location:
+    """Where S3 storage keeps its objects: PRESSROOM_STORAGE=s3://BUCKET/PREFIX."""
+
+    bucket: str
+    prefix: str = ""
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+_STORAGE_SHAPES = "s3://BUCKET or s3://BUCKET/PREFIX"
+# What AWS, R2 and MinIO accept (AWS's oldest buckets may have capitals and underscores).
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _storage(value: Any) -> Any:
+    """`local`, or `s3://BUCKET[/PREFIX]` as an S3Location; values set in code pass as they are."""
+    if not isinstance(value, str) or value == "local":
+        return value
+    scheme, slashes, rest = value.partition("://")
+    if scheme.lower() != "s3" or not slashes:
+        if value.lower().rstrip(":/") == "s3":
+            raise ValueError(f"name the bucket, as in {_STORAGE_SHAPES}")
+        raise ValueError(f"must be local, {_STORAGE_SHAPES}")
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"name the bucket, as in {_STORAGE_SHAPES}")
+    if not _BUCKET_NAME.fullmatch(bucket):
+        raise ValueError(
+            f"{bucket!r} is not a bucket name (letters, digits, '.', '-', '_'): "
+            f"expected {_STORAGE_SHAPES}"
+        )
+    prefix = prefix.strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        # Object keys with such segments break presigned URLs (clients normalise the path).
+        raise ValueError(f"the prefix {prefix!r} has an empty, '.' or '..' segment")
+    return S3Location(bucket, prefix)
+
+
 Port = Annotated[int, AfterValidator(_port)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
-Storage = Annotated[str, AfterValidator(_one_of("local", "s3"))]
+Storage = Annotated[Literal["local"] | S3Location, BeforeValidator(_storage)]
 AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_allow_list)]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -282,23 +314,10 @@ class Settings(BaseSettings):
     run_background: bool = internal(
         True, "run batch joins and webhook deliveries (`pressroom web` turns it off)"
     )
-    storage: Storage = setting("local", "`local` or `s3`")
-    s3_endpoint: str | None = setting(
-        None,
-        "e.g. `https://<account>.r2.cloudflarestorage.com` or `http://minio:9000` (unset for AWS)",
-        env="S3_ENDPOINT",
-    )
-    s3_region: str = setting("auto", "the bucket's region (`auto` suits R2)", env="S3_REGION")
-    s3_bucket: str | None = setting(None, "the bucket (required for s3)", env="S3_BUCKET")
-    s3_access_key_id: str | None = setting(
-        None, "access key (required for s3)", env="S3_ACCESS_KEY_ID"
-    )
-    s3_secret_access_key: str | None = setting(
-        None, "secret key (required for s3)", env="S3_SECRET_ACCESS_KEY"
-    )
-    s3_prefix: str = setting("", "optional key prefix, e.g. `pressroom/`", env="S3_PREFIX")
-    s3_path_style: bool = setting(
-        True, "path-style URLs; `false` for virtual-hosted", env="S3_PATH_STYLE"
+    storage: Storage = setting(
+        "local",
+        "`local` (files under the data dir) or `s3://BUCKET` / `s3://BUCKET/PREFIX`; the AWS "
+        "SDK finds the credentials, region and endpoint itself ([Storage](#storage))",
     )
     secret: str = setting(
         "",
@@ -407,18 +426,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.storage == "s3":
-            missing = [
-                name
-                for name, value in (
-                    ("S3_BUCKET", self.s3_bucket),
-                    ("S3_ACCESS_KEY_ID", self.s3_access_key_id),
-                    ("S3_SECRET_ACCESS_KEY", self.s3_secret_access_key),
-                )
-                if not value
-            ]
-            if missing:
-                raise ValueError(f"PRESSROOM_STORAGE=s3 needs {', '.join(missing)}")
         if (key := self.signing) is not None:
             try:
                 # An expired certificate does not stop the start: /readyz reports it.
@@ -496,12 +503,30 @@ RETIRED = frozenset(
 )
 
 
+#: The S3 settings of earlier releases, and what replaces each: PRESSROOM_STORAGE names the
+#: bucket, and the AWS SDK reads its own variables (or a profile, or an IAM role) for the rest.
+RETIRED_S3 = {
+    "S3_BUCKET": "name the bucket in PRESSROOM_STORAGE=s3://BUCKET/PREFIX",
+    "S3_PREFIX": "put the prefix in PRESSROOM_STORAGE=s3://BUCKET/PREFIX",
+    "S3_ENDPOINT": "use AWS_ENDPOINT_URL_S3",
+    "S3_REGION": "use AWS_DEFAULT_REGION",
+    "S3_ACCESS_KEY_ID": "use AWS_ACCESS_KEY_ID (or AWS_PROFILE, or an IAM role)",
+    "S3_SECRET_ACCESS_KEY": "use AWS_SECRET_ACCESS_KEY",
+    "S3_PATH_STYLE": "a custom endpoint (AWS_ENDPOINT_URL_S3) is addressed path-style and "
+    "AWS virtual-hosted, so remove it",
+}
+
+
 def unread_variables(environ: Mapping[str, str]) -> list[str]:
     """A warning for each PRESSROOM_* variable that no setting reads: one an earlier release
-    read, or a misspelt one, with the setting it is closest to."""
+    read, or a misspelt one, with the setting it is closest to; and for each retired S3_* one,
+    with what replaces it."""
     known = {env_name(name, field) for name, field in Settings.model_fields.items()}
     warnings = []
     for var in sorted(environ):
+        if var in RETIRED_S3:
+            warnings.append(f"{var} is no longer read: {RETIRED_S3[var]}")
+            continue
         if not var.startswith(ENV_PREFIX) or var in known or var in CLIENT_VARIABLES:
             continue
         if var in RETIRED:

@@ -44,8 +44,8 @@ FRONT_CIDR = "198.18.1.0/24"
 PORT = 8080
 S3_PORT = 9000
 BUCKET = "pressroom"
-S3_KEY_ID = "AKIAPRESSROOMNET01"
-S3_SECRET = "pressroom-network-secret-0123456789"
+ACCESS_KEY_ID = "AKIAPRESSROOMNET01"
+SECRET_ACCESS_KEY = "pressroom-network-secret-0123456789"
 START_TIMEOUT_S = 90.0
 
 #: Quick leases, polls and retries, so that a lost host's jobs move within seconds.
@@ -152,13 +152,13 @@ class Bucket:
         client.call(_request, "PUT", f"{self.endpoint}/{BUCKET}")
 
     def env(self) -> dict[str, str]:
+        """The bucket, and the AWS SDK's own variables that lead to it (botocore reads them)."""
         return {
-            "PRESSROOM_STORAGE": "s3",
-            "S3_ENDPOINT": self.endpoint,
-            "S3_REGION": "us-east-1",
-            "S3_BUCKET": BUCKET,
-            "S3_ACCESS_KEY_ID": S3_KEY_ID,
-            "S3_SECRET_ACCESS_KEY": S3_SECRET,
+            "PRESSROOM_STORAGE": f"s3://{BUCKET}",
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
         }
 
     async def keys(self, http: aiohttp.ClientSession, prefix: str) -> list[str]:

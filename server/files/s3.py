@@ -1,6 +1,9 @@
 """S3-compatible buckets (AWS S3, Cloudflare R2, MinIO) through one aiobotocore client.
 
-Its own module, so that only a process that stores in S3 loads botocore."""
+The AWS SDK finds the credentials, region and endpoint itself, from its own variables
+(`AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3`, …), the
+shared config files, or the IAM role the process runs with (EKS IRSA, ECS task role, EC2
+instance profile). Its own module, so that only a process that stores in S3 loads botocore."""
 
 from __future__ import annotations
 
@@ -13,12 +16,12 @@ from urllib.parse import quote
 import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from server.errors import StorageError
 from server.files.storage import check_complete
 from server.options import outputs
-from server.settings import Settings, SettingsError
+from server.settings import S3Location
 
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 30.0
@@ -27,6 +30,11 @@ S3_MAX_ATTEMPTS = 3
 #: SigV4 presigned URLs cannot live longer than seven days.
 S3_MAX_URL_TTL_S = 7 * 24 * 3600
 DEFAULT_FILENAME = "document.pdf"
+#: What a process without credentials says: at start, in /readyz and in every failed call.
+NO_CREDENTIALS = (
+    "S3 storage found no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "or AWS_PROFILE, or run with an IAM role (EKS IRSA, ECS task role, EC2 instance profile)"
+)
 
 # RFC 5987 attr-char punctuation; quote() keeps letters and digits on its own.
 _ATTR_CHAR_PUNCTUATION = "!#$&+-.^_`|~"
@@ -61,13 +69,20 @@ class S3Storage:
     """Objects in one bucket under an optional prefix; downloads go straight to presigned URLs."""
 
     def __init__(
-        self, client: Any, *, bucket: str, prefix: str = "", redact: Iterable[str] = ()
+        self,
+        client: Any,
+        *,
+        bucket: str,
+        prefix: str = "",
+        redact: Iterable[str] = (),
+        credentials_from: str = "",
     ) -> None:
         self._client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         # Longest first, so a secret that contains the key id is scrubbed whole.
         self._redact = sorted((value for value in redact if value), key=len, reverse=True)
+        self._credentials_from = credentials_from  # where the SDK found them: "env", "iam-role"…
 
     def object_key(self, key: str) -> str:
         """The full object key for a storage key: the configured prefix, a slash, the key."""
@@ -144,6 +159,8 @@ class S3Storage:
             await self._client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
             raise self._bucket_error(exc) from exc
+        except NoCredentialsError as exc:
+            raise StorageError(NO_CREDENTIALS) from exc
         except _S3_ERRORS as exc:
             raise self._error(f"S3 bucket {self.bucket!r} is unreachable", exc) from exc
 
@@ -151,15 +168,18 @@ class S3Storage:
         code = _error_code(exc)
         where = f"S3 bucket {self.bucket!r} at {self._client.meta.endpoint_url}"
         if code in {"404", "NoSuchBucket"}:
-            return StorageError(f"{where} does not exist; create it or fix S3_BUCKET")
+            return StorageError(f"{where} does not exist; create it or fix PRESSROOM_STORAGE")
         if code in {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+            found = f" (found in {self._credentials_from})" if self._credentials_from else ""
             return StorageError(
-                f"{where} refused the credentials (HTTP 403): check S3_ACCESS_KEY_ID, "
-                "S3_SECRET_ACCESS_KEY and the key's access to the bucket"
+                f"{where} refused the credentials{found} (HTTP 403): check them and their "
+                "access to the bucket"
             )
         if code in {"301", "PermanentRedirect", "AuthorizationHeaderMalformed"}:
-            region = _response_headers(exc).get("x-amz-bucket-region", "another region")
-            return StorageError(f"{where} lives in {region}; set S3_REGION to match")
+            region = _response_headers(exc).get("x-amz-bucket-region")
+            if region:
+                return StorageError(f"{where} lives in {region}; set AWS_DEFAULT_REGION={region}")
+            return StorageError(f"{where} lives in another region; set AWS_DEFAULT_REGION to it")
         return self._error(f"{where} failed the readiness check", exc)
 
     def _error(self, action: str, exc: BaseException) -> StorageError:
@@ -169,6 +189,8 @@ class S3Storage:
             detail = f"{error.get('Code', 'error')} (HTTP {status})"
             if error.get("Message"):
                 detail += f": {error['Message']}"
+        elif isinstance(exc, NoCredentialsError):
+            detail = NO_CREDENTIALS
         else:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         message = f"{action}: {detail}"
@@ -186,21 +208,16 @@ def _response_headers(exc: ClientError) -> dict[str, str]:
     return headers
 
 
-def s3_signing_region(settings: Settings) -> str:
-    """The region to sign with: "auto" is R2's own name, but AWS itself only knows real regions."""
-    if settings.s3_region == "auto" and not settings.s3_endpoint:
-        return "us-east-1"
-    return settings.s3_region
-
-
 @contextlib.asynccontextmanager
-async def open_s3_storage(settings: Settings) -> AsyncIterator[S3Storage]:
-    """Open the process's one S3 client from settings; the client is closed on exit."""
-    if not settings.s3_bucket:
-        raise SettingsError("S3 storage needs S3_BUCKET")
+async def open_s3_storage(location: S3Location) -> AsyncIterator[S3Storage]:
+    """Open the process's one S3 client on `location`; the client is closed on exit.
+
+    Missing credentials do not stop the start: every call, and so the readiness check at start
+    and /readyz, fails with NO_CREDENTIALS until the process runs with some."""
     config = AioConfig(
+        # No addressing style: botocore addresses a custom endpoint (AWS_ENDPOINT_URL_S3)
+        # path-style, as MinIO needs, and AWS itself virtual-hosted, as AWS recommends.
         signature_version="s3v4",
-        s3={"addressing_style": "path" if settings.s3_path_style else "virtual"},
         connect_timeout=S3_CONNECT_TIMEOUT_S,
         read_timeout=S3_READ_TIMEOUT_S,
         retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
@@ -211,27 +228,24 @@ async def open_s3_storage(settings: Settings) -> AsyncIterator[S3Storage]:
         # Loads the bundled S3 model in a thread instead of on the event loop.
         warm_up_loader_caches=True,
     )
+    session = AioSession()
     async with contextlib.AsyncExitStack() as stack:
         try:
-            client = await stack.enter_async_context(
-                AioSession().create_client(
-                    "s3",
-                    endpoint_url=settings.s3_endpoint,
-                    region_name=s3_signing_region(settings),
-                    aws_access_key_id=settings.s3_access_key_id,
-                    aws_secret_access_key=settings.s3_secret_access_key,
-                    config=config,
-                )
-            )
+            # Resolved by the session, which the client then reuses.
+            credentials = await session.get_credentials()
+            frozen = await credentials.get_frozen_credentials() if credentials else None
+            client = await stack.enter_async_context(session.create_client("s3", config=config))
         except (BotoCoreError, ValueError) as exc:
-            # A bad endpoint URL or region fails here; say which setting, not the secret.
+            # Half a key pair, an unknown profile, a malformed endpoint URL or region.
             raise StorageError(
-                f"could not create the S3 client for endpoint {settings.s3_endpoint!r} "
-                f"and region {settings.s3_region!r}: {exc}"
+                f"could not create the S3 client (check AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION "
+                f"and the AWS credentials): {exc}"
             ) from exc
         yield S3Storage(
             client,
-            bucket=settings.s3_bucket,
-            prefix=settings.s3_prefix,
-            redact=(settings.s3_secret_access_key or "", settings.s3_access_key_id or ""),
+            bucket=location.bucket,
+            prefix=location.prefix,
+            # Never shown back, even inside botocore's messages.
+            redact=(frozen.secret_key, frozen.token or "", frozen.access_key) if frozen else (),
+            credentials_from=credentials.method if credentials else "",
         )

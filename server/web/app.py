@@ -48,7 +48,7 @@ from server.queue.jobs import GroupCommit
 from server.queue.listener import Listener
 from server.queue.metrics import Metrics
 from server.render.chromium import ChromiumRenderer, Renderer
-from server.settings import Settings
+from server.settings import S3Location, Settings
 from server.tasks import background
 from server.web import (
     assets_api,
@@ -113,8 +113,8 @@ def create_app(
             await pool.close()
 
     async def storage(app: web.Application) -> AsyncIterator[None]:
-        if settings.storage == "s3" and storage_factory is None:
-            async with open_s3_storage(settings) as s3:
+        if isinstance(settings.storage, S3Location) and storage_factory is None:
+            async with open_s3_storage(settings.storage) as s3:
                 app[STORAGE] = s3
                 app[ASSET_CACHE] = AssetCache(s3)
                 await _report_storage(s3)

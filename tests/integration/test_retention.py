@@ -13,12 +13,13 @@ from server.keys import POOL, STORAGE
 from server.queue import retention
 from tests.conftest import RunningApp
 from tests.integration import test_s3_storage as s3
-from tests.integration.test_s3_storage import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.sse import collect
 
-# moto's S3 server and a fresh bucket per test, shared with test_s3_storage.
+# moto's S3 server, a fresh bucket per test and the AWS SDK's variables that lead to it,
+# shared with test_s3_storage.
 admin = s3.admin
+aws_env = s3.aws_env
 bucket = s3.bucket
 moto_endpoint = s3.moto_endpoint
 
@@ -29,13 +30,8 @@ SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
 def storage_env(request: pytest.FixtureRequest) -> dict[str, str]:
     if request.param == "local":
         return {}
-    return {
-        "PRESSROOM_STORAGE": "s3",
-        "S3_ENDPOINT": request.getfixturevalue("moto_endpoint"),
-        "S3_BUCKET": request.getfixturevalue("bucket"),
-        "S3_ACCESS_KEY_ID": ACCESS_KEY_ID,
-        "S3_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
-    }
+    request.getfixturevalue("aws_env")
+    return {"PRESSROOM_STORAGE": f"s3://{request.getfixturevalue('bucket')}"}
 
 
 async def run_job(api: RunningApp, **fields: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 import moto.settings
 import pytest
 
+from server.files.s3 import NO_CREDENTIALS
 from tests.assetfiles import png
 from tests.conftest import RunningApp
 from tests.integration import test_s3_storage as s3
@@ -23,24 +24,19 @@ from tests.integration.test_s3_storage import (
 from tests.pdfs import FakeRenderer, minimal_pdf
 from tests.sse import collect, messages
 
-# moto's S3 server and a fresh bucket per test, shared with test_s3_storage.
+# moto's S3 server, a fresh bucket per test and the AWS SDK's variables that lead to it,
+# shared with test_s3_storage.
 admin = s3.admin
+aws_env = s3.aws_env
 bucket = s3.bucket
 moto_endpoint = s3.moto_endpoint
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
 
 
-def s3_env(endpoint: str, bucket_name: str, **extra: str) -> dict[str, str]:
-    return {
-        "PRESSROOM_STORAGE": "s3",
-        "S3_ENDPOINT": endpoint,
-        "S3_BUCKET": bucket_name,
-        "S3_ACCESS_KEY_ID": ACCESS_KEY_ID,
-        "S3_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
-        "S3_PREFIX": "pdfs",
-        **extra,
-    }
+def s3_env(bucket_name: str, **extra: str) -> dict[str, str]:
+    return {"PRESSROOM_STORAGE": f"s3://{bucket_name}/pdfs", **extra}
 
 
 async def submit_and_finish(api: RunningApp) -> dict[str, Any]:
@@ -60,7 +56,7 @@ async def test_done_job_links_a_presigned_url_with_the_stored_bytes(
     api: RunningApp = await start_app(
         renderer=FakeRenderer(),
         render_slots=1,
-        env=s3_env(moto_endpoint, bucket, PRESSROOM_URL_TTL_S="900"),
+        env=s3_env(bucket, PRESSROOM_URL_TTL_S="900"),
     )
 
     job = await submit_and_finish(api)
@@ -89,9 +85,7 @@ async def test_done_job_links_a_presigned_url_with_the_stored_bytes(
 async def test_pdf_route_redirects_to_a_fresh_presigned_url(
     start_app: Callable[..., Any], moto_endpoint: str, bucket: str
 ) -> None:
-    api: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, env=s3_env(moto_endpoint, bucket)
-    )
+    api: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, env=s3_env(bucket))
     job = await submit_and_finish(api)
 
     async with api.http.get(api.url(job["links"]["pdf"]), allow_redirects=False) as resp:
@@ -107,9 +101,7 @@ async def test_pdf_route_redirects_to_a_fresh_presigned_url(
 async def test_a_combined_batch_is_kept_in_the_bucket_and_linked_presigned(
     start_app: Callable[..., Any], moto_endpoint: str, bucket: str
 ) -> None:
-    api: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, env=s3_env(moto_endpoint, bucket)
-    )
+    api: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, env=s3_env(bucket))
     items = [{"key": f"s3-{n}", **SEED} for n in range(2)]
     async with api.http.get(api.url("/v1/events?type=batch.done")) as events:
         async with api.http.post(
@@ -133,12 +125,10 @@ async def test_a_combined_batch_is_kept_in_the_bucket_and_linked_presigned(
 
 
 async def test_missing_bucket_fails_readyz_and_says_so_at_start(
-    start_app: Callable[..., Any], moto_endpoint: str, caplog: pytest.LogCaptureFixture
+    start_app: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.ERROR, logger="server.web.app"):
-        api: RunningApp = await start_app(
-            render_slots=0, env=s3_env(moto_endpoint, "pressroom-missing-bucket")
-        )
+        api: RunningApp = await start_app(render_slots=0, env=s3_env("pressroom-missing-bucket"))
 
     assert any(
         "storage is not ready" in r.getMessage()
@@ -155,14 +145,11 @@ async def test_missing_bucket_fails_readyz_and_says_so_at_start(
 
 
 async def test_refused_credentials_fail_readyz_without_leaking_them(
-    start_app: Callable[..., Any],
-    moto_endpoint: str,
-    bucket: str,
-    monkeypatch: pytest.MonkeyPatch,
+    start_app: Callable[..., Any], bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The moto server runs in this process: this turns on its credential checks.
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
-    api: RunningApp = await start_app(render_slots=0, env=s3_env(moto_endpoint, bucket))
+    api: RunningApp = await start_app(render_slots=0, env=s3_env(bucket))
 
     async with api.http.get(api.url("/readyz")) as resp:
         assert resp.status == 503
@@ -172,13 +159,34 @@ async def test_refused_credentials_fail_readyz_without_leaking_them(
     assert SECRET_ACCESS_KEY not in str(body) and ACCESS_KEY_ID not in str(body)
 
 
+async def test_a_start_without_credentials_says_which_to_set_and_is_not_ready(
+    start_app: Callable[..., Any],
+    bucket: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with caplog.at_level(logging.ERROR, logger="server.web.app"):
+        api: RunningApp = await start_app(render_slots=0, env=s3_env(bucket))
+
+    said = [r.getMessage() for r in caplog.records if r.name == "server.web.app"]
+    assert said == [f"storage is not ready (/readyz fails until it is): {NO_CREDENTIALS}"]
+    async with api.http.get(api.url("/readyz")) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["checks"]["storage"] == f"error: {NO_CREDENTIALS}"
+    upload = {"data": png((0, 0, 0), 2, 2), "headers": {"Content-Type": "image/png"}}
+    async with api.http.post(api.url("/v1/assets"), **upload) as resp:
+        assert resp.status == 503  # with Retry-After: a file call fails as a bucket outage does
+        assert resp.headers["Retry-After"]
+
+
 async def test_assets_are_kept_in_the_bucket_and_read_back_for_jobs(
-    start_app: Callable[..., Any], moto_endpoint: str, bucket: str, admin: Any
+    start_app: Callable[..., Any], bucket: str, admin: Any
 ) -> None:
     renderer = FakeRenderer()
-    api: RunningApp = await start_app(
-        renderer=renderer, render_slots=1, env=s3_env(moto_endpoint, bucket)
-    )
+    api: RunningApp = await start_app(renderer=renderer, render_slots=1, env=s3_env(bucket))
     logo = png((10, 200, 10), 12, 6)
     async with api.http.post(
         api.url("/v1/assets"), data=logo, headers={"Content-Type": "image/png"}

@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import importlib.util
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from server.settings import (
     CLIENT_VARIABLES,
+    RETIRED_S3,
+    S3Location,
     Settings,
     SettingsError,
     env_name,
@@ -63,7 +67,14 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None
         ("PRESSROOM_RENDER_SLOTS", "-1", "0 or more"),
         ("PRESSROOM_AUTH_CACHE_S", "-0.5", "PRESSROOM_AUTH_CACHE_S"),
         ("PRESSROOM_RENDER_TIMEOUT_S", "0", "greater than 0"),
-        ("PRESSROOM_STORAGE", "ftp", "one of local, s3"),
+        ("PRESSROOM_STORAGE", "ftp", "must be local, s3://BUCKET or s3://BUCKET/PREFIX"),
+        ("PRESSROOM_STORAGE", "s3", "PRESSROOM_STORAGE='s3' is not valid: name the bucket"),
+        ("PRESSROOM_STORAGE", "s3://", "name the bucket, as in s3://BUCKET"),
+        ("PRESSROOM_STORAGE", "S3", "name the bucket"),
+        ("PRESSROOM_STORAGE", "s3:/pdfs", "must be local, s3://BUCKET"),
+        ("PRESSROOM_STORAGE", "s3://my bucket", "'my bucket' is not a bucket name"),
+        ("PRESSROOM_STORAGE", "s3://pdfs/a//b", "prefix 'a//b' has an empty"),
+        ("PRESSROOM_STORAGE", "s3://pdfs/../b", "'..' segment"),
         ("PRESSROOM_WEBHOOK_SECRET", "hunter2", "whsec_"),
         ("PRESSROOM_ALLOW_HOSTS", "10.0.0.0/33", "PRESSROOM_ALLOW_HOSTS"),
         ("PRESSROOM_PUBLIC_URL", "pdf.example.com", "PRESSROOM_PUBLIC_URL='pdf.example.com'"),
@@ -90,9 +101,20 @@ def test_a_bad_value_stops_the_start_with_one_clear_message(
         Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), name: value})
 
 
-def test_s3_needs_its_bucket_and_credentials(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="S3_BUCKET"):
-        Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_STORAGE": "s3"})
+@pytest.mark.parametrize(
+    ("value", "bucket", "prefix"),
+    [
+        ("s3://pdfs", "pdfs", ""),
+        ("s3://pdfs/", "pdfs", ""),
+        ("s3://pdfs/pressroom/", "pdfs", "pressroom"),
+        ("S3://pdfs/eu/invoices", "pdfs", "eu/invoices"),
+    ],
+)
+def test_s3_storage_names_the_bucket_and_an_optional_prefix(
+    tmp_path: Path, value: str, bucket: str, prefix: str
+) -> None:
+    env = {"PRESSROOM_DATA_DIR": str(tmp_path), "PRESSROOM_STORAGE": value}
+    assert Settings.from_env(env).storage == S3Location(bucket, prefix)
 
 
 def test_a_generated_webhook_secret_is_flagged_once_so_it_can_be_printed(tmp_path: Path) -> None:
@@ -163,12 +185,40 @@ def test_the_readme_table_is_the_settings_model() -> None:
     assert with_table(readme) == readme, "run: python -m server.settings README.md"
 
 
+@cache
+def sdk_variables() -> frozenset[str]:
+    """The AWS_* names in botocore's source: the variables the SDK reads itself, with
+    AWS_ENDPOINT_URL_ (the prefix of AWS_ENDPOINT_URL_<SERVICE>)."""
+    spec = importlib.util.find_spec("botocore")
+    assert spec is not None and spec.submodule_search_locations
+    names: set[str] = set()
+    for path in Path(spec.submodule_search_locations[0]).rglob("*.py"):
+        names |= set(re.findall(r"\bAWS_[A-Z0-9_]+", path.read_text(encoding="utf-8")))
+    return frozenset(names)
+
+
+def is_sdk_variable(name: str) -> bool:
+    if name.startswith("AWS_ENDPOINT_URL_"):
+        name = "AWS_ENDPOINT_URL_"
+    return name in sdk_variables()
+
+
 def test_every_variable_the_docs_name_is_a_setting() -> None:
     settings = {env_name(name, field) for name, field in Settings.model_fields.items()} - {""}
     named: set[str] = set()
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        named |= set(re.findall(r"\b(?:PRESSROOM|S3)_[A-Z0-9_]+", path.read_text()))
-    assert named - settings == CLIENT_VARIABLES
+        named |= set(re.findall(r"\b(?:PRESSROOM|S3|AWS)_[A-Z0-9_]+", path.read_text()))
+    # AWS_* names are the SDK's (credentials, region, endpoint), which botocore reads itself.
+    assert {name for name in named if name.startswith("AWS_")}, "the Storage section names some"
+    sdk = {name for name in named if name.startswith("AWS_") and is_sdk_variable(name)}
+    assert named - settings - sdk == CLIENT_VARIABLES
+
+
+def test_the_docs_check_knows_the_sdks_variables_from_a_typo_and_a_retired_name() -> None:
+    assert is_sdk_variable("AWS_DEFAULT_REGION") and is_sdk_variable("AWS_ENDPOINT_URL_S3")
+    assert is_sdk_variable("AWS_WEB_IDENTITY_TOKEN_FILE")
+    assert not is_sdk_variable("AWS_DEFAULT_REGOIN")
+    assert not set(RETIRED_S3) & sdk_variables()
 
 
 def test_variables_no_setting_reads_are_named_with_what_to_do() -> None:
@@ -178,6 +228,9 @@ def test_variables_no_setting_reads_are_named_with_what_to_do() -> None:
         "PRESSROOM_LEASE_S": "10",  # a setting of an earlier release
         "PRESSROOM_RENDR_SLOTS": "4",  # misspelt
         "PRESSROOM_NOTHING_LIKE_IT": "1",
+        "S3_BUCKET": "pdfs",  # S3 settings of an earlier release
+        "S3_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",  # the AWS SDK's own, read by botocore
         "HOME": "/root",
     }
     assert unread_variables(environ) == [
@@ -186,4 +239,27 @@ def test_variables_no_setting_reads_are_named_with_what_to_do() -> None:
         "setting)",
         "PRESSROOM_RENDR_SLOTS is not a setting and is ignored; did you mean "
         "PRESSROOM_RENDER_SLOTS?",
+        "S3_ACCESS_KEY_ID is no longer read: use AWS_ACCESS_KEY_ID (or AWS_PROFILE, or an IAM "
+        "role)",
+        "S3_BUCKET is no longer read: name the bucket in PRESSROOM_STORAGE=s3://BUCKET/PREFIX",
     ]
+
+
+@pytest.mark.parametrize(
+    "retired",
+    [
+        "S3_ENDPOINT",
+        "S3_REGION",
+        "S3_BUCKET",
+        "S3_ACCESS_KEY_ID",
+        "S3_SECRET_ACCESS_KEY",
+        "S3_PREFIX",
+        "S3_PATH_STYLE",
+    ],
+)
+def test_each_retired_s3_variable_says_what_replaces_it(retired: str) -> None:
+    [warning] = unread_variables({retired: "x"})
+    assert warning.startswith(f"{retired} is no longer read: ")
+    replacement = re.findall(r"\b(?:AWS|PRESSROOM)_[A-Z0-9_]+", warning)
+    assert replacement, warning
+    assert all(is_sdk_variable(name) or name == "PRESSROOM_STORAGE" for name in replacement)
