@@ -185,7 +185,6 @@ def _storage(value: Any) -> Any:
 Port = Annotated[int, AfterValidator(_port)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Storage = Annotated[Literal["local"] | S3Location, BeforeValidator(_storage)]
 AllowList = Annotated[tuple[str, ...], BeforeValidator(_comma_list), AfterValidator(_allow_list)]
@@ -373,10 +372,6 @@ class Settings(BaseSettings):
     tenant_max_inflight: PositiveInt = setting(
         10000, "queued and running jobs a tenant may have (429 above)"
     )
-    auth_cache_s: NonNegativeFloat = setting(
-        5.0,
-        "how long a process trusts what it read about API keys; revocations take effect within it",
-    )
     shutdown_grace_s: PositiveFloat = setting(20.0, "how long SIGTERM lets running renders finish")
     log_format: Literal["text", "json"] = setting(
         "text", "`json` writes one JSON object per log line (with `job_id` and `tenant`)"
@@ -488,6 +483,7 @@ CLIENT_VARIABLES = frozenset({"PRESSROOM_URL", "PRESSROOM_API_KEY"})
 #: Settings of earlier releases that are constants now, each in the module that uses it.
 RETIRED = frozenset(
     {
+        "PRESSROOM_AUTH_CACHE_S",
         "PRESSROOM_COMBINE_SLOTS",
         "PRESSROOM_LEASE_S",
         "PRESSROOM_POLL_INTERVAL_S",

@@ -195,8 +195,8 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"pressroom: no API key with id {args.id}", file=sys.stderr)
                 return 1
             print(
-                f"revoked API key {revoked.id} of tenant {revoked.tenant!r}; servers refuse "
-                "it, its tokens and links, and close its streams within PRESSROOM_AUTH_CACHE_S",
+                f"revoked API key {revoked.id} of tenant {revoked.tenant!r}; every server "
+                "refuses it, its tokens and links, and closes its streams, from now on",
                 file=sys.stderr,
             )
     return 0
@@ -261,9 +261,9 @@ async def run_token_secret(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 1
     print(
-        f"rotated the token signing secret of tenant {args.tenant!r}: servers refuse the "
-        "tokens signed with the old one, and close the streams they opened, within "
-        "PRESSROOM_AUTH_CACHE_S; mint new ones with this (shown only now):",
+        f"rotated the token signing secret of tenant {args.tenant!r}: every server refuses "
+        "the tokens signed with the old one, and closes the streams they opened, from now on; "
+        "mint new ones with this (shown only now):",
         file=sys.stderr,
     )
     print(secret)  # alone on stdout, as with keys create
@@ -310,9 +310,8 @@ async def run_token_keys(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"pressroom: {missing}", file=sys.stderr)
                 return 1
             print(
-                f"removed token key {args.remove!r} of tenant {tenant!r}: servers refuse the "
-                "tokens signed with it, and close the streams they opened, within "
-                "PRESSROOM_AUTH_CACHE_S",
+                f"removed token key {args.remove!r} of tenant {tenant!r}: every server refuses "
+                "the tokens signed with it, and closes the streams they opened, from now on",
                 file=sys.stderr,
             )
             return 0
@@ -366,8 +365,8 @@ async def run_origins(settings: Settings, args: argparse.Namespace) -> int:
                 )
                 return 1
             print(
-                f"tenant {tenant!r} no longer allows {origin}{also}; servers stop answering "
-                "its pages within PRESSROOM_AUTH_CACHE_S",
+                f"tenant {tenant!r} no longer allows {origin}{also}; every server stops "
+                "answering its pages now",
                 file=sys.stderr,
             )
             return 0
@@ -382,8 +381,7 @@ async def run_origins(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     done = "now allows" if added else "already allowed"
     print(
-        f"tenant {tenant!r} {done} {origin}{also}; servers answer its pages within "
-        "PRESSROOM_AUTH_CACHE_S",
+        f"tenant {tenant!r} {done} {origin}{also}; every server answers its pages now",
         file=sys.stderr,
     )
     return 0

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 CHANNEL = "pressroom"
 #: New rows in the webhook outbox (server/delivery/webhooks.py); the payload carries nothing.
 WEBHOOK_CHANNEL = "pressroom_webhooks"
+#: API keys, token secrets, token keys or origins changed (access_changed in schema.sql); the
+#: payload names the table.
+ACCESS_CHANNEL = "pressroom_access"
 KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
 RECONNECT_BASE_S = 0.1
@@ -91,12 +94,14 @@ class Listener:
         on_event: Callable[[], None],
         on_work: Callable[[], None],
         on_webhook: Callable[[], None] = lambda: None,
+        on_access: Callable[[], None] = lambda: None,
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self._dsn = dsn
         self._on_event = on_event
         self._on_work = on_work
         self._on_webhook = on_webhook
+        self._on_access = on_access
         self._on_lost = on_lost
         self.connected = asyncio.Event()
         self.connects = 0
@@ -109,6 +114,9 @@ class Listener:
     def _webhook_notified(self, _conn: object, _pid: int, _channel: str, _payload: str) -> None:
         self._on_webhook()
 
+    def _access_notified(self, _conn: object, _pid: int, _channel: str, _payload: str) -> None:
+        self._on_access()
+
     def _listening(self) -> None:
         if self.connects:
             log.info("LISTEN connection restored")
@@ -117,10 +125,15 @@ class Listener:
         self._on_work()
         self._on_event()
         self._on_webhook()
+        self._on_access()
 
     async def run(self) -> None:
         """Hold the LISTEN connection until cancelled, reconnecting whenever it is lost."""
-        channels = {CHANNEL: self._notified, WEBHOOK_CHANNEL: self._webhook_notified}
+        channels = {
+            CHANNEL: self._notified,
+            WEBHOOK_CHANNEL: self._webhook_notified,
+            ACCESS_CHANNEL: self._access_notified,
+        }
         await hold(
             self._dsn,
             channels,

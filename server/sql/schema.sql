@@ -949,8 +949,8 @@ CREATE TABLE tenants (
 
 -- The origins whose pages may call the API, the streams, the downloads and Socket.IO for one
 -- tenant, beside PRESSROOM_CORS_ORIGINS (for every tenant). Each is written as a browser sends
--- it in Origin; every process keeps them all in memory and reads them again every
--- PRESSROOM_AUTH_CACHE_S / 2.
+-- it in Origin; every process keeps them all in memory and reads them again when a change is
+-- announced (access_changed, below).
 CREATE TABLE tenant_origins (
     tenant     text        NOT NULL REFERENCES tenants (name) ON DELETE CASCADE,
     origin     text        NOT NULL,
@@ -975,6 +975,27 @@ CREATE TABLE tenant_token_keys (
     CONSTRAINT tenant_token_keys_kid_format CHECK (kid ~ '^[A-Za-z0-9_.:-]{1,64}$'),
     CONSTRAINT tenant_token_keys_algorithm CHECK (algorithm IN ('RS256', 'ES256', 'EdDSA'))
 );
+
+-- Every process keeps what it read of the keys, the tenants' token secrets and token keys and
+-- their origins in memory, and reads it again when told: a statement that changes one of them
+-- notifies 'pressroom_access' (payload: the table) when its transaction commits, so a new,
+-- revoked or removed key, a rotated secret or a changed origin is in force on every process at
+-- once, and the streams that rested on what went are closed (server/web/auth.py). Writes that
+-- change nothing of that (last_used_at, the webhook secrets) notify nothing.
+CREATE FUNCTION access_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('pressroom_access', TG_TABLE_NAME);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER api_keys_changed AFTER INSERT OR DELETE OR UPDATE OF revoked_at ON api_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
+CREATE TRIGGER tenants_changed AFTER INSERT OR DELETE OR UPDATE OF token_secret ON tenants
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
+CREATE TRIGGER tenant_origins_changed AFTER INSERT OR DELETE OR UPDATE ON tenant_origins
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
+CREATE TRIGGER tenant_token_keys_changed AFTER INSERT OR DELETE OR UPDATE ON tenant_token_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
 
 
 -- ---------------------------------------------------------------------------------------------

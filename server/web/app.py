@@ -143,14 +143,25 @@ def create_app(
             if WEBHOOKS in app:
                 app[WEBHOOKS].wake()
 
+        def access_changed() -> None:
+            authenticator.access_changed()
+            cors.access_changed()
+
+        def listen_lost() -> None:
+            # This process hears of no commit now: its streams would go quiet, so they end
+            # and their clients resume by event id, on another process if need be; and no
+            # change to access is heard, so nothing kept of it is trusted until it is back.
+            hub.close_all(LISTEN_LOST_REASON)
+            authenticator.access_changed(listening=False)
+            cors.access_changed(listening=False)
+
         listener = Listener(
             app[DSN],
             on_event=hub.poke,
             on_work=wake_workers,
             on_webhook=wake_webhooks,
-            # Without it this process hears of no commit: its streams would go quiet, so
-            # they end and their clients resume by event id, on another process if need be.
-            on_lost=lambda: hub.close_all(LISTEN_LOST_REASON),
+            on_access=access_changed,
+            on_lost=listen_lost,
         )
         app[LISTENER] = listener
         async with (

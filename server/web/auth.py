@@ -8,18 +8,21 @@ token opens its scope only (server/access/signing.py): `check_scope` answers 403
 Keys are kept by server/access/apikeys.py; download links and the tokens this server mints name the
 key that minted them. Tokens are signed with their tenant's token secret (server/access/tenants.py)
 or with a private key whose public key the tenant registered (a token key, by `kid`:
-server/access/token_keys.py), which each process keeps in memory for the tenants in use. Every
-auth_cache_s / 2 a process reads which keys are active and those tenants' secrets and token
-keys; a revoked key, its tokens and its links, the tokens signed with a rotated secret and
-those signed with a removed token key, are refused from then on, and the streams they opened
-(SSE, Socket.IO, long-polls) are closed: revoking, rotating and removing are writes to the
-database from any process (`pressroom keys revoke`, `pressroom tenants secret --rotate`,
-`pressroom tenants token-key --remove`), noticed by every server.
+server/access/token_keys.py), which each process keeps in memory for the tenants in use.
+Creating, revoking and removing are writes to the database from any process (`pressroom keys
+create`, `keys revoke`, `tenants secret --rotate`, `tenants token-key --remove`), which announce
+themselves when they commit (NOTIFY pressroom_access, server/queue/listener.py). Each process
+then trusts nothing it kept, reads again which keys are active and the secrets and token keys
+of the tenants in use, and closes the streams (SSE, Socket.IO, long-polls) that rested on what
+went: a revoked key, its tokens and its links, the tokens signed with a rotated secret or with
+a removed token key. While the LISTEN connection is away no change can be heard, so every
+request reads for itself until it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import logging
@@ -52,7 +55,9 @@ from server.settings import Settings
 log = logging.getLogger(__name__)
 
 DEV_TENANT = "default"
-# Lookups answered from memory: revoking a key takes effect within settings.auth_cache_s.
+#: How often the keys answered from memory are recorded as used (last_used_at, kept to the
+#: minute) and, while no change can be heard, how often the streams' keys are checked.
+USED_KEYS_S = 60.0
 MAX_CACHED_KEYS = 10_000
 MAX_CACHED_TENANTS = 10_000
 
@@ -230,16 +235,22 @@ def _unauthorized(detail: str, *, error: str | None = None) -> Problem:
 
 
 class Authenticator:
-    """Decides every /v1 request's tenant; the answers it reads are cached for a few seconds.
-    Streams hold a Watch on their key, which ends them when the key is found revoked."""
+    """Decides every /v1 request's tenant; the answers it reads are kept until a change to
+    access is heard. Streams hold a Watch on their key, which ends them when the key is found
+    revoked."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._pool: asyncpg.Pool | None = None
         self._loopback = is_loopback(settings.host)
+        # Every answer in memory is kept with the generation it was read in: one is trusted
+        # while no change was heard since it was read, and while changes can be heard at all.
+        self._generation = 0
+        self._listening = False
+        self._changed = asyncio.Event()
         self._keys_active = False
-        self._keys_checked_until = -math.inf
-        self._known: dict[str, tuple[float, apikeys.KnownKey | None]] = {}
+        self._keys_generation: int | None = None
+        self._known: dict[str, tuple[int, apikeys.KnownKey | None]] = {}
         # Keys answered from the cache since the last refresh (see refresh_loop).
         self._used: set[str] = set()
         # The ids of active keys as last read (with those found active since), ids found
@@ -248,8 +259,8 @@ class Authenticator:
         self._active_ids: set[int] = set()
         self._inactive_ids: set[int] = set()
         self._found_active_at: dict[int, float] = {}
-        # Token secrets of the tenants in use, as last read, with when each answer expires.
-        self._secrets: dict[str, tuple[float, tenants.TokenSecret]] = {}
+        # Token secrets of the tenants in use, as last read, with the generation of each.
+        self._secrets: dict[str, tuple[int, tenants.TokenSecret]] = {}
         self._watches: dict[Hold, set[Watch]] = {}
         self._limiter = RateLimiter(settings.rate_limit_rps)
 
@@ -275,28 +286,39 @@ class Authenticator:
                 host,
             )
 
+    def access_changed(self, *, listening: bool = True) -> None:
+        """A change to access was heard, or the LISTEN connection listens again (`listening`),
+        or it was lost (not `listening`: nothing can be heard until it is back). Nothing kept
+        is trusted from now on, and a pass reads again what the streams rest on."""
+        self._generation += 1
+        self._listening = listening
+        self._changed.set()
+
+    def _trusted(self, generation: int | None) -> bool:
+        return self._listening and generation == self._generation
+
     async def keys_required(self) -> bool:
         """True once any unrevoked key exists (keyed mode); False in dev mode."""
-        if time.monotonic() >= self._keys_checked_until:
+        if not self._trusted(self._keys_generation):
             await self._read_keys_active()
         return self._keys_active
 
     async def _read_keys_active(self) -> None:
         """Read which keys are active, then close the streams of every other key."""
         assert self._pool is not None, "Authenticator.start() was not called"
-        now = time.monotonic()
+        now, generation = time.monotonic(), self._generation
         active = await apikeys.active_ids(self._pool)
         found_since = {key_id for key_id, at in self._found_active_at.items() if at >= now}
         self._found_active_at = {key_id: self._found_active_at[key_id] for key_id in found_since}
         self._active_ids = active | found_since
         self._inactive_ids = set()
         self._keys_active = bool(self._active_ids)
-        self._keys_checked_until = now + self._settings.auth_cache_s
+        self._keys_generation = generation
         # Whatever this process has just learnt is revoked, every answer of it says so now:
         # the key itself, its tokens and links, and the streams they opened.
-        for digest, (until, known) in list(self._known.items()):
+        for digest, (generation, known) in list(self._known.items()):
             if known is not None and known.id not in self._active_ids:
-                self._known[digest] = (until, None)
+                self._known[digest] = (generation, None)
         self._close_revoked()
 
     def _found_active(self, key_id: int) -> None:
@@ -306,8 +328,8 @@ class Authenticator:
         self._found_active_at[key_id] = time.monotonic()
 
     async def key_active(self, key_id: int) -> bool:
-        """Whether credentials minted for this key still count, as known at most
-        auth_cache_s ago: the key is not revoked; for NO_KEY, the server runs open (dev mode)."""
+        """Whether credentials minted for this key still count, as last known: the key is not
+        revoked; for NO_KEY, the server runs open (dev mode)."""
         keyed = await self.keys_required()  # the ids are as fresh as this answer
         if key_id == NO_KEY:
             return not keyed and self._loopback
@@ -326,24 +348,23 @@ class Authenticator:
         return False
 
     async def token_secret(self, tenant: str) -> tenants.TokenSecret:
-        """The tenant's token signing secret as known at most auth_cache_s ago."""
-        now = time.monotonic()
+        """The tenant's token signing secret, as last known."""
         cached = self._secrets.get(tenant)
-        if cached is not None and cached[0] > now:
+        if cached is not None and self._trusted(cached[0]):
             return cached[1]
         assert self._pool is not None, "Authenticator.start() was not called"
+        generation = self._generation
         found = await tenants.token_secrets(self._pool, [tenant])
-        self._remember_secrets(found, now)
+        self._remember_secrets(found, generation)
         return found[tenant]
 
-    def _remember_secrets(self, found: dict[str, tenants.TokenSecret], now: float) -> None:
+    def _remember_secrets(self, found: dict[str, tenants.TokenSecret], generation: int) -> None:
         if len(self._secrets) + len(found) > MAX_CACHED_TENANTS:
             # A flood of made-up tenants must not grow memory; those with streams stay.
             watched = {_tenant_of(hold) for hold in self._watches if not isinstance(hold, int)}
             self._secrets = {t: known for t, known in self._secrets.items() if t in watched}
-        until = now + self._settings.auth_cache_s
         for tenant, known in found.items():
-            self._secrets[tenant] = (until, known)
+            self._secrets[tenant] = (generation, known)
 
     async def signing_secret(self, tenant: str) -> str:
         """The secret that signs the tokens this server mints for `tenant`: its own (made now
@@ -356,7 +377,7 @@ class Authenticator:
         if made is None:
             return self._settings.secret
         made_one = dataclasses.replace(known, secret=made, active=True)
-        self._remember_secrets({tenant: made_one}, time.monotonic())
+        self._remember_secrets({tenant: made_one}, self._generation)
         return made
 
     async def verify_token(self, token: str) -> Verified | str:
@@ -451,20 +472,19 @@ class Authenticator:
         return None if hold in self._active_ids else REVOKED_REASON
 
     async def refresh_loop(self) -> None:
-        """Read the cached answers again before they expire, so that a request seldom waits
-        for the database: every auth_cache_s / 2, which keys are active, and every key
-        answered from the cache since the last pass, in one statement. An answer is still
-        never older than auth_cache_s (a request that finds one expired reads it itself), so
-        a revoked key stops working as soon as it did before. Without it every request
-        after an answer expired waited for a read (about 1-2 ms).
-
-        The same pass closes the streams opened with a key that is no longer active (or
-        with a token it minted); with the cache off, it runs every poll interval for them."""
+        """After every change heard (and every USED_KEYS_S), read again which keys are active
+        and the token secrets and keys of the tenants in use, and close the streams that
+        rested on what went. The same pass records the keys answered from memory since the
+        last as used, in one statement. While no change can be heard it runs every poll
+        interval, for the streams: requests read for themselves meanwhile."""
         if not self._settings.run_web:
             return  # nothing asks
-        interval_s = self._settings.auth_cache_s / 2 or notifications.POLL_INTERVAL_S
         while True:
-            await asyncio.sleep(interval_s)
+            wait_s = USED_KEYS_S if self._listening else notifications.POLL_INTERVAL_S
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._changed.wait()
+            self._changed.clear()
             try:
                 await self._refresh_used_keys()
                 await self._refresh_secrets()
@@ -479,22 +499,22 @@ class Authenticator:
         if not self._secrets:
             return
         assert self._pool is not None, "Authenticator.start() was not called"
-        now = time.monotonic()
-        self._remember_secrets(await tenants.token_secrets(self._pool, list(self._secrets)), now)
+        generation = self._generation
+        found = await tenants.token_secrets(self._pool, list(self._secrets))
+        self._remember_secrets(found, generation)
 
     async def _refresh_used_keys(self) -> None:
         used, self._used = self._used, set()
         if not used:
             return
         assert self._pool is not None, "Authenticator.start() was not called"
-        now = time.monotonic()
+        generation = self._generation
         found = await apikeys.lookup(self._pool, list(used))
         for known in found.values():
             self._found_active(known.id)
-        until = now + self._settings.auth_cache_s
         for digest in used:
             if digest in self._known:  # not dropped meanwhile (a flood of made-up keys)
-                self._known[digest] = (until, found.get(digest))
+                self._known[digest] = (generation, found.get(digest))
 
     async def tenant_for_key(self, key: str) -> str | None:
         """The tenant of an active API key, else None (for transports other than HTTP)."""
@@ -506,20 +526,19 @@ class Authenticator:
         if not apikeys.could_be_key(key):
             return None
         digest = apikeys.hash_key(key)
-        now = time.monotonic()
         cached = self._known.get(digest)
-        if cached is not None and cached[0] > now:
+        if cached is not None and self._trusted(cached[0]):
             self._used.add(digest)
             return cached[1]
         assert self._pool is not None, "Authenticator.start() was not called"
+        generation = self._generation
         known = (await apikeys.lookup(self._pool, [digest])).get(digest)
         if known is not None:
             self._found_active(known.id)
-        if self._settings.auth_cache_s > 0:
-            if len(self._known) >= MAX_CACHED_KEYS:
-                self._known.clear()  # a flood of made-up keys must not grow memory
-                self._used.clear()
-            self._known[digest] = (now + self._settings.auth_cache_s, known)
+        if len(self._known) >= MAX_CACHED_KEYS:
+            self._known.clear()  # a flood of made-up keys must not grow memory
+            self._used.clear()
+        self._known[digest] = (generation, known)
         return known
 
     @web.middleware

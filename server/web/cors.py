@@ -9,8 +9,8 @@ server/web/sockets.py, with the tenant their credentials prove.
 
 Pressroom's credentials are bearer keys and tokens, never cookies: no response allows
 credentials, and none names `*`. Each process keeps every tenant's origins in memory, read
-again every auth_cache_s / 2 as the API keys are (server/web/auth.py), so a request pays a set
-lookup.
+again whenever a change to access is heard, as the API keys are (server/web/auth.py), so a
+request pays a set lookup; while no change can be heard, every poll interval.
 """
 
 from __future__ import annotations
@@ -80,9 +80,14 @@ class Cors:
         # Swapped whole by each read, so a request sees one read or the next, never half.
         self._by_tenant: dict[str, frozenset[str]] = {}
         self._anywhere = self.deployment
-        self._reads_started = 0
-        self._reads_done = 0
-        self._read_done = asyncio.Condition()
+        self._listening = False
+        self._changed = asyncio.Event()
+
+    def access_changed(self, *, listening: bool = True) -> None:
+        """A change to access was heard, or the LISTEN connection listens again, or it was
+        lost (not `listening`): read the origins again now, and poll until it is back."""
+        self._listening = listening
+        self._changed.set()
 
     # --- what is allowed --------------------------------------------------------------------
 
@@ -126,30 +131,21 @@ class Cors:
             yield
 
     async def _refresh_loop(self, pool: asyncpg.Pool) -> None:
-        # With the keys' cache off, as often as the keys are read then (server/web/auth.py).
-        interval_s = self._settings.auth_cache_s / 2 or notifications.POLL_INTERVAL_S
         while True:
-            await asyncio.sleep(interval_s)
+            if not self._listening:
+                await asyncio.sleep(notifications.POLL_INTERVAL_S)
+            else:
+                await self._changed.wait()
+            self._changed.clear()
             try:
                 await self._read(pool)
             except DB_OR_QUERY_ERRORS as exc:
                 log.warning("could not read the tenants' CORS origins again: %s", exc)
 
     async def _read(self, pool: asyncpg.Pool) -> None:
-        self._reads_started += 1
-        number = self._reads_started
         by_tenant = await tenants.all_origins(pool)
         self._by_tenant = by_tenant
         self._anywhere = self.deployment.union(*by_tenant.values())
-        self._reads_done = number
-        async with self._read_done:
-            self._read_done.notify_all()
-
-    async def refreshed(self) -> None:
-        """Return once a read that began after this call is done: what it read is in force."""
-        after = self._reads_started
-        async with self._read_done:
-            await self._read_done.wait_for(lambda: self._reads_done > after)
 
     # --- HTTP -------------------------------------------------------------------------------
 

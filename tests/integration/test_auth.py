@@ -140,7 +140,7 @@ async def test_tenants_cli_shows_and_rotates_each_tenants_webhook_secret(
 async def test_dev_mode_is_open_until_the_first_key(
     start_app: Callable[..., Any], dsn: str, tmp_path: Path
 ) -> None:
-    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, auth_cache_s=0)
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
     dev_job = await submit(app, None)
     assert dev_job["links"]["events"] == f"/v1/jobs/{dev_job['id']}/events"  # no token needed
     async with app.http.get(app.url("/v1/jobs")) as resp:
@@ -172,7 +172,7 @@ async def test_dev_mode_is_open_until_the_first_key(
 async def test_bad_credentials_are_401(
     start_app: Callable[..., Any], dsn: str, tmp_path: Path
 ) -> None:
-    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, auth_cache_s=0)
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
     good = await new_key(dsn, tmp_path, "acme")
     revoked = await new_key(dsn, tmp_path, "acme")
     await keys_cli(dsn, tmp_path, "revoke", "2")
@@ -387,7 +387,7 @@ async def test_revoking_every_key_beyond_loopback_closes_rather_than_opens(
 ) -> None:
     key = await new_key(dsn, tmp_path, "acme")
     app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, host="0.0.0.0", auth_cache_s=0
+        renderer=FakeRenderer(), render_slots=1, host="0.0.0.0"
     )
     async with app.http.get(app.url("/v1/jobs"), headers=bearer(key)) as resp:
         assert resp.status == 200

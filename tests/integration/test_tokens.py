@@ -63,7 +63,7 @@ async def sio_refusal(app: RunningApp, token: str) -> dict[str, Any]:
 async def app(start_app: Callable[..., Any]) -> RunningApp:
     """Keyed mode (the tests make keys first), no worker: jobs stay queued, events are known;
     the cache off, so that a rotation counts for the very next request."""
-    running: RunningApp = await start_app(render_slots=0, auth_cache_s=0)
+    running: RunningApp = await start_app(render_slots=0)
     return running
 
 

@@ -65,7 +65,7 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None
         ("PRESSROOM_PORT", "eighty", "PRESSROOM_PORT='eighty'"),
         ("PRESSROOM_PORT", "70000", "port number"),
         ("PRESSROOM_RENDER_SLOTS", "-1", "0 or more"),
-        ("PRESSROOM_AUTH_CACHE_S", "-0.5", "PRESSROOM_AUTH_CACHE_S"),
+        ("PRESSROOM_SHUTDOWN_GRACE_S", "-0.5", "PRESSROOM_SHUTDOWN_GRACE_S"),
         ("PRESSROOM_RENDER_TIMEOUT_S", "0", "greater than 0"),
         ("PRESSROOM_STORAGE", "ftp", "must be local, s3://BUCKET or s3://BUCKET/PREFIX"),
         ("PRESSROOM_STORAGE", "s3", "PRESSROOM_STORAGE='s3' is not valid: name the bucket"),
