@@ -22,7 +22,7 @@ import pytest
 from server.errors import TransientError
 from server.queue import jobs
 from server.queue.jobs import NewJob
-from server.render.chromium import browser_processes
+from server.render.browsers import browser_processes
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.pgcluster import Cluster
