@@ -40,17 +40,28 @@ from server.access.signing import (
     NO_KEY,
     TOKEN_ALGORITHM,
     Scope,
-    TokenClaims,
     check_token,
     secret_digest,
     token_signer,
 )
 from server.errors import DB_OR_QUERY_ERRORS
-from server.events.hub import Reason
 from server.problems import Problem
 from server.queue import listener as notifications
 from server.queue.admission import RateLimiter
 from server.settings import Settings
+from server.web.credentials import (
+    KEY_REMOVED_REASON,
+    KEYED_REASON,
+    REVOKED_REASON,
+    ROTATED_REASON,
+    TENANT_CLOSED_REASON,
+    Credential,
+    Hold,
+    TokenKeyHold,
+    Verified,
+    Watch,
+    tenant_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +71,6 @@ DEV_TENANT = "default"
 USED_KEYS_S = 60.0
 MAX_CACHED_KEYS = 10_000
 MAX_CACHED_TENANTS = 10_000
-
-REVOKED_REASON = Reason(
-    "the API key this stream was opened with (or its token's) has been revoked", "revoked"
-)
-KEYED_REASON = Reason(
-    "API keys are required now; reconnect with a key or a subscription token", "revoked"
-)
-ROTATED_REASON = Reason(
-    "the token signing secret of this stream's token has been rotated", "revoked"
-)
-TENANT_CLOSED_REASON = Reason("this stream's tenant has no active API key any more", "revoked")
-KEY_REMOVED_REASON = Reason(
-    "the token key this stream's token was signed with has been removed", "revoked"
-)
-EXPIRED_REASON = Reason(
-    "the subscription token this stream was opened with has expired; reconnect with a new "
-    "one from the last event id",
-    "token_expired",
-)
 
 INVALID_TOKEN = "The subscription token is invalid or has expired; get a new one."
 REVOKED_TOKEN = (
@@ -90,55 +82,6 @@ UNKNOWN_KEY_TOKEN = (
     "The subscription token's kid names no token key of its tenant (or one since removed); get "
     "a new one."
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TokenKeyHold:
-    """The token key a stream's token was checked with: its tenant, kid and thumbprint (a key
-    added again under the same kid is another key)."""
-
-    tenant: str
-    kid: str
-    thumbprint: str
-
-
-#: What ends a stream: an API key's id (NO_KEY: the open dev mode), a tenant and the digest of
-#: the token secret its token was checked with, or the token key its token was checked with.
-Hold = int | tuple[str, str] | TokenKeyHold
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Credential:
-    """What a request or connection proved: the id of its API key (its own, or the one its
-    token was minted for; NO_KEY in dev mode; None for a token the tenant's backend minted),
-    and for a token, what it was checked with: its tenant and the secret's digest, or a token
-    key."""
-
-    key_id: int | None
-    signer: tuple[str, str] | TokenKeyHold | None = None
-    #: When a token's right ends (unix s): its streams close then. None for API keys.
-    expires_at: int | None = None
-
-    @property
-    def holds(self) -> tuple[Hold, ...]:
-        key: tuple[Hold, ...] = () if self.key_id is None else (self.key_id,)
-        return key + (() if self.signer is None else (self.signer,))
-
-    @property
-    def minted_by(self) -> int:
-        """The key id download links shown on this credential's streams are signed for."""
-        return NO_KEY if self.key_id is None else self.key_id
-
-
-DEV_CREDENTIAL = Credential(NO_KEY)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verified:
-    """A valid subscription token: what it grants and what it rests on."""
-
-    claims: TokenClaims
-    credential: Credential
 
 
 # What the middleware sets on each request: the tenant, how the request proved it, the id of
@@ -173,58 +116,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-class Watch:
-    """A stream's hold on what it was opened with (its key, the key its token was minted for,
-    the secret its token was signed with): `on_revoked` runs once, with a reason, when the
-    authenticator finds one of them revoked or rotated."""
-
-    __slots__ = ("_authenticator", "_expiry", "_on_revoked", "holds", "reason")
-
-    def __init__(
-        self,
-        authenticator: Authenticator,
-        holds: tuple[Hold, ...],
-        on_revoked: Callable[[str], None],
-        expires_at: int | None = None,
-    ) -> None:
-        self._authenticator = authenticator
-        self._on_revoked = on_revoked
-        self.holds = holds
-        self.reason: str | None = None  # why it was revoked, once it was
-        # A token's stream ends when the token does: no stream outlives its right.
-        self._expiry: asyncio.TimerHandle | None = None
-        if expires_at is not None:
-            loop = asyncio.get_running_loop()
-            delay_s = max(0.0, expires_at - time.time())
-            self._expiry = loop.call_later(delay_s, self.fire, EXPIRED_REASON)
-
-    def fire(self, reason: str) -> None:
-        if self.reason is not None:
-            return
-        self.reason = reason
-        try:
-            self._on_revoked(reason)
-        except Exception:
-            log.exception("closing a stream of a revoked key failed")
-
-    @property
-    def revoked(self) -> bool:
-        return self.reason is not None
-
-    def close(self) -> None:
-        """The stream ended: stop watching (idempotent)."""
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self._authenticator.unwatch(self)
-
-    def __enter__(self) -> Watch:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
 
 def _unauthorized(detail: str, *, error: str | None = None) -> Problem:
@@ -361,7 +252,7 @@ class Authenticator:
     def _remember_secrets(self, found: dict[str, tenants.TokenSecret], generation: int) -> None:
         if len(self._secrets) + len(found) > MAX_CACHED_TENANTS:
             # A flood of made-up tenants must not grow memory; those with streams stay.
-            watched = {_tenant_of(hold) for hold in self._watches if not isinstance(hold, int)}
+            watched = {tenant_of(hold) for hold in self._watches if not isinstance(hold, int)}
             self._secrets = {t: known for t, known in self._secrets.items() if t in watched}
         for tenant, known in found.items():
             self._secrets[tenant] = (generation, known)
@@ -430,7 +321,7 @@ class Authenticator:
         NO_KEY once the server stops running open, its token's secret once rotated or its
         token key once removed (or its tenant left without an active key); close the Watch
         when the stream ends."""
-        watch = Watch(self, credential.holds, on_revoked, credential.expires_at)
+        watch = Watch(self.unwatch, credential.holds, on_revoked, credential.expires_at)
         for hold in watch.holds:
             self._watches.setdefault(hold, set()).add(watch)
         return watch
@@ -453,7 +344,7 @@ class Authenticator:
     def _revoked(self, hold: Hold) -> str | None:
         """Why what a stream holds no longer counts, None while it does."""
         if not isinstance(hold, int):
-            cached = self._secrets.get(_tenant_of(hold))
+            cached = self._secrets.get(tenant_of(hold))
             if cached is None:
                 return None  # not read since (kept while watched): as it was
             known = cached[1]
@@ -623,10 +514,6 @@ class Authenticator:
             "This server requires an API key: send `Authorization: Bearer KEY`"
             + (" or a subscription token as ?token=." if stream is not None else ".")
         )
-
-
-def _tenant_of(hold: tuple[str, str] | TokenKeyHold) -> str:
-    return hold.tenant if isinstance(hold, TokenKeyHold) else hold[0]
 
 
 def key_id_of(request: web.Request) -> int:

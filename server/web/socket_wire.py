@@ -19,6 +19,7 @@ from server.keys import AUTH, SETTINGS
 from server.problems import TYPE_BASE, Problem, invalid_input
 from server.schemas.streams import SubscribeRequest
 from server.web import auth
+from server.web.credentials import DEV_CREDENTIAL, Credential, Verified
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class Grant:
 
     tenant: str
     scope: signing.Scope = signing.TENANT_SCOPE
-    credential: auth.Credential = auth.DEV_CREDENTIAL
+    credential: Credential = DEV_CREDENTIAL
 
     @property
     def key_id(self) -> int:
@@ -55,13 +56,13 @@ async def authenticate(environ: Mapping[str, Any], credentials: Any) -> Grant | 
         key = bearer.strip() if scheme.lower() == "bearer" and bearer.strip() else None
     if isinstance(token, str):
         verified = await authenticator.verify_token(token)
-        if isinstance(verified, auth.Verified):
+        if isinstance(verified, Verified):
             claims = verified.claims
             return Grant(claims.tenant, claims.scope, verified.credential)
     if isinstance(key, str):
         known = await authenticator.lookup(key)
         if known is not None:
-            return Grant(known.tenant, credential=auth.Credential(known.id))
+            return Grant(known.tenant, credential=Credential(known.id))
     if not keyed and auth.is_loopback(settings.host):
         return Grant(auth.DEV_TENANT)  # open dev mode, as on the REST routes
     return None

@@ -39,7 +39,7 @@ from server.keys import AUTH, CORS, HUB, POOL
 from server.problems import Problem, invalid_input, not_found
 from server.queue import jobs
 from server.schemas.streams import RefreshRequest, SubscribeRequest
-from server.web import auth, present, socket_wire
+from server.web import auth, credentials, present, socket_wire
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class _Client:
     grant: socket_wire.Grant
     streams: dict[str, _Stream] = dataclasses.field(default_factory=dict)
     closing: bool = False
-    key: auth.Watch | None = None
+    key: credentials.Watch | None = None
     # The encoding its events are written in (by the download-link key it shows).
     frame_key: str = ""
     # Its websocket request, when it connected with one (see websocket_transport).
@@ -289,7 +289,7 @@ class PushServer:
         except ValidationError as exc:
             return socket_wire.error_ack(invalid_input(exc, "The refresh is not valid."))
         verified = await self.app[AUTH].verify_token(asked.token)
-        if not isinstance(verified, auth.Verified):
+        if not isinstance(verified, credentials.Verified):
             return socket_wire.error_ack(
                 Problem(401, "Unauthorized", verified, kind="unauthorized")
             )

@@ -18,7 +18,7 @@ from server.access import apikeys, signing, tenants
 from server.queue.listener import Listener
 from server.settings import Settings
 from server.tasks import background
-from server.web import auth
+from server.web import auth, credentials
 
 #: A change's commit to the first answer that knows it: a notification and a read, a few ms on
 #: an idle machine; the bound allows for a busy one.
@@ -146,7 +146,7 @@ async def test_a_rotation_is_heard_and_while_nothing_can_be_heard_requests_read(
         authenticator, recording, listener = heard.authenticator, heard.recording, heard.listener
 
         async def valid() -> bool:
-            return isinstance(await authenticator.verify_token(token), auth.Verified)
+            return isinstance(await authenticator.verify_token(token), credentials.Verified)
 
         assert await valid()  # the first read
         recording.readers.clear()

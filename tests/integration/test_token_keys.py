@@ -27,7 +27,7 @@ from server.cli import admin
 from server.events.hub import Hub, Subscription
 from server.keys import HUB
 from server.settings import Settings
-from server.web import auth
+from server.web import auth, credentials
 from tests.conftest import RunningApp
 from tests.processes import admin_cli
 from tests.sio import SioClient
@@ -267,9 +267,9 @@ async def test_removing_a_key_closes_its_streams_and_refuses_its_tokens_the_othe
         # a stream opened without a cursor starts where its process's log reader is.
         assert [m.event for m in got if m.event != "job.queued"] == ["closed"]
         assert got[-1].event == "closed"
-        assert got[-1].json["reason"] == auth.KEY_REMOVED_REASON
+        assert got[-1].json["reason"] == credentials.KEY_REMOVED_REASON
         [(name, body)] = await on_sio.take(1)
-        assert name == "closed" and body["reason"] == auth.KEY_REMOVED_REASON
+        assert name == "closed" and body["reason"] == credentials.KEY_REMOVED_REASON
         await on_sio.disconnected.wait()
         assert (await poll)[0] == 401
 
@@ -288,7 +288,7 @@ async def test_removing_a_key_closes_its_streams_and_refuses_its_tokens_the_othe
         await acme.register("again", "rsa")
         *events, last = await until_closed(opened[2])
         assert all(m.event == "job.queued" for m in events)  # the job submitted above
-        assert (last.event, last.json["reason"]) == ("closed", auth.KEY_REMOVED_REASON)
+        assert (last.event, last.json["reason"]) == ("closed", credentials.KEY_REMOVED_REASON)
         assert (await status(browser, app.url("/v1/events?channel=A"), again))[0] == 401
         for resp in opened:
             resp.close()
