@@ -386,9 +386,7 @@ async def test_revoking_every_key_beyond_loopback_closes_rather_than_opens(
     start_app: Callable[..., Any], dsn: str, tmp_path: Path
 ) -> None:
     key = await new_key(dsn, tmp_path, "acme")
-    app: RunningApp = await start_app(
-        renderer=FakeRenderer(), render_slots=1, host="0.0.0.0"
-    )
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1, host="0.0.0.0")
     async with app.http.get(app.url("/v1/jobs"), headers=bearer(key)) as resp:
         assert resp.status == 200
     await keys_cli(dsn, tmp_path, "revoke", "1")
