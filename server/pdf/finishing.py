@@ -1,7 +1,7 @@
 """Finishing: what happens to a printed PDF before it is stored, in a fixed order, off the
 event loop.
 
-The order (README, "Finishing"): Chromium (with `tagged` and `outline`) → metadata
+The order (docs/documents.md, "Finishing"): Chromium (with `tagged` and `outline`) → metadata
 (server/pdf/docinfo.py) → stamp → attachments → Factur-X → PDF/A → encrypt → sign. Each step keeps
 what the ones before it made: the stamp is drawn before PDF/A declares the fonts embedded (its
 own font is), attachments and the invoice exist before PDF/A-3 lists them, encryption is how

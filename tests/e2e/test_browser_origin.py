@@ -1,5 +1,6 @@
 """Browser apps on another origin than Pressroom's, in real Chromium: /pressroom.js and the
-official socket.io-client running the README's snippets as written, and a bare EventSource.
+official socket.io-client running the snippets of README.md and docs/streaming.md as written,
+and a bare EventSource.
 Each gets a job's events live, resumes across a restart without gap or duplicate, lets go of a
 job's stream once it ends, renews its token without gap; a disallowed origin gets nothing."""
 
@@ -38,8 +39,10 @@ from tests.sse import collect
 
 pytestmark = pytest.mark.browser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-# The README writes Pressroom's origin as this; the pages get the test server's.
+ROOT = Path(__file__).resolve().parents[2]
+#: Where the pages' scripts are written for users: the README and the streaming guide.
+DOCS = (ROOT / "README.md", ROOT / "docs" / "streaming.md")
+# The docs write Pressroom's origin as this; the pages get the test server's.
 README_ORIGIN = "https://pdf.example.com"
 TENANT, CHANNEL = "acme", "user-42"
 SEED = {"template": "<p>{{ n }}</p>", "data": {"n": 1}, "channel": CHANNEL}
@@ -83,15 +86,16 @@ SOCKETIO_JOB = """
 
 
 def readme_script(marker: str) -> str:
-    """The body of the README's one inline <script> (in an ```html block) that has `marker`."""
-    blocks = re.findall(r"```html\n(.*?)```", README.read_text(), flags=re.S)
+    """The body of the docs' one inline <script> (in an ```html block) that has `marker`."""
+    text = "\n".join(path.read_text() for path in DOCS)
+    blocks = re.findall(r"```html\n(.*?)```", text, flags=re.S)
     bodies = [
         body
         for block in blocks
         for body in re.findall(r"<script[^>]*>(.*?)</script>", block, flags=re.S)
         if marker in body
     ]
-    assert len(bodies) == 1, f"the README has {len(bodies)} inline scripts with {marker!r}"
+    assert len(bodies) == 1, f"the docs have {len(bodies)} inline scripts with {marker!r}"
     return bodies[0]
 
 

@@ -180,9 +180,9 @@ def test_from_env_reads_the_mapping_it_is_given_and_nothing_else(
     assert Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)}).port == 8080
 
 
-def test_the_readme_table_is_the_settings_model() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert with_table(readme) == readme, "run: python -m server.settings README.md"
+def test_the_configuration_table_is_the_settings_model() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert with_table(page) == page, "run: python -m server.settings docs/configuration.md"
 
 
 @cache
@@ -235,8 +235,8 @@ def test_variables_no_setting_reads_are_named_with_what_to_do() -> None:
     }
     assert unread_variables(environ) == [
         "PRESSROOM_LEASE_S is no longer a setting and is ignored: remove it",
-        "PRESSROOM_NOTHING_LIKE_IT is not a setting and is ignored (the README lists every "
-        "setting)",
+        "PRESSROOM_NOTHING_LIKE_IT is not a setting and is ignored (docs/configuration.md "
+        "lists every setting)",
         "PRESSROOM_RENDR_SLOTS is not a setting and is ignored; did you mean "
         "PRESSROOM_RENDER_SLOTS?",
         "S3_ACCESS_KEY_ID is no longer read: use AWS_ACCESS_KEY_ID (or AWS_PROFILE, or an IAM "
