@@ -32,8 +32,10 @@ from server.options.finishing import (
 )
 from server.options.outputs import IMAGES
 from server.options.values import (
+    DEFAULT_MARGIN,
     FINISHED_BY,
     HEADER_FOOTER_MARGIN,
+    MARGIN_SIDES,
     MAX_COOKIES,
     MAX_WAIT_DELAY_MS,
     MEDIA_FEATURES,
@@ -437,8 +439,7 @@ class RenderOptions(BaseModel):
             margin.setdefault("top", HEADER_FOOTER_MARGIN)
         if self.footer_html is not None:
             margin.setdefault("bottom", HEADER_FOOTER_MARGIN)
-        if margin:
-            args["margin"] = margin
+        args["margin"] = {side: margin.get(side, DEFAULT_MARGIN) for side in MARGIN_SIDES}
         ranges = self.page_ranges
         if max_pages is not None:
             ranges = capped_ranges(ranges, max_pages + 1)

@@ -59,6 +59,10 @@ MEDIA_FEATURES = {
     "forced-colors": "forced_colors",
     "prefers-contrast": "contrast",
 }
+#: A side's margin when the job names none: Gotenberg's 0.39 in and the browsers' own print
+#: default (about 0.4 in), so a document reads as a document, not a screenshot edge to edge.
+#: A stylesheet's `@page { margin }` still wins.
+DEFAULT_MARGIN = "10mm"
 # Chromium prints a header or footer into the page margin; with no margin it is cut away.
 HEADER_FOOTER_MARGIN = "15mm"
 _LENGTH = re.compile(LENGTH_PATTERN)

@@ -80,6 +80,9 @@ async def print_in(
             )
             if options.css:
                 await page.add_style_tag(content=options.css)
+            if options.title:
+                # A header's or footer's `.title` prints the document's title (as with HTML).
+                await page.evaluate("title => { document.title = title; }", options.title)
         else:
             await _open(page, html, options, timeout_ms, served=slot.served)
         # Without scripts, Chromium loads lazy images at once: there is nothing to scroll for.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from html import escape
 from typing import Any
 
 from server.options import RenderOptions
@@ -36,7 +37,21 @@ async def load(
         html = await asyncio.to_thread(markdown.to_html, html)
     if options.css:
         html = with_css(html, options.css)
+    if options.title:
+        html = with_title(html, options.title)
     return html
+
+
+def with_title(html: str, title: str) -> str:
+    """`html` whose document title is `title`: the first <title> is the document's, so one goes
+    before the document's own (after a doctype, which must stay first). Chromium prints it where
+    a header or footer has `class="title"`."""
+    head = ""
+    stripped = html.lstrip()
+    if stripped[:9].lower() == "<!doctype":
+        end = stripped.find(">") + 1
+        head, html = stripped[:end], stripped[end:]
+    return f"{head}<title>{escape(title)}</title>{html}"
 
 
 def with_css(html: str, css: str) -> str:

@@ -203,3 +203,34 @@ async def test_waiting_is_bounded_by_the_render_time_limit(
     )
     assert data is None and job["status"] == "failed"
     assert "3" in job["error"] and "time" in job["error"].lower()
+
+
+async def test_a_header_prints_the_jobs_title_where_it_asks_for_the_title(
+    chromium_app: RunningApp,
+) -> None:
+    header = '<div style="font-size: 10px">Document: <span class="title"></span></div>'
+    page = "<!DOCTYPE html><title>from the page</title><p>body</p>"
+    _, titled = await rendered(chromium_app, page, header_html=header, title="Invoice 42")
+    assert "Document: Invoice 42" in pdf_text(titled)
+    assert "from the page" not in pdf_text(titled)
+    _, untitled = await rendered(chromium_app, page, header_html=header)
+    assert "Document: from the page" in pdf_text(untitled), "without a title, the page's own"
+
+
+async def test_pages_have_a_documents_margins_unless_the_job_says_otherwise(
+    chromium_app: RunningApp,
+) -> None:
+    import pypdfium2
+
+    black = "<style>html, body {margin: 0; background: #000}</style><p>x</p>"
+
+    def corner_and_middle(data: bytes) -> tuple[int, int]:
+        """The grey levels of the page's top-left corner and of its middle, at 72 dpi."""
+        bitmap = pypdfium2.PdfDocument(data)[0].render(scale=1).to_pil().convert("L")
+        width, height = bitmap.size
+        return bitmap.getpixel((3, 3)), bitmap.getpixel((width // 2, height // 2))
+
+    _, default = await rendered(chromium_app, black)
+    assert corner_and_middle(default) == (255, 0), "10 mm of white paper around a black page"
+    _, edge = await rendered(chromium_app, black, margin="0")
+    assert corner_and_middle(edge) == (0, 0), "margin 0 prints to the edge"
