@@ -36,8 +36,8 @@ $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh
 	touch $@
 
 lint: install
-	$(VENV)/bin/ruff check server pressroom tests bench
-	$(VENV)/bin/ruff format --check server pressroom tests bench
+	$(VENV)/bin/ruff check server clients/python tests bench
+	$(VENV)/bin/ruff format --check server clients/python tests bench
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -18,8 +18,8 @@ from typing import Any
 
 import asyncpg
 
+from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
-from server.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.queue import db
 from server.settings import Settings, SettingsError, check_origin, unread_variables
 

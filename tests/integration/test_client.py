@@ -317,3 +317,18 @@ async def test_the_sync_client_is_the_async_one_on_its_own_loop(
     assert types == ["job.queued", "job.running", "job.done"]
     assert batch["total"] == 1 and batch["items"][0]["key"] == "one"
     assert saved.read_bytes().startswith(b"%PDF-")
+
+
+async def test_waiting_for_a_batch_returns_when_it_is_done_and_at_once_when_it_was(
+    api: RunningApp,
+) -> None:
+    async with AsyncClient(base(api)) as client:
+        items = [{"key": f"w-{n}", "template": "<p>{{n}}</p>", "data": {"n": n}} for n in range(3)]
+        batch = await client.create_batch(items)
+        done = await client.wait_batch(batch["id"], timeout_s=20)
+        assert done["id"] == batch["id"] and done["status"] == "done"
+        assert done["counts"]["done"] == 3
+        # Run again (the batch.done event is long past): answered from the batch as it is.
+        started = asyncio.get_running_loop().time()
+        again = await client.wait_batch(batch["id"], timeout_s=10)
+        assert again["status"] == "done" and asyncio.get_running_loop().time() - started < 2

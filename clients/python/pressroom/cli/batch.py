@@ -13,8 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from pressroom.client import FINAL_STATES, AsyncClient, Json, PressroomError, write_atomically
-from server.cli.terminal import (
+from pressroom.cli.terminal import (
     EXIT_FAILED,
     EXIT_OK,
     Display,
@@ -23,6 +22,7 @@ from server.cli.terminal import (
     read_json_object,
     read_text,
 )
+from pressroom.client import FINAL_STATES, AsyncClient, Json, PressroomError, write_atomically
 
 STATE_FILE = ".pressroom-batch.json"
 STATE_VERSION = 1

@@ -123,6 +123,9 @@ class Client:
     def get_batch(self, batch_id: str) -> Json:
         return self._run(self.aio.get_batch(batch_id))
 
+    def wait_batch(self, batch_id: str, *, timeout_s: float | None = None) -> Json:
+        return self._run(self.aio.wait_batch(batch_id, timeout_s=timeout_s))
+
     def upload_asset(self, data: bytes, content_type: str) -> Json:
         return self._run(self.aio.upload_asset(data, content_type))
 

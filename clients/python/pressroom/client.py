@@ -512,6 +512,36 @@ class AsyncClient:
         batch: Json = await self._request("GET", f"/v1/batches/{batch_id}")
         return batch
 
+    async def wait_batch(self, batch_id: str, *, timeout_s: float | None = None) -> Json:
+        """The batch once it is done: every item final and, with combine, the join over. A
+        batch already done is returned at once: the tenant's batch.done events are followed
+        from before the batch is read, so the one that ends it cannot pass unseen."""
+        async with asyncio.timeout(timeout_s):
+            opened = asyncio.Event()
+            events = self.events(types=["batch.done"], on_open=opened.set)
+            done = asyncio.ensure_future(self._batch_done(events, batch_id))
+            subscribed = asyncio.ensure_future(opened.wait())
+            try:
+                await asyncio.wait([done, subscribed], return_when=asyncio.FIRST_COMPLETED)
+                if not done.done():
+                    batch = await self.get_batch(batch_id)
+                    if batch["status"] == "done":
+                        return batch
+                return await done
+            finally:
+                for task in (done, subscribed):
+                    task.cancel()
+                await asyncio.gather(done, subscribed, return_exceptions=True)
+                await events.aclose()
+
+    @staticmethod
+    async def _batch_done(events: AsyncGenerator[Json, None], batch_id: str) -> Json:
+        async for event in events:
+            batch = event.get("batch")
+            if isinstance(batch, dict) and batch.get("id") == batch_id:
+                return batch
+        raise PressroomUnavailable("the event stream ended before the batch was done")
+
     # --- assets -------------------------------------------------------------------------
 
     async def upload_asset(self, data: bytes, content_type: str) -> Json:
