@@ -26,14 +26,16 @@ install: $(STAMP_DEPS) $(STAMP_BROWSER)
 
 # uv installs in seconds what pip takes minutes for; pip remains when uv cannot be had.
 $(STAMP_DEPS): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	{ $(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) -e '.[test,dev,bench]'; } || \
+	@echo "make: installing Pressroom and its dependencies into $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) -e '.[test,dev,bench]'; } || \
 	  { $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[test,dev,bench]'; }
-	touch $@
+	@touch $@
+	@echo "make: the pressroom command is in $(VENV)/bin; to have it on your PATH in a new terminal, run: . $(VENV)/bin/activate"
 
 $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh
-	scripts/install-browser.sh $(PY)
-	touch $@
+	@scripts/install-browser.sh $(PY)
+	@touch $@
 
 lint: install
 	$(VENV)/bin/ruff check server clients/python tests bench

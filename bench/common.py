@@ -22,6 +22,7 @@ import psutil
 from aiohttp import web
 
 from server.queue import db
+from server.queue.embedded import EmbeddedPostgres
 from server.settings import Settings
 from server.web.app import create_app
 
@@ -68,7 +69,7 @@ async def postgres() -> AsyncIterator[str]:
     server = os.environ.get("DATABASE_URL")
     embedded = None
     if server is None:
-        embedded = db.EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="prb-")) / "pg")
         server = os.environ["DATABASE_URL"] = await embedded.start()
     _users += 1
     try:

@@ -20,12 +20,11 @@ import pytest
 from aiohttp import ClientSession, test_utils, web
 from aiohttp.test_utils import get_port_socket
 
-from server.queue import db, listener
+from server.queue import db, embedded, listener
 from server.settings import Settings
 from server.web import sse
 from server.web.app import create_app
 from server.web.protocol import AppRunner
-from tests import pgcluster
 from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
 
@@ -35,7 +34,7 @@ TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
 def pytest_configure(config: pytest.Config) -> None:
     """Before any test process starts: what every one of them would otherwise make at once."""
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
-        pgcluster.ensure_run_as()
+        embedded.ensure_run_as_user()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,11 +63,11 @@ def server_dsn() -> Iterator[str]:
         yield os.environ["DATABASE_URL"]
         return
     folder = Path(tempfile.mkdtemp(prefix="prt-pg-"))
-    embedded = db.EmbeddedPostgres(folder / "pg")
-    dsn = asyncio.run(embedded.start())
+    server = embedded.EmbeddedPostgres(folder / "pg")
+    dsn = asyncio.run(server.start())
     asyncio.run(_skip_fsync(dsn))
     yield dsn
-    asyncio.run(embedded.stop())
+    asyncio.run(server.stop())
     shutil.rmtree(folder, ignore_errors=True)
 
 

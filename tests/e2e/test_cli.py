@@ -75,7 +75,7 @@ async def server(dsn: str, tmp_path: Path) -> AsyncIterator[Server]:
     assert proc.stderr is not None
     log: list[str] = []
     async with asyncio.timeout(START_TIMEOUT_S):
-        while not any("Pressroom listening on" in line for line in log):
+        while not any("Pressroom is ready" in line for line in log):
             line = await proc.stderr.readline()
             assert line, "the server stopped:\n" + "".join(log)
             log.append(line.decode(errors="replace"))

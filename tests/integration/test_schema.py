@@ -244,11 +244,11 @@ def test_the_comparison_sees_every_kind_of_object(catalogs: tuple[list[str], lis
         "jobs.3 status: text NOT NULL DEFAULT 'queued'::text",
         "jobs.jobs_status_known: CHECK",
         "jobs_due: CREATE INDEX jobs_due ON public.jobs",
-        "job_events_from_start (of job_events_position): CREATE INDEX * ON",
+        "job_events_from_1 (of job_events_position): CREATE INDEX * ON",
         "job_events.job_events_side_effects: CREATE TRIGGER",
         "job_public(j jobs) kind=f",
         "job_events_id_seq bigint",
-        "job_events_sealed: ",
+        "== rows",  # none in a new database (0025), but a seeded row would be compared
     ):
         assert seen in text, f"the catalog has no {seen!r}"
 
