@@ -113,6 +113,10 @@ _ADDRESS_KIND = {
 }
 
 
+#: The setting whose entries the block gives way to: refusals of an address name it.
+ALLOW_SETTING = "PRESSROOM_ALLOW_HOSTS"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The answer for one URL or address; `reason` is empty when allowed."""
@@ -126,6 +130,14 @@ ALLOWED = Verdict(True, "")
 
 def _blocked(detail: str) -> Verdict:
     return Verdict(False, f"blocked: {detail}")
+
+
+def _blocked_host(detail: str, category: str, entry: str) -> Verdict:
+    """A refusal of an internal address or name, saying which allow-list entry would let it
+    through; none for a cloud metadata endpoint, which hands out the machine's credentials."""
+    if category == "metadata":
+        return _blocked(detail)
+    return _blocked(f"{detail}; allow it with {ALLOW_SETTING}={entry}")
 
 
 def classify(ip: IPv4Address | IPv6Address) -> str | None:
@@ -417,8 +429,10 @@ class NetworkPolicy:
         category, note = found
         kind = f"{_ADDRESS_KIND[category]} address" + (f" ({note})" if note else "")
         if name and name != str(address):
-            return _blocked(f"{name} resolves to {address}, {kind}")
-        return _blocked(f"{address} is {kind}")
+            return _blocked_host(f"{name} resolves to {address}, {kind}", category, name)
+        # An IPv4-mapped address is allowed by its IPv4 entry (see _ip_allowed).
+        mapped = address.ipv4_mapped if isinstance(address, IPv6Address) else None
+        return _blocked_host(f"{address} is {kind}", category, str(mapped or address))
 
     def check_url_static(self, url: str) -> Verdict | None:
         """The verdict when it needs no DNS (scheme, IP literal, localhost, allow-list); None if
@@ -525,7 +539,7 @@ class NetworkPolicy:
             # Chromium answers these itself without DNS, with both loopback addresses.
             if all(self._ip_allowed(ip) for ip in _LOCALHOST_ADDRESSES):
                 return ALLOWED
-            return _blocked(f"{name} is a loopback host name")
+            return _blocked_host(f"{name} is a loopback host name", "loopback", name)
         if name in _METADATA_NAMES:
             return _blocked(f"{name} is a cloud metadata host name")
         return None

@@ -393,7 +393,8 @@ class WebhookSender:
         if not verdict.allowed:
             if resolved and not all(resolved):
                 raise undelivered(verdict.reason.removeprefix("blocked: "), retryable=True)
-            raise undelivered(f"not sent, address not allowed: {verdict.reason}", retryable=False)
+            refused = verdict.reason.removeprefix("blocked: ")
+            raise undelivered(f"not sent, address not allowed: {refused}", retryable=False)
         try:
             body = await self.body(delivery)
         except (StorageError, FileNotFoundError) as exc:
@@ -429,7 +430,7 @@ class WebhookSender:
         except (aiohttp.ClientError, OSError) as exc:
             blocked = _blocked_cause(exc)
             if blocked is not None:
-                error = f"not sent, address not allowed: {blocked}"
+                error = f"not sent, address not allowed: {str(blocked).removeprefix('blocked: ')}"
                 raise undelivered(error, retryable=False) from exc
             raise undelivered(_describe(exc), retryable=True) from exc
         if 200 <= status < 300:

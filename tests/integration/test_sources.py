@@ -153,6 +153,28 @@ async def test_bad_sources_are_refused_and_nothing_is_stored(
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
+async def test_an_internal_address_is_refused_naming_the_setting_that_allows_it(
+    policed: RunningApp, start_app: Callable[..., Any], fake_renderer: FakeRenderer
+) -> None:
+    refused = {
+        "page_url": ("http://10.0.0.8/invoice", "PRESSROOM_ALLOW_HOSTS=10.0.0.8"),
+        "webhook_url": ("http://localhost:9000/hook", "PRESSROOM_ALLOW_HOSTS=localhost"),
+    }
+    for field, (url, entry) in refused.items():
+        status, problem = await post(policed, "/v1/jobs", {"page_url": PAGE, field: url})
+        assert status == 422, problem
+        [error] = problem["errors"]
+        assert error["field"] == field and error["message"].endswith(f"allow it with {entry}")
+    # The advice works: with those entries the same jobs are taken.
+    entries = ",".join(entry.partition("=")[2] for _, entry in refused.values())
+    allowed: RunningApp = await start_app(
+        renderer=fake_renderer, render_slots=0, env={"PRESSROOM_ALLOW_HOSTS": entries}
+    )
+    for field, (url, _) in refused.items():
+        status, job = await post(allowed, "/v1/jobs", {"page_url": PAGE, field: url})
+        assert status == 202, job
+
+
 async def test_markdown_goes_through_jinja2_then_commonmark_with_github_extensions(
     policed: RunningApp, fake_renderer: FakeRenderer, pool: asyncpg.Pool
 ) -> None:

@@ -510,7 +510,10 @@ async def test_address_blocked_at_delivery_time_fails_with_the_reason(
     [attempt] = await sender.until_final()
 
     assert attempt.outcome == "failed" and attempt.status_code is None
-    assert attempt.error is not None and "127.0.0.1 is a loopback address" in attempt.error
+    assert attempt.error == (
+        "not sent, address not allowed: 127.0.0.1 is a loopback address;"
+        " allow it with PRESSROOM_ALLOW_HOSTS=127.0.0.1"
+    )
     [summary] = (await sender.get(job["id"]))["webhooks"]
     assert summary["status"] == "failed" and "loopback" in summary["last_error"]
     assert receiver.received == []

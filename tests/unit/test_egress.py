@@ -97,8 +97,8 @@ async def test_a_name_with_any_blocked_address_is_refused(upstream: Upstream) ->
     assert answer.startswith(b"HTTP/1.1 403 ")
     assert upstream.received == []
     assert warnings == [
-        f"blocked connection: two.test resolves to 10.0.0.7, a private address "
-        f"(two.test:{upstream.port})"
+        "blocked connection: two.test resolves to 10.0.0.7, a private address; "
+        f"allow it with PRESSROOM_ALLOW_HOSTS=two.test (two.test:{upstream.port})"
     ]
 
 

@@ -319,15 +319,50 @@ def test_classify(ip: str, category: str | None) -> None:
 def test_check_address_reasons() -> None:
     policy = NetworkPolicy()
     assert policy.check_address(IPv4Address("10.0.0.1")) == Verdict(
-        False, "blocked: 10.0.0.1 is a private address"
+        False,
+        "blocked: 10.0.0.1 is a private address; allow it with PRESSROOM_ALLOW_HOSTS=10.0.0.1",
     )
     assert policy.check_address("10.0.0.1", host="DB.internal.") == Verdict(
-        False, "blocked: db.internal resolves to 10.0.0.1, a private address"
+        False,
+        "blocked: db.internal resolves to 10.0.0.1, a private address;"
+        " allow it with PRESSROOM_ALLOW_HOSTS=db.internal",
     )
     assert policy.check_address(IPv6Address("2606:4700::1"), host="cdn.example") == Verdict(
         True, ""
     )
-    assert policy.check_address("[::1]").reason == "blocked: ::1 is a loopback address"
+    assert policy.check_address("[::1]").reason == (
+        "blocked: ::1 is a loopback address; allow it with PRESSROOM_ALLOW_HOSTS=::1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "entry"),
+    [
+        ("http://10.0.0.1/", "10.0.0.1"),
+        ("http://127.1:8080/", "127.0.0.1"),
+        ("http://[::1]/", "::1"),
+        ("http://[::ffff:192.168.0.9]/", "192.168.0.9"),
+        ("http://[fe80::1]/", "fe80::1"),
+        ("http://198.18.0.7/", "198.18.0.7"),
+        ("http://localhost:3000/", "localhost"),
+        ("http://app.localhost/", "app.localhost"),
+        ("http://intranet.corp/", "intranet.corp"),
+    ],
+)
+async def test_a_refused_address_names_the_entry_that_allows_it(url: str, entry: str) -> None:
+    dns = resolver({"intranet.corp": ["10.20.0.4"]})
+    refused = await NetworkPolicy().check_url(url, resolve=dns)
+    assert refused.reason.endswith(f"; allow it with PRESSROOM_ALLOW_HOSTS={entry}"), refused
+    assert (await NetworkPolicy([entry]).check_url(url, resolve=dns)).allowed
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/", "http://metadata.google.internal/", "file:///x"]
+)
+def test_metadata_and_other_schemes_are_refused_without_an_allow_hint(url: str) -> None:
+    # The metadata endpoint hands out the machine's credentials: nothing suggests opening it.
+    reason = decided(NetworkPolicy(), url).reason
+    assert reason.startswith("blocked: ") and "PRESSROOM_ALLOW_HOSTS" not in reason
 
 
 async def test_allow_by_name() -> None:
@@ -357,7 +392,8 @@ async def test_allow_by_ip() -> None:
     for url in ("http://127.0.0.1:5000/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"):
         assert policy.check_url_static(url) == Verdict(True, "")
     assert policy.check_url_static("http://127.0.0.2/") == Verdict(
-        False, "blocked: 127.0.0.2 is a loopback address"
+        False,
+        "blocked: 127.0.0.2 is a loopback address; allow it with PRESSROOM_ALLOW_HOSTS=127.0.0.2",
     )
     # Only the IPv4-mapped form is the same socket; other embeddings need their own entry.
     assert not decided(policy, "http://[::127.0.0.1]/").allowed
@@ -382,7 +418,9 @@ async def test_allow_by_cidr() -> None:
     dns = resolver({"build.corp": ["10.1.1.1"], "mixed.corp": ["10.1.1.1", "192.168.1.1"]})
     assert await policy.check_url("http://build.corp/", resolve=dns) == Verdict(True, "")
     mixed = await policy.check_url("http://mixed.corp/", resolve=dns)
-    assert mixed.reason == "blocked: mixed.corp resolves to 192.168.1.1, a private address"
+    assert mixed.reason.startswith(
+        "blocked: mixed.corp resolves to 192.168.1.1, a private address; allow it with"
+    )
 
 
 def test_localhost_needs_both_loopbacks_or_the_name() -> None:
