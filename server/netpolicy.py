@@ -119,10 +119,12 @@ ALLOW_SETTING = "PRESSROOM_ALLOW_HOSTS"
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The answer for one URL or address; `reason` is empty when allowed."""
+    """The answer for one URL or address; `reason` is empty when allowed. `unresolved`: the
+    host name did not resolve, a network failure worth another try rather than a refusal."""
 
     allowed: bool
     reason: str
+    unresolved: bool = False
 
 
 ALLOWED = Verdict(True, "")
@@ -138,6 +140,14 @@ def _blocked_host(detail: str, category: str, entry: str) -> Verdict:
     if category == "metadata":
         return _blocked(detail)
     return _blocked(f"{detail}; allow it with {ALLOW_SETTING}={entry}")
+
+
+#: How an `unresolved` verdict's reason begins; the name follows.
+UNRESOLVED = "could not resolve"
+
+
+def _unresolved(name: str) -> Verdict:
+    return Verdict(False, f"{UNRESOLVED} {name}", unresolved=True)
 
 
 def classify(ip: IPv4Address | IPv6Address) -> str | None:
@@ -444,7 +454,8 @@ class NetworkPolicy:
         return self._check_static(target)
 
     async def check_url(self, url: str, *, resolve: Resolver | None = None) -> Verdict:
-        """The full verdict, resolving the host name when needed; blocked if ANY address is.
+        """The full verdict, resolving the host name when needed: blocked if ANY address is,
+        `unresolved` if the name does not resolve.
 
         `resolve` maps a host name to IP strings (default: the loop's getaddrinfo)."""
         try:
@@ -462,7 +473,8 @@ class NetworkPolicy:
     ) -> tuple[Verdict, list[str]]:
         """The verdict for connecting to `host` (a name or an IP literal, as a proxy is asked
         for it) and, when allowed, the addresses it was judged by: connect to those and no
-        other, so a name that resolves differently a moment later gains nothing."""
+        other, so a name that resolves differently a moment later gains nothing. A name that
+        does not resolve (or not in time) is `unresolved`, not refused: DNS may answer later."""
         literal = f"[{host}]" if ":" in host and not host.startswith("[") else host
         try:
             target = _parse_url(f"http://{literal}/")
@@ -475,7 +487,7 @@ class NetworkPolicy:
             return verdict, []
         addresses = await self._lookup(target.host, resolve)
         if not addresses:
-            return _blocked(f"cannot resolve {target.name}"), []
+            return _unresolved(target.name), []
         if verdict is None:  # not allowed by name: every address must be
             for address in addresses:
                 checked = self.check_address(address, target.name)

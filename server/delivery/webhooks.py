@@ -13,7 +13,6 @@ transaction, then records the attempt.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -33,6 +32,7 @@ from aiohttp.abc import ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
+from server import netpolicy
 from server.access import tenants
 from server.access.signing import NO_KEY
 from server.delivery import downloads
@@ -147,12 +147,6 @@ def guarded_connector(policy: NetworkPolicy, *, limit: int = 100) -> aiohttp.TCP
     return aiohttp.TCPConnector(
         resolver=GuardedResolver(policy), use_dns_cache=False, limit=max(1, limit)
     )
-
-
-async def _lookup(host: str) -> list[str]:
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def retry_after_s(value: str | None) -> float | None:
@@ -381,18 +375,10 @@ class WebhookSender:
                 disabled=disabled,
             )
 
-        resolved: list[bool] = []
-
-        async def resolve(host: str) -> list[str]:
-            resolved.append(False)
-            addresses = await _lookup(host)
-            resolved[-1] = True
-            return addresses
-
-        verdict = await self._policy.check_url(delivery.url, resolve=resolve)
+        verdict = await self._policy.check_url(delivery.url)
+        if verdict.unresolved:
+            raise undelivered(verdict.reason, retryable=True)  # DNS may answer the next try
         if not verdict.allowed:
-            if resolved and not all(resolved):
-                raise undelivered(verdict.reason.removeprefix("blocked: "), retryable=True)
             refused = verdict.reason.removeprefix("blocked: ")
             raise undelivered(f"not sent, address not allowed: {refused}", retryable=False)
         try:
@@ -432,6 +418,9 @@ class WebhookSender:
             if blocked is not None:
                 error = f"not sent, address not allowed: {str(blocked).removeprefix('blocked: ')}"
                 raise undelivered(error, retryable=False) from exc
+            if isinstance(exc, aiohttp.ClientConnectorDNSError):
+                error = f"{netpolicy.UNRESOLVED} {exc.host}"  # as the check above says it
+                raise undelivered(error, retryable=True) from exc
             raise undelivered(_describe(exc), retryable=True) from exc
         if 200 <= status < 300:
             return Attempt(

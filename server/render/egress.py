@@ -7,7 +7,8 @@ every scheme and host, loopback included (Playwright adds `<-loopback>` to the b
 and its own name resolution is switched off, so the only way out is through a gate. A gate
 resolves each name once, refuses the connection when any address is not allowed, and connects
 to an address it checked, so a name that changes between check and connect (DNS rebinding)
-gains nothing. Each render slot has a gate of its own, so a refusal lands in the warnings of
+gains nothing. A name that does not resolve is a failed request, not a refusal: DNS may answer
+the next attempt. Each render slot has a gate of its own, so a refusal lands in the warnings of
 the job that slot prints.
 
 One origin never leaves the gate: `DOCUMENT_URL`, where a job with assets has its document
@@ -48,6 +49,10 @@ _REFUSED = (
 )
 _UNREACHABLE = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nPressroom-Egress: unreachable\r\n"
+    b"Connection: close\r\n\r\n"
+)
+_UNRESOLVED = (
+    b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nPressroom-Egress: unresolved\r\n"
     b"Connection: close\r\n\r\n"
 )
 _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -225,6 +230,11 @@ class Gate:
             writer.write(_REFUSED)
             return
         verdict, addresses = await self.policy.resolve(host, resolve=self.resolver)
+        if verdict.unresolved:
+            # A network failure, not a refusal: listed as a failed request of the page.
+            self._note(f"failed {request.kind}: {verdict.reason} ({shown[:200]})")
+            writer.write(_UNRESOLVED)
+            return
         if not verdict.allowed:
             self._refuse(request, verdict.reason, shown)
             writer.write(_REFUSED)
@@ -269,10 +279,12 @@ class Gate:
 
     def _refuse(self, request: _Request, reason: str, shown: str) -> None:
         detail = reason.removeprefix("blocked: ")
-        warning = f"blocked {request.kind}: {detail} ({shown[:200]})"
+        self._note(f"blocked {request.kind}: {detail} ({shown[:200]})")
+
+    def _note(self, warning: str) -> None:
         if self.sink is not None:
             self.sink(warning)
-        log.debug("egress refused: %s", warning)
+        log.debug("egress: %s", warning)
 
     @staticmethod
     def _authority(target: str) -> tuple[str | None, int, str]:

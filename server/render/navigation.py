@@ -64,16 +64,23 @@ def _authority(origin: str) -> str:
     return f"{host}:{parts.port or _DEFAULT_PORTS.get(parts.scheme, 80)}"
 
 
-def _refusal(warnings: list[str], origin: str | None) -> str | None:
-    """The gate's warning about a request to `origin` (any, when None), if it refused one."""
+def _gate_note(warnings: list[str], origin: str | None, *, unresolved: bool = False) -> str | None:
+    """The gate's warning about a request to `origin` (any, when None): that it refused one,
+    or, with `unresolved`, that the origin's host name did not resolve."""
     for warning in warnings:
-        if not warning.startswith("blocked "):
+        if not (netpolicy.UNRESOLVED in warning if unresolved else warning.startswith("blocked ")):
             continue
         if origin is None:
             return warning
         if warning.endswith(f"({_authority(origin)})") or f"({origin}/" in warning:
             return warning
     return None
+
+
+def _unresolved(url: str) -> TransientError:
+    return TransientError(
+        f"page_url could not be opened: {netpolicy.UNRESOLVED} {urlsplit(url).hostname}"
+    )
 
 
 class OwnOrigin:
@@ -128,7 +135,8 @@ async def open_url(
     page: Page, url: str, options: RenderOptions, *, timeout_ms: float, warnings: list[str]
 ) -> None:
     """Open the page; PermanentError when its answer is 4xx/5xx (unless fail_on.http_status is
-    off) or the network policy refused it, TransientError when its host cannot be reached."""
+    off) or the network policy refused it, TransientError when its host cannot be reached or
+    its name does not resolve."""
     origin = netpolicy.origin(url)
     if origin is not None and (options.cookies or options.headers):
         own = OwnOrigin(origin, options, timeout_ms)
@@ -136,8 +144,10 @@ async def open_url(
     try:
         response = await page.goto(url, wait_until=options.wait_until, timeout=timeout_ms)
     except PlaywrightError as exc:
-        if (refused := _refusal(warnings, origin)) is not None:
+        if (refused := _gate_note(warnings, origin)) is not None:
             raise PermanentError(f"page_url was refused: {refused}") from None
+        if _gate_note(warnings, origin, unresolved=True) is not None:
+            raise _unresolved(url) from None
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "net::ERR_" in message and "Timeout" not in message:
             raise TransientError(f"page_url could not be opened: {message[:500]}") from None
@@ -146,8 +156,10 @@ async def open_url(
         return
     gate = response.headers.get(EGRESS_HEADER.lower())
     if gate == "refused":
-        refused = _refusal(warnings, None) or "by the network policy"
+        refused = _gate_note(warnings, None) or "by the network policy"
         raise PermanentError(f"page_url was refused: {refused}")
+    if gate == "unresolved":
+        raise _unresolved(response.url)
     if gate == "unreachable":
         raise TransientError(f"page_url could not be opened: no connection to {response.url}")
     if options.fail_on.http_status and response.status >= 400:
@@ -211,7 +223,7 @@ class Watch:
         if response.status < 400 or self._main(request):
             return
         gate = response.headers.get(EGRESS_HEADER.lower())
-        if gate == "refused":
+        if gate in ("refused", "unresolved"):
             return  # the gate has listed it
         why = "no connection to its host" if gate == "unreachable" else f"HTTP {response.status}"
         self._failed(request, why)
@@ -221,8 +233,11 @@ class Watch:
         if self._main(request) or failure in _NOT_FAILURES:
             return
         origin = netpolicy.origin(request.url)
-        if "TUNNEL_CONNECTION_FAILED" in failure and _refusal(self._warnings, origin):
-            return  # a tunnel the gate refused: listed as blocked already
+        if "TUNNEL_CONNECTION_FAILED" in failure and (
+            _gate_note(self._warnings, origin)
+            or _gate_note(self._warnings, origin, unresolved=True)
+        ):
+            return  # a tunnel the gate refused or could not open: listed already
         self._failed(request, failure)
 
     def _failed(self, request: Request, why: str) -> None:

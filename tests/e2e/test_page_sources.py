@@ -251,6 +251,39 @@ async def test_a_page_the_policy_refuses_or_that_cannot_be_reached_is_not_printe
         assert r.status == 200
 
 
+async def test_a_host_that_does_not_resolve_is_retried_and_never_called_blocked(
+    app: RunningApp,
+) -> None:
+    # A name under .invalid never resolves (RFC 2606): a DNS failure, as any name may have one.
+    for url in ("https://shop.example.invalid/invoice", "http://shop.example.invalid/invoice"):
+        async with app.http.post(app.url("/v1/jobs"), json={"page_url": url}) as r:
+            job = await r.json()
+        messages = await collect(app.http, app.url(job["links"]["events"]), until="job.retrying")
+        assert messages[-1].event == "job.retrying"
+        retrying = messages[-1].json["job"]
+        assert retrying["error"] == (
+            "page_url could not be opened: could not resolve shop.example.invalid"
+        )
+        assert not any("blocked" in warning for warning in retrying["warnings"]), retrying
+        async with app.http.post(app.url(f"/v1/jobs/{job['id']}/cancel")) as r:
+            assert r.status == 200
+    # A resource on such a host failed, as one whose host refused the connection would have.
+    template = '<img src="https://cdn.example.invalid/logo.png"><p>x</p>'
+    job, pdf = await run(app, {"template": template})
+    assert pdf is not None
+    assert job["warnings"] == [
+        "failed connection: could not resolve cdn.example.invalid (cdn.example.invalid:443)"
+    ]
+    job, pdf = await run(
+        app, {"template": template, "options": {"fail_on": {"resource_errors": True}}}
+    )
+    assert pdf is None and job["attempts"] == 1
+    assert job["error"] == (
+        "a resource of the page failed: failed connection: could not resolve cdn.example.invalid"
+        " (cdn.example.invalid:443)"
+    )
+
+
 async def test_cookies_and_headers_reach_the_pages_own_origin_only_and_stay_secret(
     app: RunningApp, site: Site, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -519,6 +519,26 @@ async def test_address_blocked_at_delivery_time_fails_with_the_reason(
     assert receiver.received == []
 
 
+async def test_a_host_that_does_not_resolve_is_retried_as_a_network_error(
+    start_hooked: StartHooked,
+) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    # A name under .invalid never resolves (RFC 2606): a DNS failure, as any name may have one.
+    job = await hooked.submit("https://hooks.example.invalid/pressroom")
+
+    attempts = await hooked.until_final()
+
+    tries = len(SCHEDULE) + 1
+    assert [a.outcome for a in attempts] == ["pending"] * (tries - 1) + ["failed"]
+    assert {a.error for a in attempts[:-1]} == {"could not resolve hooks.example.invalid"}
+    assert attempts[-1].error == (
+        f"could not resolve hooks.example.invalid; gave up after {tries} attempts"
+    )
+    [summary] = (await hooked.get(job["id"]))["webhooks"]
+    assert summary["status"] == "failed" and summary["attempts"] == tries
+    assert "blocked" not in summary["last_error"] and "not allowed" not in summary["last_error"]
+
+
 async def test_state_change_survives_a_sender_that_never_ran(
     start_hooked: StartHooked, receiver: Receiver
 ) -> None:

@@ -248,25 +248,29 @@ async def test_name_is_blocked_if_any_address_is(addresses: list[str], reason: s
     assert reason in verdict.reason
 
 
-async def test_dns_failure_is_blocked() -> None:
+async def test_dns_failure_is_unresolved_not_blocked() -> None:
     verdict = await NetworkPolicy().check_url("http://nowhere.invalid/", resolve=resolver({}))
-    assert verdict == Verdict(False, "blocked: cannot resolve nowhere.invalid")
+    assert verdict == Verdict(False, "could not resolve nowhere.invalid", unresolved=True)
+    # The real resolver: a name under .invalid never resolves (RFC 2606).
+    verdict, addresses = await NetworkPolicy().resolve("nowhere.invalid")
+    assert verdict == Verdict(False, "could not resolve nowhere.invalid", unresolved=True)
+    assert addresses == []
 
 
-async def test_empty_answer_is_blocked() -> None:
+async def test_empty_answer_is_unresolved() -> None:
     dns = resolver({"empty.example": []})
     verdict = await NetworkPolicy().check_url("http://empty.example/", resolve=dns)
-    assert verdict == Verdict(False, "blocked: cannot resolve empty.example")
+    assert verdict == Verdict(False, "could not resolve empty.example", unresolved=True)
 
 
-async def test_slow_dns_is_blocked() -> None:
+async def test_slow_dns_is_unresolved() -> None:
     async def hangs(host: str) -> list[str]:
         await asyncio.Event().wait()
         return []
 
     policy = NetworkPolicy(resolve_timeout_s=0.01)
     verdict = await policy.check_url("http://slow.example/", resolve=hangs)
-    assert verdict == Verdict(False, "blocked: cannot resolve slow.example")
+    assert verdict == Verdict(False, "could not resolve slow.example", unresolved=True)
 
 
 async def test_default_resolver_returns_plain_address_strings() -> None:
