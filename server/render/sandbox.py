@@ -234,6 +234,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 _env = _Sandbox()
 
 
+def parse(source: str) -> nodes.Template:
+    """The template's node tree as written (error messages read it)."""
+    return _env.parse(source)
+
+
 def compile_template(source: str) -> jinja2.Template:
     """Parse, bound, compile: Environment.parse and from_string of a node tree are Jinja's
     documented API, so no private part of Jinja's compiler is needed."""

@@ -6,18 +6,24 @@ loop when a render is quick, otherwise in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 import jinja2
+from jinja2 import nodes
 from jinja2.exceptions import SecurityError
 
 from server.errors import PermanentError
+from server.render import sandbox
 from server.render.limits import MAX_OUTPUT_CHARS, Budget, LimitExceeded, NotQuick, spending
 from server.render.sandbox import compile_template
 
 DEFAULT_TIMEOUT_S = 10.0
+# Jinja's own words for an attribute or item that is not there: "'dict object' has no attribute
+# 'nmae'", "list object has no element 5".
+_NO_MEMBER = re.compile(r"'?(?P<owner>.+?)'? has no (?P<what>attribute|element) (?P<name>.+)")
 
 T = TypeVar("T")
 
@@ -88,7 +94,7 @@ def _render_in(budget: Budget, source: str, data: dict[str, Any]) -> str:
     except jinja2.TemplateSyntaxError as exc:
         raise PermanentError(f"template syntax error on line {exc.lineno}: {exc.message}") from None
     except jinja2.UndefinedError as exc:
-        raise PermanentError(f"template error: {exc.message}") from None
+        raise PermanentError(_undefined(source, exc)) from None
     except SecurityError as exc:
         raise PermanentError(f"template refused by the sandbox: {exc}") from None
     except RecursionError:
@@ -99,6 +105,62 @@ def _render_in(budget: Budget, source: str, data: dict[str, Any]) -> str:
         raise PermanentError(f"template error: {exc}") from None
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
         raise PermanentError(f"template error: {type(exc).__name__}: {exc}") from None
+
+
+def _undefined(source: str, exc: jinja2.UndefinedError) -> str:
+    """What was undefined, and on which line of the template: "'customer' has no attribute
+    'nmae'" where Jinja says "'dict object' has no attribute 'nmae'"."""
+    message = exc.message or "a value is undefined"
+    line = _template_line(exc)
+    if line is None:
+        return f"template error: {message}"
+    missing = _NO_MEMBER.fullmatch(message)
+    if missing is not None:
+        owner = _owner(source, line, missing["name"])
+        if owner is not None:
+            message = f"{owner!r} has no {missing['what']} {missing['name']}"
+    return f"template error on line {line}: {message}"
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template line the error was raised on: Jinja rewrites the traceback so that the
+    template's frames carry its own line numbers."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno  # the innermost: a macro's line, not its caller's
+        tb = tb.tb_next
+    return line
+
+
+def _owner(source: str, line: int, name: str) -> str | None:
+    """The expression on `line` whose attribute or item `name` (a repr) was looked up, as
+    written (`customer`, `order.lines[0]`), if there is one."""
+    for node in sandbox.parse(source).find_all((nodes.Getattr, nodes.Getitem)):
+        if node.lineno != line:
+            continue
+        if isinstance(node, nodes.Getattr):
+            key: Any = node.attr
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            key = node.arg.value
+        else:
+            continue
+        if repr(key) == name and (owner := _written(node.node)) is not None:
+            return owner
+    return None
+
+
+def _written(node: nodes.Node) -> str | None:
+    """A variable and its attributes and constant items as the template writes them."""
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.Getattr):
+        owner = _written(node.node)
+        return None if owner is None else f"{owner}.{node.attr}"
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        owner = _written(node.node)
+        return None if owner is None else f"{owner}[{node.arg.value!r}]"
+    return None
 
 
 def render(source: str, data: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:

@@ -200,6 +200,30 @@ async def test_markdown_goes_through_jinja2_then_commonmark_with_github_extensio
     assert dict(row) == {"source": "markdown", "template": markdown}
 
 
+async def test_an_undefined_value_names_its_expression_and_line(
+    policed: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    template = "<h1>Invoice {{ number }}</h1>\n{% for line in lines %}\n<p>{{ customer.nmae }}</p>"
+    template += "{% endfor %}"
+    data = {"number": 7, "lines": [1], "customer": {"name": "Ana"}}
+    expected = "template error on line 3: 'customer' has no attribute 'nmae'"
+    status, job = await post(policed, "/v1/jobs", {"template": template, "data": data})
+    assert status == 202, job
+    failed = await final(policed, job)
+    assert failed["status"] == "failed" and failed["attempts"] == 1
+    assert failed["error"] == expected
+    status, problem = await post(policed, "/v1/templates/preview", {"html": template, "data": data})
+    assert status == 422 and problem["detail"] == expected, problem
+    # A name that is not there at all, and an item of a list.
+    for source, message in [
+        ("<p>{{ lines }}</p>\n{{ custmer.name }}", "on line 2: 'custmer' is undefined"),
+        ("{{ lines[3] }}", "on line 1: 'lines' has no element 3"),
+    ]:
+        status, job = await post(policed, "/v1/jobs", {"template": source, "data": {"lines": []}})
+        assert (await final(policed, job))["error"] == f"template error {message}"
+    assert fake_renderer.rendered == [], "nothing reached the browser"
+
+
 async def test_page_url_jobs_reach_the_renderer_as_pages_to_open(
     policed: RunningApp, fake_renderer: FakeRenderer
 ) -> None:
