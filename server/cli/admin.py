@@ -1,4 +1,5 @@
-"""pressroom serve | web | worker | migrate | keys | tenants | submit | jobs | watch | batch."""
+"""pressroom serve | web | worker | migrate | doctor | keys | tenants | submit | jobs | watch |
+batch."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import asyncpg
 
 from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
+from server.cli import doctor
 from server.queue import db
 from server.queue.embedded import EmbeddedPostgresError
 from server.settings import Settings, SettingsError, check_origin, unread_variables
@@ -435,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--port", type=int, help="listen port (PRESSROOM_PORT)")
         command.add_argument("--slots", type=int, help="render slots (PRESSROOM_RENDER_SLOTS)")
     commands.add_parser("migrate", help="apply database migrations and exit")
+    doctor.add_parser(commands)
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_commands.add_parser("create", help="print a new key for a tenant, once")
@@ -521,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "migrate":
                 asyncio.run(run_migrate(settings))
+            elif args.command == "doctor":
+                return asyncio.run(doctor.run(settings, args))
             elif args.command == "keys":
                 return asyncio.run(run_keys(settings, args))
             elif args.command == "tenants":
