@@ -39,7 +39,7 @@ from server.render.browsers import (
 )
 from server.render.cgroups import Leaf, RenderCgroups
 from server.render.dropuser import Launcher, launcher
-from server.render.egress import Gate, Site
+from server.render.egress import Gate, Site, loads_relative
 from server.render.printing import PRINT_VIEWPORT, SCREEN_VIEWPORT, Slot, print_in
 from server.render.sources import Document, PageUrl
 
@@ -432,7 +432,10 @@ class ChromiumRenderer:
         await self._ensure_browser()
         self._inflight += 1
         self._jobs_on_browser += 1
-        site = Site(html.encode(), assets) if assets and isinstance(html, str) else None
+        site = None
+        if isinstance(html, str) and (assets or loads_relative(html)):
+            # Served by the gate, so that a relative URL with no asset is a failed request.
+            site = Site(html.encode(), assets or {})
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._render(html, options, timeout_s, site)

@@ -11,10 +11,10 @@ gains nothing. A name that does not resolve is a failed request, not a refusal: 
 the next attempt. Each render slot has a gate of its own, so a refusal lands in the warnings of
 the job that slot prints.
 
-One origin never leaves the gate: `DOCUMENT_URL`, where a job with assets has its document
-and files (server/files/assets.py). The gate answers its requests from the job's `Site` itself, so
-relative URLs in the document resolve to the job's files, and any other path there is refused
-like an address the policy refuses.
+One origin never leaves the gate: `DOCUMENT_URL`, where a job with assets (or with relative URLs)
+has its document and files (server/files/assets.py). The gate answers its requests from the job's
+`Site` itself, so relative URLs in the document resolve to the job's files; a path it has no
+file for is a failed request, listed in the job's warnings.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ _UNREACHABLE = (
 _UNRESOLVED = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nPressroom-Egress: unresolved\r\n"
     b"Connection: close\r\n\r\n"
+)
+_NO_ASSET = (
+    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nPressroom-Egress: missing\r\n"
+    b"Cache-Control: no-store\r\nConnection: close\r\n\r\n"
 )
 _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -142,6 +147,35 @@ def _parse_request(head: bytes) -> _Request:
     except UnicodeDecodeError:
         raise _Malformed("non-ASCII request line") from None
     return _Request(method, target, headers)
+
+
+# Where a document names a file it loads (src, srcset, poster, <link href>, CSS url() and
+# @import), and a value there that is relative: no scheme, not only a fragment.
+_RELATIVE = r"""["']?(?=[^\s"'>)])(?![a-z][a-z0-9+.\-]*:|#)"""
+_LOADS = {
+    "src": re.compile(r"(?:set)?\s*=\s*" + _RELATIVE),
+    "poster": re.compile(r"\s*=\s*" + _RELATIVE),
+    "href": re.compile(r"\s*=\s*" + _RELATIVE),
+    "url(": re.compile(r"\s*" + _RELATIVE),
+    "@import": re.compile(r"""\s+["'](?![a-z][a-z0-9+.\-]*:)"""),
+}
+
+
+def loads_relative(html: str) -> bool:
+    """Whether the document names a file by a relative URL, which only DOCUMENT_URL answers
+    (written into about:blank, it would load nothing, and say nothing). A quick scan: the
+    keywords are found by str.find, and only their values are matched."""
+    lower = html.lower()
+    for keyword, value in _LOADS.items():
+        at = lower.find(keyword)
+        while at != -1:
+            end = at + len(keyword)
+            if value.match(lower, end) and (
+                keyword != "href" or lower.startswith("<link", lower.rfind("<", 0, at))
+            ):
+                return True
+            at = lower.find(keyword, end)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,12 +292,17 @@ class Gate:
         self, request: _Request, writer: asyncio.StreamWriter, shown: str
     ) -> None:
         """A request to the job's own origin, answered from its Site: never the network."""
-        found = None
-        if self.site is not None and request.method in ("GET", "HEAD"):
-            found = self.site.find(unquote(urlsplit(request.target).path).removeprefix("/"))
-        if found is None:
+        if self.site is None or request.method not in ("GET", "HEAD"):
             self._refuse(request, "not one of the job's assets", shown)
             writer.write(_REFUSED)
+            return
+        path = unquote(urlsplit(request.target).path).removeprefix("/")
+        found = self.site.find(path)
+        if found is None:
+            # A relative URL the job has no file for: a failed resource, as a 404 would be.
+            why = f"no asset is mapped to {path}; name one in the job's assets"
+            self._note(f"failed {request.kind}: {why} ({shown[:200]})")
+            writer.write(_NO_ASSET)
             return
         content_type, body = found
         # no-store: a reused slot's next job may map the same path to other bytes.

@@ -223,10 +223,11 @@ class Watch:
         if response.status < 400 or self._main(request):
             return
         gate = response.headers.get(EGRESS_HEADER.lower())
-        if gate in ("refused", "unresolved"):
-            return  # the gate has listed it
-        why = "no connection to its host" if gate == "unreachable" else f"HTTP {response.status}"
-        self._failed(request, why)
+        if gate == "unreachable":
+            self._failed(request, "no connection to its host")
+        elif gate is None:
+            self._failed(request, f"HTTP {response.status}")
+        # Otherwise the gate answered itself (refused, unresolved, missing): it has listed it.
 
     def _request_failed(self, request: Request) -> None:
         failure = request.failure or "failed"

@@ -42,7 +42,7 @@ class Slot:
     media: dict[str, str] = dataclasses.field(default_factory=dict)  # as emulated last
     leaves: list[Leaf] = dataclasses.field(default_factory=list)
     oom_kills: int = 0
-    served: bool = False  # the page is at the gate's reserved origin (a job with assets)
+    served: bool = False  # the page is at the gate's reserved origin (assets, relative URLs)
 
     def out_of_memory(self) -> bool:
         return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
@@ -106,8 +106,9 @@ async def _open(
     page: Page, html: str, options: RenderOptions, timeout_ms: float, *, served: bool
 ) -> None:
     """Load the document: written into the page (about:blank, nothing relative resolves), or,
-    when its slot's gate serves it (a job with assets), opened at the gate's reserved origin,
-    where relative URLs reach the job's files. Only jobs with assets pay for the navigation."""
+    when its slot's gate serves it (a job with assets or relative URLs), opened at the gate's
+    reserved origin, where relative URLs reach the job's files. Only those jobs pay for the
+    navigation."""
     if served:
         await page.goto(DOCUMENT_URL, wait_until=options.wait_until, timeout=timeout_ms)
     else:

@@ -89,7 +89,8 @@ async def test_a_logo_uploaded_once_is_in_every_pdf_and_read_from_storage_once(
         drawn = images(pdf)
         assert drawn.count((40, 20, RED)) == 2, drawn
         assert job["warnings"] == [
-            f"blocked image: not one of the job's assets ({DOCUMENT_URL}img/missing.png)"
+            "failed image: no asset is mapped to img/missing.png; name one in the job's assets"
+            f" ({DOCUMENT_URL}img/missing.png)"
         ]
     assert chromium_app.app[ASSET_CACHE].reads == reads + 2, "each asset read once"
 
@@ -123,8 +124,42 @@ async def test_a_reused_slot_gives_no_job_the_files_of_the_job_before(
     assert plain is not None
     assert (30, 30, BLUE) not in images(plain) and (30, 30, RED) not in images(plain)
     assert job["warnings"] == [
-        f"blocked image: not one of the job's assets ({DOCUMENT_URL}logo.png)"
+        "failed image: no asset is mapped to logo.png; name one in the job's assets"
+        f" ({DOCUMENT_URL}logo.png)"
     ]
+
+
+async def test_a_relative_url_no_asset_answers_is_a_warning_or_fails_when_asked(
+    chromium_app: RunningApp,
+) -> None:
+    logo = await upload(chromium_app, png(RED, 40, 20), "image/png")
+    page = (
+        '<style>h1 { background: url("img/paper.png") }</style><h1>Invoice</h1>'
+        '<img src="img/logo.png"><a href="terms.html">terms</a><a href="#top">top</a>'
+    )
+
+    def missing(path: str, kind: str = "image") -> str:
+        why = f"no asset is mapped to {path}; name one in the job's assets"
+        return f"failed {kind}: {why} ({DOCUMENT_URL}{path})"
+
+    # Without assets the page is not written into about:blank, where it would load nothing
+    # and say nothing, but served where its relative URLs are asked for and found missing.
+    for assets, expected in [
+        ({}, [missing("img/paper.png"), missing("img/logo.png")]),
+        ({"img/logo.png": logo}, [missing("img/paper.png")]),
+    ]:
+        job, pdf = await render(chromium_app, {"template": page, "assets": assets})
+        assert pdf is not None, job
+        assert sorted(job["warnings"]) == sorted(expected), job["warnings"]
+        job, pdf = await render(
+            chromium_app,
+            {"template": page, "assets": assets, "options": {"fail_on": {"resource_errors": True}}},
+        )
+        assert pdf is None and job["attempts"] == 1
+        assert job["error"].startswith("a resource of the page failed: failed image: no asset")
+    # A page that names nothing relative prints as before, and says nothing.
+    job, pdf = await render(chromium_app, {"template": '<a href="#x">x</a><p id="x">plain</p>'})
+    assert pdf is not None and job["warnings"] == []
 
 
 async def test_a_multipart_job_prints_with_its_files(chromium_app: RunningApp) -> None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from server.netpolicy import NetworkPolicy
-from server.render.egress import DOCUMENT_HOST, DOCUMENT_URL, Gate, Site
+from server.render.egress import DOCUMENT_HOST, DOCUMENT_URL, Gate, Site, loads_relative
 
 
 class Upstream:
@@ -168,10 +168,24 @@ async def test_the_reserved_origin_is_answered_from_the_site_without_a_connectio
     assert warnings == []
 
 
+async def test_a_path_the_site_has_no_file_for_is_a_failed_request() -> None:
+    warnings: list[str] = []
+    gate = await started(Gate(NetworkPolicy([]), warnings.append, never_resolve))
+    gate.site = SITE
+    answer = await exchange(
+        gate, f"GET {DOCUMENT_URL}img/other%20logo.png HTTP/1.1\r\n\r\n".encode()
+    )
+    await gate.close()
+    assert answer.startswith(b"HTTP/1.1 404 ") and b"Pressroom-Egress: missing\r\n" in answer
+    assert warnings == [
+        "failed request: no asset is mapped to img/other logo.png; name one in the job's assets"
+        f" ({DOCUMENT_URL}img/other%20logo.png)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("site", "request_line", "kind"),
     [
-        (SITE, f"GET {DOCUMENT_URL}other.png", "request"),
         (SITE, f"POST {DOCUMENT_URL}logo.png", "POST request"),
         (SITE, f"CONNECT {DOCUMENT_HOST}:443", "connection"),
         (None, f"GET {DOCUMENT_URL}logo.png", "request"),
@@ -188,3 +202,37 @@ async def test_what_the_site_does_not_hold_is_refused_into_the_warnings(
     assert answer.startswith(b"HTTP/1.1 403 ")
     shown = request_line.split(" ", 1)[1]
     assert warnings == [f"blocked {kind}: not one of the job's assets ({shown})"]
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        '<img src="logo.png">',
+        "<IMG SRC=./logo.png>",
+        '<img srcset="a.png 1x, b.png 2x">',
+        '<video poster="still.png">',
+        '<script src="/app.js"></script>',
+        '<link href=site.css rel="stylesheet">',
+        "<p style=\"background: url( 'paper.png' )\">",
+        '<style>@import "theme.css";</style>',
+        '<img src="//cdn.example.com/logo.png">',
+    ],
+)
+def test_a_document_naming_a_file_by_a_relative_url_is_served(html: str) -> None:
+    assert loads_relative(html)
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        '<img src="https://cdn.example.com/logo.png"><img src="HTTP://x/a.png">',
+        '<img src="data:image/png;base64,AAAA"><img src="">',
+        '<a href="terms.html">terms</a><a href="#top">top</a>',
+        '<link rel="stylesheet" href="https://cdn.example.com/site.css">',
+        '<svg><rect fill="url(#grad)"/></svg><p style="filter: url(\'#f\')">',
+        '<style>@import url("https://fonts.example.com/a.css"); @import "https://x/b.css";</style>',
+        "<p>the src of the problem</p>",
+    ],
+)
+def test_a_document_naming_no_file_by_a_relative_url_is_written_into_the_page(html: str) -> None:
+    assert not loads_relative(html)
