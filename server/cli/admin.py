@@ -541,4 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (EmbeddedPostgresError, CannotListen) as exc:
             print(f"pressroom: {exc}", file=sys.stderr)
             return 1
+        except BrokenPipeError:
+            # The reader has gone (`pressroom doctor | head`): end quietly, as filters do, with
+            # standard output on /dev/null so that the exit's own flush does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

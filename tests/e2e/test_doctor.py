@@ -374,3 +374,20 @@ async def doctor_process(env: dict[str, str], *args: str) -> tuple[int, str]:
     if process.returncode not in (0, 1):
         pytest.fail(f"doctor exited with {process.returncode}:\n{err.decode()}")
     return process.returncode, out.decode()
+
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+async def test_doctor_into_a_reader_that_stops_ends_quietly(dsn: str, tmp_path: Path) -> None:
+    env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": str(tmp_path / "data")}
+    proc = await asyncio.create_subprocess_shell(
+        f"{sys.executable} -m server doctor | head -1",
+        cwd=CHECKOUT,
+        env=env,
+        stdout=PIPE,
+        stderr=PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert out.decode().startswith("ok    database"), out
+    assert "Traceback" not in err.decode() and "BrokenPipe" not in err.decode(), err
