@@ -140,3 +140,17 @@ def test_request_bodies_read_with_the_same_verdicts_as_the_exact_reader(text: st
             return f"refused: {exc}"
 
     assert verdict(jsontext.loads) == verdict(json.loads)
+
+
+def test_the_ready_line_names_the_dashboard_api_and_docs_where_clients_reach_them() -> None:
+    from server.cli.admin import ready_line
+    from server.settings import Settings
+
+    site = "https://pdf.example.com"
+    behind_a_proxy = Settings(host="0.0.0.0", public_url=site)
+    assert ready_line(behind_a_proxy) == (
+        f"Pressroom is ready: dashboard {site}/  API {site}/v1/  docs {site}/docs"
+    )
+    assert ready_line(Settings(run_web=False)) == (
+        "Pressroom is ready: render slots only, no web app"
+    )
