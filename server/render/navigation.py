@@ -33,6 +33,12 @@ LAZY_SETTLE_MS = 30
 _NOT_FAILURES = ("net::ERR_ABORTED",)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
+ADD_STYLE = """css => new Promise(done => {
+  const style = document.createElement("style");
+  style.textContent = css;
+  style.onload = style.onerror = () => done();
+  (document.head || document.documentElement).append(style);
+})"""
 SCROLL_TO_END = """async ([maxScreens, settleMs]) => {
   const root = document.scrollingElement || document.documentElement;
   const settle = () => new Promise(done => requestAnimationFrame(() => setTimeout(done, settleMs)));
@@ -165,6 +171,13 @@ async def open_url(
     if options.fail_on.http_status and response.status >= 400:
         status = f"{response.status} {response.status_text}".strip()
         raise PermanentError(f"page_url answered HTTP {status} ({response.url[:200]})")
+
+
+async def add_css(page: Page, css: str) -> None:
+    """options.css after the page's own styles. Playwright's add_style_tag fails when an
+    @import in it fails; here that is a failed resource like any other (the gate's warnings
+    and Watch list it), as it is for a template, whose HTML carries the stylesheet."""
+    await page.evaluate(ADD_STYLE, css)
 
 
 async def scroll_to_end(page: Page) -> None:

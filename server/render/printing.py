@@ -79,7 +79,7 @@ async def print_in(
                 page, html.url, options, timeout_ms=timeout_ms, warnings=slot.warnings
             )
             if options.css:
-                await page.add_style_tag(content=options.css)
+                await navigation.add_css(page, options.css)
             if options.title:
                 # A header's or footer's `.title` prints the document's title (as with HTML).
                 await page.evaluate("title => { document.title = title; }", options.title)

@@ -372,6 +372,30 @@ async def test_failed_subresources_are_listed_or_fail_the_job(app: RunningApp, s
     assert pdf is None and "10.0.0.1 is a private address" in job["error"], job
 
 
+async def test_a_failed_import_in_options_css_is_a_warning_as_in_a_template(
+    app: RunningApp, site: Site
+) -> None:
+    blocked = "@import url('http://10.0.0.1/theme.css'); body::before { content: 'Added' }"
+    expected = (
+        "blocked style: 10.0.0.1 is a private address; allow it with"
+        " PRESSROOM_ALLOW_HOSTS=10.0.0.1 (http://10.0.0.1/theme.css)"
+    )
+    for source in ({"page_url": site.url("/invoice")}, {"template": "<h1>Invoice 42</h1>"}):
+        job, pdf = await run(app, {**source, "options": {"css": blocked}})
+        assert pdf is not None, job
+        assert job["warnings"] == [expected]
+        assert "Added" in pdf_text(pdf), "the rest of the stylesheet applies"
+    # Not there: listed, or the job's failure when the options ask for that.
+    missing = f"@import url('{site.url('/theme.css')}');"
+    failed = f"failed stylesheet: HTTP 404 ({site.url('/theme.css')})"
+    job, pdf = await run(app, {"page_url": site.url("/invoice"), "options": {"css": missing}})
+    assert pdf is not None and job["warnings"] == [failed]
+    strict = {"css": missing, "fail_on": {"resource_errors": True}}
+    job, pdf = await run(app, {"page_url": site.url("/invoice"), "options": strict})
+    assert pdf is None and job["attempts"] == 1
+    assert job["error"] == f"a resource of the page failed: {failed}"
+
+
 async def test_networkidle_and_a_delay_wait_for_late_content(app: RunningApp, site: Site) -> None:
     _, pdf = await run(
         app, {"page_url": site.url("/late"), "options": {"wait_until": "networkidle"}}
