@@ -377,7 +377,9 @@ class Settings(BaseSettings):
         "text", "`json` writes one JSON object per log line (with `job_id` and `tenant`)"
     )
     log_level: LogLevel = setting(
-        "INFO", "the least severe log lines written: `DEBUG`, `INFO`, `WARNING` or `ERROR`"
+        "INFO",
+        "the least severe log lines a server writes: `DEBUG`, `INFO`, `WARNING` or `ERROR` "
+        "(operator commands, such as `keys` or `doctor`, write warnings and errors only)",
     )
     public_url: PublicUrl = setting(
         "",
