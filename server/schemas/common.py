@@ -355,6 +355,10 @@ class Problem(BaseModel):
     detail: str | None = Field(None, description="What happened, for a person.")
     instance: str | None = Field(None, description="The path of the request.")
     errors: list[FieldError] | None = Field(None, description="One entry per invalid field.")
+    limit_bytes: int | None = Field(
+        None, description="A 413's limit, in bytes (the value of the setting named)."
+    )
+    setting: str | None = Field(None, description="A 413's setting: the variable that sets it.")
 
 
 class Health(BaseModel):

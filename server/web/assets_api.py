@@ -12,7 +12,7 @@ from server.problems import Problem, not_found
 from server.schemas.assets import AssetListQuery
 from server.sql import query
 from server.web import uploads
-from server.web.common import json_response, query_of, tenant_of
+from server.web.common import json_response, query_of, read_body, tenant_of
 
 routes = web.RouteTableDef()
 
@@ -42,13 +42,14 @@ async def upload(request: web.Request) -> web.Response:
     kind = assets.content_type(request.headers.get("Content-Type", ""))
     if kind is None:
         raise uploads.unsupported("The body", request.content_type)
-    limit = settings.max_asset_bytes
-    refuse = uploads.too_large("The asset", limit, "PRESSROOM_MAX_ASSET_BYTES")
-    if request.content_length is not None and request.content_length > limit:
-        raise refuse
-    data = await uploads.read_limited(
-        request.content.iter_chunked(uploads.READ_CHUNK_BYTES), limit, refuse
-    )
+    refuse = uploads.asset_too_large("The asset", settings)
+    data = await read_body(request, settings.max_asset_bytes, refuse)
+    if not data:
+        raise uploads.empty(
+            "",
+            "The asset is empty: send the file's bytes as the body, with its Content-Type "
+            "(curl: --data-binary @FILE).",
+        )
     [(asset, created)] = await uploads.store(
         request.app[POOL],
         request.app[STORAGE],

@@ -1,25 +1,38 @@
-"""What every HTTP handler shares: the tenant of a request, its JSON body validated through the
-models, a JSON response, a job id from the path."""
+"""What every HTTP handler shares: the tenant of a request, its body read within its limit, its
+JSON body validated through the models, a JSON response, a job id from the path."""
 
 from __future__ import annotations
 
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
 from server import jsontext
 from server.files.library import Ref
 from server.keys import POLICY, SETTINGS
-from server.problems import Problem, invalid_input, not_found
+from server.problems import (
+    CONTENT_CODINGS,
+    Problem,
+    body_too_large,
+    invalid_input,
+    not_found,
+    undecodable,
+)
 from server.schemas.common import Checks
 from server.web import auth
 
 M = TypeVar("M", bound=BaseModel)
+
+READ_CHUNK_BYTES = 64 * 1024
+#: Arrays and objects within each other a JSON body may nest: far more than any document's
+#: data needs, and well within the levels orjson writes (jsontext.ORJSON_MAX_DEPTH), so every
+#: copy of a job's data (its row, what shows it) keeps to the fast writer.
+MAX_JSON_DEPTH = 128
 
 
 def tenant_of(request: web.Request) -> str:
@@ -33,13 +46,49 @@ async def read_json(request: web.Request) -> Any:
         "+json"
     ):
         raise Problem(415, "Unsupported media type", "Send the body as application/json.")
-    return parse_json(await request.read())
+    settings = request.app[SETTINGS]
+    limit = settings.max_body_bytes
+    refuse = body_too_large(limit, settings.max_asset_bytes, settings.max_upload_bytes)
+    return parse_json(await read_body(request, limit, refuse))
+
+
+async def read_body(request: web.Request, limit: int, refuse: Problem) -> bytes:
+    """The body read whole, decoded; `refuse` (a 413) as soon as it passes `limit` bytes."""
+    check_encoding(request)
+    if request.content_length is not None and request.content_length > limit:
+        raise refuse
+    return await read_limited(request.content.iter_chunked(READ_CHUNK_BYTES), limit, refuse)
+
+
+def check_encoding(request: web.Request) -> None:
+    """400 for a Content-Encoding aiohttp would pass on undecoded (it decodes only the
+    CONTENT_CODINGS, one at a time), before the body is read as if it had none."""
+    given = ", ".join(request.headers.getall(hdrs.CONTENT_ENCODING, ())).strip()
+    if given and given.lower() != "identity" and given.lower() not in CONTENT_CODINGS:
+        raise undecodable(given)
+
+
+async def read_limited(chunks: AsyncIterator[bytes], limit: int, refuse: Problem) -> bytes:
+    """A body or part read whole, refused as soon as it passes `limit` bytes."""
+    kept: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise refuse
+        kept.append(chunk)
+    return b"".join(kept)
 
 
 def parse_json(raw: bytes) -> Any:
     """A JSON body (or a multipart job's JSON part); 400 problem+json when it is not JSON."""
     try:
-        body = jsontext.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        body = jsontext.loads(
+            raw.decode("utf-8"),
+            max_depth=MAX_JSON_DEPTH,
+            parse_constant=_no_constant,
+            parse_float=_finite,
+        )
         # NUL and lone surrogates can only arrive as \u escapes: most bodies have none.
         if _SUSPECT_ESCAPE.search(raw):
             _check_text(body)
@@ -48,9 +97,13 @@ def parse_json(raw: bytes) -> Any:
         raise Problem(
             400, "Malformed body", "The body is not valid UTF-8.", kind="malformed-body"
         ) from None
-    except RecursionError:
+    except jsontext.TooDeep:
         raise Problem(
-            400, "Malformed body", "The JSON is nested too deeply.", kind="malformed-body"
+            400,
+            "Malformed body",
+            f"The JSON is nested too deeply: arrays and objects may be nested at most "
+            f"{MAX_JSON_DEPTH} levels deep. Send flatter data.",
+            kind="malformed-body",
         ) from None
     except ValueError as exc:
         raise Problem(
@@ -124,7 +177,7 @@ def validated(model: type[M], body: Any, checks: Checks, detail: str | None = No
     try:
         return model.model_validate(body, context=checks.context())
     except ValidationError as exc:
-        raise invalid_input(exc, *(detail,) if detail else ()) from None
+        raise invalid_input(exc, *(detail,) if detail else (), model=model) from None
 
 
 def query_of(request: web.Request, model: type[M]) -> M:

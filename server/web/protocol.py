@@ -1,6 +1,7 @@
 """HTTP connections: aiohttp's protocol, answering requests its parser refuses (a header too
 long, a bad method or request line, Content-Length with Transfer-Encoding, a broken chunked
-body) with problem+json, and the app runner that serves with it.
+body, a Content-Encoding it cannot decode) with problem+json, closing a connection whose body
+the parser stopped in, and the app runner that serves with it.
 
 aiohttp answers those itself, before any middleware runs: text/plain quoting the request's
 bytes, and an ERROR with a traceback in the log, which anyone can cause at will. aiohttp has no
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import logging
 from http import HTTPStatus
+from typing import Any
 
 from aiohttp import http_exceptions, web, web_protocol
 from aiohttp.web_request import BaseRequest
 
-from server.problems import Problem
+from server.problems import Problem, undecodable
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,6 @@ _DETAILS: tuple[tuple[type[http_exceptions.HttpProcessingError], str], ...] = (
     (http_exceptions.InvalidURLError, "The request target is not a valid URL."),
     (http_exceptions.TransferEncodingError, "The chunked body is not valid."),
     (http_exceptions.ContentLengthError, "The body does not match its Content-Length."),
-    (http_exceptions.ContentEncodingError, "The body does not match its Content-Encoding."),
 )
 _MALFORMED = (
     "The request is not valid HTTP/1.1 (a malformed header or chunked body, or a body framed "
@@ -91,13 +92,38 @@ class _Protocol(web_protocol.RequestHandler):
                 _reason(exc) or detail,
                 type(exc).__name__,
             )
-            problem = Problem(status, "Bad request", detail, kind="malformed-request")
+            if isinstance(exc, http_exceptions.ContentEncodingError):
+                problem = undecodable()  # br or zstd, without their packages installed
+            else:
+                problem = Problem(status, "Bad request", detail, kind="malformed-request")
         if request.writer.output_size > 0:
             # As aiohttp: a response has begun, so the connection can only be dropped.
             raise ConnectionError("a response was sent already; cannot send the error")
         response = problem.response()
         response.force_close()
         return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, web_protocol.RequestPayloadError):
+            # A body that failed to decode after its answer was sent, while aiohttp read on
+            # for the rest: the client's doing, so one line, as for any request the parser
+            # refuses.
+            log.warning("refused the rest of a request body (%s)", type(exc.__cause__).__name__)
+            return
+        super().log_exception(*args, **kwargs)
+
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        if request.content.exception() is not None:
+            # The parser stopped inside this body (one that does not decode as its
+            # Content-Encoding says, say): none of the rest will come, nor another request.
+            # Its end here keeps aiohttp from reading on for the rest, which raises the error
+            # again, as an ERROR with a traceback; the answer closes the connection.
+            request.content.feed_eof()
+            resp.force_close()
+        return await super().finish_response(request, resp, start_time)
 
 
 class _Server(web.Server):

@@ -100,7 +100,7 @@ def parse_target(data: Any) -> SubscribeRequest:
     try:
         return SubscribeRequest.model_validate(data)
     except ValidationError as exc:
-        raise invalid_input(exc, "The subscription is not valid.") from None
+        raise invalid_input(exc, "The subscription is not valid.", model=SubscribeRequest) from None
 
 
 def stream_key(target: SubscribeRequest) -> str:

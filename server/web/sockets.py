@@ -287,7 +287,9 @@ class PushServer:
         try:
             asked = RefreshRequest.model_validate(data)
         except ValidationError as exc:
-            return socket_wire.error_ack(invalid_input(exc, "The refresh is not valid."))
+            return socket_wire.error_ack(
+                invalid_input(exc, "The refresh is not valid.", model=RefreshRequest)
+            )
         verified = await self.app[AUTH].verify_token(asked.token)
         if not isinstance(verified, credentials.Verified):
             return socket_wire.error_ack(

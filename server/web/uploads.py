@@ -19,11 +19,11 @@ from server.files import assets
 from server.files.assets import Asset, QuotaExceeded, Upload
 from server.files.storage import Storage
 from server.keys import SETTINGS
-from server.problems import Problem, invalid
+from server.problems import Problem, human_size, invalid, size_text, too_large
 from server.schemas.assets import MAX_JOB_ASSETS, asset_path_problem
-from server.web.common import parse_json
+from server.settings import Settings
+from server.web.common import READ_CHUNK_BYTES, check_encoding, parse_json, read_limited
 
-READ_CHUNK_BYTES = 64 * 1024
 JOB_PART = "job"
 #: The index part's file name → the field of the job body it becomes.
 INDEX_PARTS = {"index.html": "template", "index.md": "markdown"}
@@ -36,13 +36,51 @@ STORAGE_RETRY_S = 2
 # --- limits and refusals -----------------------------------------------------------------
 
 
-def too_large(what: str, limit: int, setting: str) -> Problem:
-    return Problem(
-        413,
-        "Asset too large",
-        f"{what} is over {limit} bytes ({setting}).",
+def asset_too_large(what: str, settings: Settings) -> Problem:
+    """One file over PRESSROOM_MAX_ASSET_BYTES (POST /v1/assets, or a file of a multipart job)."""
+    return too_large(
+        what,
+        settings.max_asset_bytes,
+        "PRESSROOM_MAX_ASSET_BYTES",
+        "Send a smaller file (compress or scale down images, subset fonts), or ask the "
+        "operator to raise the limit.",
+        title="Asset too large",
         kind="asset-too-large",
     )
+
+
+def upload_too_large(settings: Settings) -> Problem:
+    """A multipart job over PRESSROOM_MAX_UPLOAD_BYTES, all its parts together."""
+    return too_large(
+        "The multipart body",
+        settings.max_upload_bytes,
+        "PRESSROOM_MAX_UPLOAD_BYTES",
+        "Upload large files once as assets (POST /v1/assets), then send the job with their "
+        "ids in `assets` (in its job part, or as JSON): each is stored once, for every job "
+        "that names it.",
+        title="Body too large",
+        kind="body-too-large",
+    )
+
+
+def part_too_large(name: str | None, settings: Settings) -> Problem:
+    """A part without a file name (the job's JSON, or the page by its name) over
+    PRESSROOM_MAX_BODY_BYTES, the limit of a JSON body."""
+    return too_large(
+        f"The part {name or '(unnamed)'}",
+        settings.max_body_bytes,
+        "PRESSROOM_MAX_BODY_BYTES",
+        "Send files as parts with a file name, each up to "
+        f"{human_size(settings.max_asset_bytes)} (PRESSROOM_MAX_ASSET_BYTES).",
+        title="Body too large",
+        kind="body-too-large",
+    )
+
+
+def empty(field: str, detail: str) -> Problem:
+    """422 for a file of no bytes: stored, it would be an asset that any page reads as
+    broken."""
+    return invalid([(field, "is empty: a file must have at least one byte")], detail)
 
 
 def unsupported(what: str, given: str) -> Problem:
@@ -58,10 +96,11 @@ def over_quota(exc: QuotaExceeded) -> Problem:
     return Problem(
         413,
         "Asset quota exceeded",
-        f"The tenant's assets take {exc.used} bytes; {exc.adding} more would pass its quota of "
-        f"{exc.limit} bytes (PRESSROOM_TENANT_MAX_ASSET_BYTES). Delete assets it no longer "
-        "needs.",
+        f"The tenant's assets take {size_text(exc.used)}; {size_text(exc.adding)} more would "
+        f"pass its quota of {size_text(exc.limit)}, the limit PRESSROOM_TENANT_MAX_ASSET_BYTES "
+        "sets. Delete assets it no longer needs (DELETE /v1/assets/{id}).",
         kind="asset-quota",
+        extra={"limit_bytes": exc.limit, "setting": "PRESSROOM_TENANT_MAX_ASSET_BYTES"},
     )
 
 
@@ -95,18 +134,6 @@ async def store(
         raise storage_unavailable(exc) from None
 
 
-async def read_limited(chunks: AsyncIterator[bytes], limit: int, refuse: Problem) -> bytes:
-    """A body or part read whole, refused as soon as it passes `limit` bytes."""
-    kept: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise refuse
-        kept.append(chunk)
-    return b"".join(kept)
-
-
 async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
     while chunk := await part.read_chunk(READ_CHUNK_BYTES):
         yield chunk
@@ -130,12 +157,12 @@ def _part_problem(field: str, message: str) -> Problem:
 async def read_multipart(request: web.Request) -> MultipartJob:
     """The job a multipart/form-data body stands for: nothing is stored until it is valid."""
     settings = request.app[SETTINGS]
-    total = settings.max_upload_bytes
-    if request.content_length is not None and request.content_length > total:
-        raise too_large("The multipart body", total, "PRESSROOM_MAX_UPLOAD_BYTES")
+    check_encoding(request)
+    if request.content_length is not None and request.content_length > settings.max_upload_bytes:
+        raise upload_too_large(settings)
     try:
         reader = await request.multipart()
-        parts = await _parts(reader, settings.max_body_bytes, total)
+        parts = await _parts(reader, settings)
     except (ValueError, AssertionError, RuntimeError, HttpProcessingError) as exc:
         # aiohttp's reader refuses a body without its boundary, one cut short, or a part
         # whose headers are not HTTP headers.
@@ -168,7 +195,13 @@ async def read_multipart(request: web.Request) -> MultipartJob:
                 raise _part_problem(filename, "is given twice")
             if (why := asset_path_problem(filename)) is not None:
                 raise _part_problem(filename, f"the file name {why}")
-            files[filename] = (data, _file_type(filename, kind, data, settings.max_asset_bytes))
+            if not data:
+                raise empty(
+                    filename,
+                    f"The file {filename} is empty: send its bytes in its part, or leave the "
+                    "part out.",
+                )
+            files[filename] = (data, _file_type(filename, kind, data, settings))
     if index is None:
         raise _part_problem(
             "index.html", "is required: a part with the file name index.html (or index.md)"
@@ -214,9 +247,9 @@ def _job_part(data: bytes) -> dict[str, Any]:
     return body
 
 
-def _file_type(filename: str, given: str, data: bytes, limit: int) -> str:
-    if len(data) > limit:
-        raise too_large(f"The file {filename}", limit, "PRESSROOM_MAX_ASSET_BYTES")
+def _file_type(filename: str, given: str, data: bytes, settings: Settings) -> str:
+    if len(data) > settings.max_asset_bytes:
+        raise asset_too_large(f"The file {filename}", settings)
     kind = assets.content_type(given) or assets.type_of_name(filename)
     if kind is None:
         raise unsupported(f"The file {filename}", given)
@@ -224,11 +257,12 @@ def _file_type(filename: str, given: str, data: bytes, limit: int) -> str:
 
 
 async def _parts(
-    reader: MultipartReader, max_json_bytes: int, max_total_bytes: int
+    reader: MultipartReader, settings: Settings
 ) -> list[tuple[str | None, str | None, str, bytes]]:
     """Every part as (name, file name, content type, bytes), each read within its limit."""
     found: list[tuple[str | None, str | None, str, bytes]] = []
     total = 0
+    refuse = upload_too_large(settings)
     while (part := await reader.next()) is not None:
         if not isinstance(part, BodyPartReader):
             raise _part_problem("", "nested multipart bodies are not read")
@@ -237,11 +271,9 @@ async def _parts(
         encoding = part.headers.get("Content-Transfer-Encoding", "binary").lower()
         if encoding not in ("binary", "8bit", "7bit"):
             raise _part_problem(part.filename or part.name or "", "send the file as binary")
-        limit = max_total_bytes - total
-        refuse = too_large("The multipart body", max_total_bytes, "PRESSROOM_MAX_UPLOAD_BYTES")
-        data = await read_limited(_chunks(part), limit, refuse)
-        if part.filename is None and len(data) > max_json_bytes:
-            raise too_large(f"The part {part.name}", max_json_bytes, "PRESSROOM_MAX_BODY_BYTES")
+        data = await read_limited(_chunks(part), settings.max_upload_bytes - total, refuse)
+        if part.filename is None and len(data) > settings.max_body_bytes:
+            raise part_too_large(part.name, settings)
         total += len(data)
         # Some clients percent-encode file names (a path's "/" too); asset paths have no "%".
         filename = unquote(part.filename) if part.filename is not None else None
