@@ -56,6 +56,7 @@ from server.web import (
     health,
     jobs_api,
     openapi,
+    reference,
     sockets,
     sse,
     templates_api,
@@ -276,6 +277,7 @@ def create_app(
         templates_api.setup(app)  # /v1/templates
         app.add_routes(health.routes)
         app.router.add_get("/v1/openapi.json", openapi.handler)
+        app.add_routes(reference.routes)  # /docs, the API reference
         app.router.add_get("/", _index)
         app.router.add_get("/pressroom.js", _client_module)
         if STATIC_DIR.is_dir():

@@ -31,11 +31,9 @@ from server.schemas.jobs import Job, JobList, JobListQuery, JobRequest, JobWaitQ
 from server.schemas.streams import (
     EVENT_TYPE,
     EXTRA_SCHEMAS,
-    Event,
     EventPoll,
     EventPollQuery,
     JobStreamReset,
-    StreamClosed,
     Token,
     TokenRequest,
 )
@@ -47,22 +45,16 @@ from server.schemas.templates import (
     TemplateListQuery,
     TemplateRequest,
 )
+from server.web import openapi_push
+from server.web.openapi_push import REF, SSE, Stream, stream_schema
 
 JsonSchema = dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Stream:
-    """A text/event-stream body: job events, and the `reset` model the stream sends."""
-
-    reset: type[BaseModel]
 
 
 # A model, a media type (its bytes), a stream, several of them (one is sent), or no body.
 Part = type[BaseModel] | str | Stream
 Body = Part | tuple[Part, ...] | None
 PROBLEM = "application/problem+json"
-REF = "#/components/schemas/{model}"
 UUID: JsonSchema = {"type": "string", "format": "uuid"}
 PATH_PARAMETERS: dict[str, tuple[JsonSchema, str]] = {
     "job_id": (UUID, "The job's id. Another tenant's job answers 404, as an unknown id."),
@@ -135,11 +127,6 @@ DOWNLOAD_PARAMETERS: list[JsonSchema] = [
         "deliveries); signed with the rest.",
     },
 ]
-SSE = (
-    "Server-Sent Events: `id:` event id, `event:` type, `data:` an Event as JSON; `reset` when "
-    "the cursor is no longer kept, `closed` (then the stream ends) when the server drops a slow "
-    "consumer, shuts down, or the API key behind the stream is revoked."
-)
 
 # Problems any operation can answer; the table adds each operation's own.
 COMMON_ERRORS = {
@@ -306,7 +293,8 @@ OPERATIONS = (
        parameters=tuple(STREAM_PARAMETERS), security=TOKEN),
     Op("get", "/v1/events", "Server-Sent Events of all the tenant's jobs, or of one channel; "
        "with ?wait=, a long-poll answering the same events as JSON", "events",
-       {"200": (f"{SSE} With ?wait=, an EventPoll.", (Stream(StreamReset), EventPoll))},
+       {"200": (f"{SSE} With ?wait=, an EventPoll.",
+                (Stream(StreamReset, batches=True), EventPoll))},
        {**OUT_OF_SCOPE,
         "422": "Last-Event-ID is not an event id, a type is unknown, the channel is "
         "malformed, or wait is not a number of seconds from 0 to 60."},
@@ -384,6 +372,16 @@ OPERATIONS = (
     Op("get", "/metrics", "Prometheus metrics", "meta",
        {"200": ("The Prometheus text format.", "text/plain")}, security=OPEN),
 )  # fmt: skip
+TAGS = [
+    {"name": "jobs", "description": "Submit a document, follow it, download it."},
+    {"name": "events", "description": "Every state change, as it is committed: Server-Sent "
+     "Events and their long-poll (Socket.IO: see the description above)."},
+    {"name": "auth", "description": "Subscription tokens for browsers, which hold no API key."},
+    {"name": "batches", "description": "Many documents in one call, joined into one with combine."},
+    {"name": "assets", "description": "Files (images, fonts, CSS, …) jobs map in by path."},
+    {"name": "templates", "description": "Named, versioned templates, and previews."},
+    {"name": "meta", "description": "This description, health and metrics."},
+]  # fmt: skip
 # What a created job or batch links to (schemathesis' stateful phase follows these).
 LINKS = {
     ("/v1/jobs", "post"): ("job_id", ("getJobsJobId", "postJobsJobIdCancel",
@@ -397,7 +395,7 @@ LINKS = {
 @functools.cache
 def schemas() -> dict[str, JsonSchema]:
     """components.schemas: every model the table names, with the models they use."""
-    named: set[type[BaseModel]] = {RenderOptions, Problem, *EXTRA_SCHEMAS}
+    named: set[type[BaseModel]] = {RenderOptions, Problem, *EXTRA_SCHEMAS, *openapi_push.MODELS}
     for op in OPERATIONS:
         named.update(x for x in (op.body, op.query) if x is not None)
         for _, body in op.ok.values():
@@ -420,37 +418,11 @@ def _content(media: str, schema: JsonSchema) -> JsonSchema:
     return {media: {"schema": schema}}
 
 
-def _json_text(model: type[BaseModel]) -> JsonSchema:
-    """An SSE field holding one JSON object."""
-    return {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(model)}
-
-
-def _stream(stream: Stream) -> JsonSchema:
-    """One message of an event stream, as its fields (OpenAPI 3.2's itemSchema, which 3.1
-    tools read from `schema`): a job or batch event, a reset, or the closing message."""
-    return {
-        "type": "object",
-        "required": ["event", "data"],
-        "oneOf": [
-            {
-                "required": ["id"],
-                "properties": {
-                    "id": {"type": "string", "pattern": f"^{EVENT_ID_PATTERN}$"},
-                    "event": EVENT_TYPE,
-                    "data": _json_text(Event),
-                },
-            },
-            {"properties": {"event": {"const": "reset"}, "data": _json_text(stream.reset)}},
-            {"properties": {"event": {"const": "closed"}, "data": _json_text(StreamClosed)}},
-        ],
-    }
-
-
 def _part(part: Part, alone: bool) -> tuple[str, JsonSchema]:
     """A response body's media type and schema; a media type `alone` is of its kind (JSON, text),
     one of several is any bytes of it."""
     if isinstance(part, Stream):
-        return "text/event-stream", _stream(part)
+        return "text/event-stream", stream_schema(part)
     if isinstance(part, type):
         return "application/json", _ref(part)
     if not alone:
@@ -579,10 +551,15 @@ def build(served: set[str] | None = None, *, dev_mode: bool = False) -> JsonSche
             "title": "Pressroom",
             "version": "1",
             "description": "HTML templates + JSON data in, PDFs out, every state change pushed "
-            "(SSE, Socket.IO at /socket.io/, webhooks). Errors are RFC 9457 problem+json." + mode,
+            "(SSE, Socket.IO at /socket.io/, webhooks). Errors are RFC 9457 problem+json."
+            + mode
+            + "\n\n## Live updates\n\n"
+            + openapi_push.LIVE_UPDATES,
         },
         "security": _security(KEY, dev_mode),
+        "tags": TAGS,
         "paths": paths,
+        "webhooks": openapi_push.webhooks_section(schemas()),
         "components": {
             "schemas": schemas(),
             "securitySchemes": SECURITY_SCHEMES,

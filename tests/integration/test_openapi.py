@@ -20,8 +20,8 @@ from tests.pdfs import FakeRenderer
 
 ROOT = Path(__file__).resolve().parents[2]
 # Served but not part of the JSON API: the dashboard, its files, the browser module,
-# Socket.IO's own protocol.
-UNDOCUMENTED = re.compile(r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*)$")
+# Socket.IO's own protocol, the reference page (/docs) and its files.
+UNDOCUMENTED = re.compile(r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?)$")
 
 
 async def test_every_route_is_described(api: RunningApp) -> None:

@@ -18,6 +18,7 @@ import pytest
 import standardwebhooks
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from jsonschema import Draft202012Validator
 from yarl import URL
 
 from server.access import apikeys, tenants
@@ -221,6 +222,49 @@ async def test_a_combined_batch_posts_batch_done_with_its_file(
         "SELECT type FROM webhook_deliveries ORDER BY created_at"
     )
     assert [row["type"] for row in rows].count("batch.done") == 1
+
+
+async def test_every_delivery_is_as_the_webhooks_of_openapi_json_describe_it(
+    start_hooked: StartHooked, receiver: Receiver
+) -> None:
+    """Each kind of delivery (job.done, job.failed, job.cancelled, batch.done), its headers
+    and its body, validates against its webhook in the description."""
+    renderer = FakeRenderer()
+    hooked = await start_hooked(renderer)
+    async with hooked.app.http.get(hooked.app.url("/v1/openapi.json")) as resp:
+        document = await resp.json()
+    items = [{"key": f"d-{n}", "template": "<p>{{n}}</p>", "data": {"n": n}} for n in range(2)]
+    body = {"items": items, "webhook_url": receiver.url, "combine": True}
+    async with hooked.app.http.post(hooked.app.url("/v1/batches"), json=body) as resp:
+        assert resp.status == 202
+    received = [await receiver.next() for _ in range(3)]  # two job.done, then batch.done
+    renderer.fail_with = PermanentError("the page cannot be printed")
+    await hooked.submit(receiver.url)
+    received.append(await receiver.next())
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
+    job = await hooked.submit(receiver.url, run_at=later)
+    async with hooked.app.http.post(hooked.app.url(f"/v1/jobs/{job['id']}/cancel")) as resp:
+        assert resp.status == 200
+    received.append(await receiver.next())
+
+    kinds = []
+    for delivery in received:
+        payload = verify(SECRET, delivery.headers, delivery.body)
+        kinds.append(payload["type"])
+        hook = document["webhooks"][payload["type"]]["post"]
+        for parameter in hook["parameters"]:
+            value = delivery.headers[parameter["name"]]
+            errors = Draft202012Validator(parameter["schema"]).iter_errors(value)
+            assert [e.message for e in errors] == [], parameter["name"]
+        schema = hook["requestBody"]["content"]["application/json"]["schema"]
+        checker = Draft202012Validator(
+            {**schema, "components": document["components"]},
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
+        )
+        assert [e.message for e in checker.iter_errors(payload)] == [], payload["type"]
+    assert sorted(kinds) == sorted(["job.done", "job.done", "batch.done", "job.failed",
+                                    "job.cancelled"])  # fmt: skip
+    assert set(kinds) == set(document["webhooks"])
 
 
 async def test_job_done_is_delivered_signed_and_verifiable(
