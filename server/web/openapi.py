@@ -130,14 +130,16 @@ DOWNLOAD_PARAMETERS: list[JsonSchema] = [
 
 # Problems any operation can answer; the table adds each operation's own.
 COMMON_ERRORS = {
-    "400": "A malformed request: a NUL character in the URL, or HTTP the server cannot parse.",
+    "400": "A malformed request: a NUL character in the URL, HTTP the server cannot parse, or "
+    "a body whose Content-Encoding it cannot decode (type …/content-encoding; see "
+    "Accept-Encoding).",
     "401": "No, unknown or revoked credentials.",
     "429": "The key's rate limit or the tenant's jobs-in-flight cap.",
     "503": "The database is unreachable.",
 }
 BODY_ERRORS = {
-    "400": "The body is not JSON or not UTF-8, or a string in it holds NUL (\\u0000) or a lone "
-    "surrogate, which no stored text can.",
+    "400": "The body is not JSON or not UTF-8, is nested more than 128 levels deep, or a "
+    "string in it holds NUL (\\u0000) or a lone surrogate, which no stored text can.",
     "413": "The body is over PRESSROOM_MAX_BODY_BYTES.",
     "415": "The body is not application/json.",
     "422": "Invalid fields (see errors).",
@@ -153,7 +155,7 @@ HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
 NO_JOB = {"404": "No such job (or another tenant's)."}
 NO_ASSET = {"404": "No such asset (or another tenant's)."}
 STORAGE_DOWN = {"503": "The database or the file storage is unreachable."}
-BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary"}}
+BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary", "minLength": 1}}
 #: A JSON asset is stored as sent, whatever JSON (or bytes) it is.
 ANY_JSON: JsonSchema = {"schema": {}}
 #: A job as multipart/form-data, as Gotenberg takes one: parts that are files are known by
@@ -248,7 +250,8 @@ OPERATIONS = (
         "the tenant's asset quota.",
         "415": "The body is neither application/json nor multipart/form-data, or a file's "
         "type is not one an asset may have.",
-        "422": "Invalid fields (see errors), or the Idempotency-Key was used with another body.",
+        "422": "Invalid fields (see errors), a file of a multipart job is empty, or the "
+        "Idempotency-Key was used with another body.",
         **STORAGE_DOWN},
        body=JobRequest, media={"multipart/form-data": MULTIPART_JOB},
        parameters=(IDEMPOTENCY_KEY,),
@@ -329,7 +332,7 @@ OPERATIONS = (
        {"413": "The asset is over PRESSROOM_MAX_ASSET_BYTES, or would take the tenant's "
         "assets over PRESSROOM_TENANT_MAX_ASSET_BYTES (type …/asset-quota).",
         "415": "The Content-Type is not one an asset may have.",
-        "422": "A PDF asset that is not a whole PDF.", **STORAGE_DOWN},
+        "422": "The file is empty, or a PDF asset is not a whole PDF.", **STORAGE_DOWN},
        media={kind: ANY_JSON if kind == "application/json" else BINARY
               for kind in assets.CONTENT_TYPES},
        headers={"201": ("Location",), "200": ("Location",)}),
