@@ -338,18 +338,15 @@ def test_every_deployment_has_a_disruption_budget_and_bounded_resources() -> Non
 
 
 def test_the_manifests_match_the_kubernetes_schema() -> None:
-    # Optional: kubernetes-validate carries the API's schemas (about 100 MB), so the suite does
-    # not install it; `pip install kubernetes-validate` runs this check too.
-    validate = pytest.importorskip(
-        "kubernetes_validate", reason="kubernetes-validate is not installed"
-    )
+    import kubernetes_validate as validate  # the API's schemas, a test extra
+
     for doc in manifests():
         validate.validate(doc, validate.latest_version(), strict=True)
 
 
 def test_compose_yaml_matches_the_compose_specification() -> None:
-    # Optional: the compose-spec package (Python bindings of the Compose Specification).
-    compose_spec = pytest.importorskip("compose_spec", reason="compose-spec is not installed")
+    import compose_spec  # the Compose Specification's Python bindings, a test extra
+
     compose_spec.PyCompose.from_json(json.dumps(compose())).validate()
 
 
