@@ -487,7 +487,7 @@ class ChromiumRenderer:
             finally:
                 slot.gate.site = None
             pages = None if options.image else count_pages(data)
-            warnings = list(slot.warnings)
+            warnings = list(dict.fromkeys(slot.warnings))  # a file asked for twice: once
         # Outside the slot: the page takes the next job while the metadata is written.
         data = await docinfo.apply(data, options)
         return RenderResult(data=data, pages=pages, warnings=warnings)
