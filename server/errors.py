@@ -26,6 +26,15 @@ class PermanentError(RenderError):
     retryable = False
 
 
+class PageLimitError(PermanentError):
+    """A document longer than PRESSROOM_MAX_PAGES allows."""
+
+    def __init__(self, max_pages: int) -> None:
+        super().__init__(
+            f"the PDF has more than {max_pages} pages, the limit (PRESSROOM_MAX_PAGES)"
+        )
+
+
 class StorageError(TransientError):
     """The file store refused or failed a read or write."""
 

@@ -39,7 +39,9 @@ from server.options.values import (
     MAX_COOKIES,
     MAX_WAIT_DELAY_MS,
     MEDIA_FEATURES,
+    PAPER_INCHES,
     PDF_ONLY,
+    PX_PER_UNIT,
     SCREENSHOT_HEIGHT,
     SCREENSHOT_MAX_SCALE,
     SCREENSHOT_WIDTH,
@@ -63,6 +65,7 @@ from server.options.values import (
     UserAgent,
     integral,
     integral_of,
+    length_px,
     null_schema,
     scale_of,
 )
@@ -452,6 +455,18 @@ class RenderOptions(BaseModel):
             args["header_template"] = self.header_html or "<span></span>"
             args["footer_template"] = self.footer_html or "<span></span>"
         return args
+
+    def paper_px(self) -> tuple[float, float]:
+        """The sheet's width and height in CSS pixels of the page as laid out for it (the
+        options' scale applied), margins included; a stylesheet's @page size not known."""
+        if self.width is not None and self.height is not None:
+            width, height = length_px(self.width), length_px(self.height)
+        else:
+            inches = PAPER_INCHES[self.format]
+            width, height = (side * PX_PER_UNIT["in"] for side in inches)
+        if self.landscape:
+            width, height = height, width
+        return width / self.scale, height / self.scale
 
     def needs_javascript(self, html: str) -> bool:
         """Scripts run only in a fresh browser context; pages without them share one safely.

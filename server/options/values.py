@@ -17,8 +17,24 @@ from pydantic import (
 
 from server.options.outputs import OUTPUTS
 
-PAPER_FORMATS = ("Letter", "Legal", "Tabloid", "Ledger", "A0", "A1", "A2", "A3", "A4", "A5", "A6")
+#: Each paper format's width and height in inches, as Playwright's page.pdf() prints it.
+PAPER_INCHES = {
+    "Letter": (8.5, 11.0),
+    "Legal": (8.5, 14.0),
+    "Tabloid": (11.0, 17.0),
+    "Ledger": (17.0, 11.0),
+    "A0": (33.1, 46.8),
+    "A1": (23.4, 33.1),
+    "A2": (16.54, 23.4),
+    "A3": (11.7, 16.54),
+    "A4": (8.27, 11.7),
+    "A5": (5.83, 8.27),
+    "A6": (4.13, 5.83),
+}
+PAPER_FORMATS = tuple(PAPER_INCHES)
 LENGTH_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?(px|in|cm|mm)?\s*$"
+#: CSS pixels per unit of a length, as Playwright converts them (a bare number is pixels).
+PX_PER_UNIT = {"px": 1.0, "in": 96.0, "cm": 37.8, "mm": 3.78}
 PAGE_RANGES_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]*)?(\s*,\s*[0-9]+(\s*-\s*[0-9]*)?)*\s*$"
 MARGIN_SIDES = ("top", "right", "bottom", "left")
 MAX_TEXT_OPTION = 64 * 1024
@@ -120,6 +136,15 @@ def _length(value: Any) -> str:
     if not _LENGTH.match(text):
         raise ValueError(_LENGTH_HINT)
     return text.strip()
+
+
+def length_px(length: str) -> float:
+    """A validated length (see _length) in CSS pixels."""
+    number = length.strip()
+    unit = number[-2:]
+    if unit in PX_PER_UNIT:
+        return float(number[:-2]) * PX_PER_UNIT[unit]
+    return float(number)
 
 
 def _margin(value: Any) -> Any:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import asyncpg
 
 from server import options
-from server.errors import PermanentError, RenderError
+from server.errors import PageLimitError, PermanentError, RenderError
 from server.events import JobEvent
 from server.files import assets
 from server.files.assets import AssetCache
@@ -209,8 +209,7 @@ class Workers:
                 )
             warnings = result.warnings
             if result.pages is not None and result.pages > self._config.max_pages:
-                limit = self._config.max_pages
-                raise PermanentError(f"the PDF has more than {limit} pages, the limit")
+                raise PageLimitError(self._config.max_pages)
             if finish is not None:
                 _enter(held, Phase.FINISHING)
                 result = await self._finished(result, finish)

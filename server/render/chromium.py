@@ -400,11 +400,13 @@ class ChromiumRenderer:
         finally:
             if slot.gate.used and not await self._cleanup(slot.context.clear_cookies()):
                 healthy = False  # cookies that cannot be cleared must not reach the next job
-            if slot.served and not await self._cleanup(_blank(slot.page)):
+            if (slot.served or slot.measured) and not await self._cleanup(_blank(slot.page)):
                 # The next job's HTML is written into the page's document, whose images stay
                 # available to it without a request: a job's files must not reach the next.
+                # A long document laid out at the paper's width would be laid out once more
+                # when the next job sets its viewport: it goes first.
                 healthy = False
-            slot.served = False
+            slot.served = slot.measured = False
             if healthy and slot.generation == self._generation and not slot.page.is_closed():
                 self._idle.append(slot)
             else:

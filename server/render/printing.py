@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 
 from playwright.async_api import BrowserContext, Page, ViewportSize
 
+from server.errors import PageLimitError
 from server.options import RenderOptions
 from server.render import images, navigation
 from server.render.cgroups import Leaf
@@ -26,6 +28,33 @@ from server.render.sources import Document, PageUrl
 
 PRINT_VIEWPORT: ViewportSize = {"width": 1, "height": 1}
 SCREEN_VIEWPORT: ViewportSize = {"width": 1280, "height": 720}  # Playwright's default
+# Chromium paginates the whole document before it prints the first page, even when the page
+# ranges stop it one page past the limit, at a cost that grows faster than the page count
+# (seconds for a thousand pages of text, and then the time limit or the memory bound). A document
+# this long, in characters of HTML, is laid out at the paper's width first, and refused if its
+# height alone passes the limit; a shorter one paginates in milliseconds and is only counted.
+MEASURE_FROM_CHARS = 64 * 1024
+# Chromium shrinks content wider than the paper, to half its size at most, to fit it on.
+MAX_SHRINK = 2.0
+# The document's height laid out at `width` CSS pixels (null: at its viewport's), and its width
+# there; null when it is shorter than `skipBelow` at its viewport already, or a stylesheet sets
+# the page's size, which is then not the options' paper (cross-origin ones cannot be read).
+_MEASURE = """([width, skipBelow]) => {
+  const root = document.documentElement;
+  if (root.scrollHeight < skipBelow) return null;
+  const rulesOf = sheet => { try { return sheet ? sheet.cssRules : []; } catch { return []; } };
+  const sized = rules => Array.from(rules).some(rule =>
+    rule instanceof CSSPageRule ? rule.style.getPropertyValue("size") !== "" :
+    rule instanceof CSSImportRule ? sized(rulesOf(rule.styleSheet)) :
+    rule.cssRules !== undefined && sized(rule.cssRules));
+  if (Array.from(document.styleSheets).some(sheet => sized(rulesOf(sheet)))) return null;
+  if (width === null) return [root.scrollHeight, root.scrollWidth];
+  const before = root.style.width;
+  root.style.width = `${width}px`;
+  const found = [root.scrollHeight, root.scrollWidth];
+  root.style.width = before;
+  return found;
+}"""
 
 
 @dataclasses.dataclass(slots=True)
@@ -43,6 +72,7 @@ class Slot:
     leaves: list[Leaf] = dataclasses.field(default_factory=list)
     oom_kills: int = 0
     served: bool = False  # the page is at the gate's reserved origin (assets, relative URLs)
+    measured: bool = False  # laid out at the paper's width for the page limit (_check_length)
 
     def out_of_memory(self) -> bool:
         return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
@@ -64,7 +94,13 @@ async def print_in(
         await page.emulate_media(**media)  # type: ignore[arg-type]
         slot.media = media
     scripts = slot.javascript or options.wait_for_selector
+    long = max_pages is not None and _may_pass(html, options)
     viewport = images.viewport(options) or (SCREEN_VIEWPORT if scripts else PRINT_VIEWPORT)
+    if long and not scripts:
+        # Laid out at the paper's size from the start, to be measured (_check_length).
+        width, height = options.paper_px()
+        viewport = {"width": math.ceil(width), "height": math.ceil(height)}
+        slot.measured = True
     if slot.viewport != viewport:
         await page.set_viewport_size(viewport)
         slot.viewport = viewport
@@ -99,7 +135,43 @@ async def print_in(
     finally:
         if watch is not None:
             watch.stop()
+    if long:
+        assert max_pages is not None
+        await _check_length(
+            page, options, max_pages, at_paper=not scripts, screen_first=isinstance(html, PageUrl)
+        )
     return await images.capture(page, options, max_pages)
+
+
+def _may_pass(html: Document, options: RenderOptions) -> bool:
+    """Whether the document may be long enough to pass the page limit, and can be measured:
+    a PDF of all its pages (page ranges choose how many the PDF has: they are counted), on the
+    options' paper (not a stylesheet's), from a page or a long HTML."""
+    if options.image or options.prefer_css_page_size or options.page_ranges:
+        return False
+    return isinstance(html, PageUrl) or len(html) >= MEASURE_FROM_CHARS
+
+
+async def _check_length(
+    page: Page, options: RenderOptions, max_pages: int, *, at_paper: bool, screen_first: bool
+) -> None:
+    """PageLimitError, without printing, when the document laid out at the paper's width is
+    taller than `max_pages` sheets, margins and page breaks not counted (so it has more pages
+    still). `at_paper`: the page is at the paper's viewport already, whose width and height its
+    media queries and vh units read as the print's do; otherwise (scripts may size themselves to
+    the window) it keeps its own, and only its root is laid out at the paper's width for a moment.
+    `screen_first`: a page of unknown length (page_url) is laid out again only when its screen
+    layout is a good part of that height already."""
+    width, height = options.paper_px()
+    budget = max_pages * height
+    at = None if at_paper else width
+    found = await page.evaluate(_MEASURE, [at, budget / 4 if screen_first else 0])
+    if found is None:
+        return
+    laid_out, wide = found
+    shrink = min(max(wide / width, 1.0), MAX_SHRINK)
+    if laid_out / shrink > budget:
+        raise PageLimitError(max_pages)
 
 
 async def _open(

@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from server import options
-from server.errors import PermanentError, RenderError
+from server.errors import PageLimitError, PermanentError, RenderError
 from server.files import assets, library
 from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
 from server.options import outputs
@@ -199,12 +199,8 @@ async def _preview(
     finally:
         previews.release()
     if result.pages is not None and result.pages > settings.max_pages:
-        raise Problem(
-            422,
-            "Cannot render",
-            f"the PDF has more than {settings.max_pages} pages, the limit",
-            kind="render-failed",
-        )
+        detail = str(PageLimitError(settings.max_pages))
+        raise Problem(422, "Cannot render", detail, kind="render-failed")
     output = outputs.OUTPUTS[render_options.output]
     headers = {
         "Content-Disposition": f'inline; filename="{name}.{output.extension}"',

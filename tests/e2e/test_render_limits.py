@@ -11,14 +11,18 @@ from io import BytesIO
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer as SiteServer
 from pypdf import PdfReader
 
+from server.errors import PageLimitError
 from server.keys import CHROMIUM
 from server.netpolicy import NetworkPolicy
 from server.options import parse
 from server.render.browsers import browser_memory_mb, browser_processes
 from server.render.cgroups import RenderCgroups
 from server.render.chromium import ChromiumRenderer
+from server.render.sources import PageUrl
 from tests.conftest import RunningApp
 from tests.sse import collect
 
@@ -34,6 +38,7 @@ for (let i = 0; i < 24; i++) {
 window.done = true;
 </script>"""
 CALM = "<h1>calm</h1><script>window.done = true;</script>"
+LIMIT_50 = "the PDF has more than 50 pages, the limit (PRESSROOM_MAX_PAGES)"
 
 
 async def submit(app: RunningApp, template: str, **options: Any) -> str:
@@ -123,6 +128,67 @@ async def test_printing_stops_one_page_past_the_limit() -> None:
         assert short.pages == 1
     finally:
         await renderer.close()
+
+
+async def test_a_document_far_past_the_page_limit_fails_before_chromium_paginates_it(
+    start_app: Callable[..., Any],
+) -> None:
+    # Chromium paginates a whole document before it prints its first page: 2,000 pages take it
+    # longer than this time limit, so a job that fails with the page limit, and not with a
+    # timeout retried, was refused before printing.
+    app: RunningApp = await start_app(render_slots=1, max_pages=50, render_timeout_s=10)
+    lines = "{% for n in range(80000) %}<p>line {{ n }}</p>{% endfor %}"
+    scripted = "<script>document.title = 'report'</script>" + lines  # a context of its own
+    for body in (
+        {"template": lines},
+        {"template": scripted},
+        {"template": lines, "options": {"format": "A3", "landscape": True, "scale": 0.5}},
+    ):
+        async with app.http.post(app.url("/v1/jobs"), json=body) as resp:
+            assert resp.status == 202, await resp.text()
+            job = await final_state(app, (await resp.json())["id"])
+        assert job["status"] == "failed" and job["attempts"] == 1, job
+        assert job["error"] == LIMIT_50
+    async with app.http.post(app.url("/v1/templates/preview"), json={"html": lines}) as resp:
+        assert resp.status == 422 and (await resp.json())["detail"] == LIMIT_50
+    # As long in HTML, within the limit: printed whole (about 40 pages).
+    text = "".join(f"<p>paragraph {n} " + "lorem ipsum dolor sit amet " * 8 for n in range(600))
+    job = await final_state(app, await submit(app, text))
+    assert job["status"] == "done" and 30 < job["pages"] <= 50, job
+    # Twice as long (about 80 pages) it is not, unless page ranges choose fewer pages; on a
+    # stylesheet's own, larger page size, which Chromium shrinks onto the paper, it is (about
+    # 40): that page is not measured as the options' paper.
+    job = await final_state(app, await submit(app, text * 2))
+    assert job["status"] == "failed" and job["error"] == LIMIT_50, job
+    job = await final_state(app, await submit(app, text * 2, page_ranges="71-"))
+    assert job["status"] == "done" and job["pages"] == 10, job
+    job = await final_state(app, await submit(app, "<style>@page { size: A3 }</style>" + text * 2))
+    assert job["status"] == "done" and 30 < job["pages"] <= 50, job
+
+
+async def test_a_page_far_past_the_page_limit_fails_before_chromium_paginates_it() -> None:
+    async def report(request: web.Request) -> web.Response:
+        rows = "".join(
+            f"<tr><td>{n}</td><td>row {n}</td></tr>" for n in range(int(request.query["rows"]))
+        )
+        return web.Response(text=f"<table>{rows}</table>", content_type="text/html")
+
+    site = web.Application()
+    site.router.add_get("/report", report)
+    server = SiteServer(site, host="127.0.0.1")
+    await server.start_server()
+    renderer = ChromiumRenderer(policy=NetworkPolicy(["127.0.0.1"]), slots=1, max_pages=50)
+    await renderer.start()
+    try:
+        long = PageUrl(f"http://127.0.0.1:{server.port}/report?rows=60000")  # 1,500 pages
+        with pytest.raises(PageLimitError) as raised:
+            await renderer.render(long, parse({}), timeout_s=10)
+        assert str(raised.value) == LIMIT_50
+        short = PageUrl(f"http://127.0.0.1:{server.port}/report?rows=100")
+        assert (await renderer.render(short, parse({}), timeout_s=30)).pages == 3
+    finally:
+        await renderer.close()
+        await server.close()
 
 
 async def test_the_headless_shell_is_preferred_and_runs_scripts(

@@ -98,7 +98,7 @@ async def test_too_many_pages_fails_the_job_once(start_app: Callable[..., Any]) 
     got = await collect(app.http, app.url(f"/v1/jobs/{job['id']}/events"), until="job.failed")
     failed = got[-1].json["job"]
     assert [m.event for m in got] == ["job.queued", "job.running", "job.failed"]
-    assert failed["error"] == "the PDF has more than 5 pages, the limit"
+    assert failed["error"] == "the PDF has more than 5 pages, the limit (PRESSROOM_MAX_PAGES)"
     assert failed["attempts"] == 1 and failed["status"] == "failed"
 
 

@@ -235,3 +235,19 @@ def test_cookies_headers_and_user_agent_are_checked_without_echoing_values(
 def test_scrolling_and_catching_script_errors_run_scripts(opts: dict[str, object]) -> None:
     assert options.parse(opts).needs_javascript("<p>plain</p>")
     assert not options.parse({**opts, "javascript": False}).needs_javascript("<p>plain</p>")
+
+
+@pytest.mark.parametrize(
+    ("raw", "paper"),
+    [
+        ({}, (793.92, 1123.2)),  # A4 as Playwright prints it: 8.27 x 11.7 in
+        ({"format": "letter", "landscape": True}, (1056.0, 816.0)),
+        ({"width": "100mm", "height": "2in"}, (378.0, 192.0)),
+        ({"width": 800, "height": "600px"}, (800.0, 600.0)),
+        ({"format": "A5", "scale": 0.5}, (1119.36, 1587.84)),  # laid out at twice the size
+    ],
+)
+def test_the_paper_in_css_pixels_of_the_page_laid_out_for_it(
+    raw: dict[str, object], paper: tuple[float, float]
+) -> None:
+    assert options.parse(raw).paper_px() == pytest.approx(paper)
