@@ -11,13 +11,18 @@ TEST_WORKERS  ?= 3
 # CPU to start instead of 5); some machines turn their writing off for the whole environment.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-fast lint typecheck bench install clean
+.PHONY: run test test-faults test-fast lint typecheck bench install clean
 
 run: install
 	$(VENV)/bin/pressroom serve
 
+# The suite but the fault injection (tests/faults/), which `make test-faults` runs; CI runs both.
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 -m "not faults"
+
+# kill -9, SIGSTOP fencing, cut and slow lines between hosts, PostgreSQL restarts and failover.
+test-faults: install
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 -m faults
 
 test-fast: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 -m "not slow and not browser"

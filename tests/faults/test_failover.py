@@ -17,7 +17,7 @@ from server.errors import DB_ERRORS
 from tests import netns
 from tests.hosts import Site, assert_every_event_once, build_site, follow, submit, wait_rows
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.browser]
 
 #: How long the test waits after the kill before it promotes the standby: the failover
 #: manager's own detection time (Patroni's loop, a pg_auto_failover monitor's check).

@@ -30,7 +30,7 @@ from tests.processes import PressroomProcess, wait_until
 from tests.sse import collect, messages
 from tests.timings import as_env, quick
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 # A page that takes about `ms` to become printable: scripts run in their own context.
 SLOW_PAGE = """<div id="out">waiting</div><script>

@@ -34,7 +34,7 @@ from tests.hosts import (
     wait_rows,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
