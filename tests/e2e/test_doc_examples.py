@@ -72,7 +72,7 @@ NOT_RUN = {
     ): "starts a second Pressroom on port 8080, until stopped",
     (
         "docs/development.md",
-        "make test        # the whole suite (unit, integration on real PostgreSQL, e2e on real "
+        "make test          # the suite (unit, integration on real PostgreSQL, e2e on real "
         "Chromium)",
     ): "runs the whole suite, this test among it",
     (
