@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_DEPS    := $(VENV)/.stamp-deps
 STAMP_BROWSER := $(VENV)/.stamp-browser
-# The suite runs on this many pytest-xdist workers (docs/decisions/020-test-suite-in-parallel.md).
-TEST_WORKERS  ?= 3
+# The suite runs on this many pytest-xdist workers (docs/decisions/020-test-suite-in-parallel.md);
+# on one shared server (DATABASE_URL set), one: tests that hold a transaction open on purpose
+# would hold back the others' event reads, PostgreSQL's snapshot horizon being the server's.
+TEST_WORKERS  ?= $(if $(DATABASE_URL),1,3)
 
 # Every Python process of the suite reads its modules from bytecode caches (about 1.7 s of
 # CPU to start instead of 5); some machines turn their writing off for the whole environment.
