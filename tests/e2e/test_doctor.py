@@ -22,7 +22,6 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 from aiobotocore.session import AioSession
-from moto.server import ThreadedMotoServer
 
 from server import sql
 from server.access import apikeys
@@ -31,6 +30,7 @@ from server.cli.doctor import FAIL, OK, WARN, Check
 from server.queue import db
 from server.settings import Settings
 from tests import testca
+from tests.integration import test_s3_storage as s3_storage
 
 pytestmark = pytest.mark.browser
 
@@ -156,16 +156,8 @@ async def test_a_storage_folder_that_is_a_file_fails(
     assert "or set PRESSROOM_DATA_DIR" in check.fix
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    """An S3 API over real HTTP (moto's server), as tests/integration/test_s3_storage.py uses."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+# An S3 API over real HTTP (moto's server), shared with tests/integration/test_s3_storage.py.
+moto_endpoint = s3_storage.moto_endpoint
 
 
 @pytest.fixture
