@@ -35,8 +35,8 @@ install: $(STAMP_DEPS) $(STAMP_BROWSER)
 $(STAMP_DEPS): pyproject.toml
 	@echo "make: installing Pressroom and its dependencies into $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@{ $(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) -e '.[test,dev,bench]'; } || \
-	  { $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[test,dev,bench]'; }
+	@{ $(PY) -m pip install -q uv && $(PY) -m uv pip install -q --python $(PY) -e '.[test,dev,bench,otlp-grpc]'; } || \
+	  { $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[test,dev,bench,otlp-grpc]'; }
 	@touch $@
 	@echo "make: the pressroom command is in $(VENV)/bin; to have it on your PATH in a new terminal, run: . $(VENV)/bin/activate"
 
