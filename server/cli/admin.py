@@ -63,8 +63,12 @@ class TextFormatter(logging.Formatter):
 
 
 def setup_logging(settings: Settings, *, least: int = logging.DEBUG) -> None:
-    """Log lines to stderr from PRESSROOM_LOG_LEVEL up, and from `least` up in any case."""
+    """Log lines to stderr from PRESSROOM_LOG_LEVEL up, and from `least` up in any case, with
+    the trace and span ids of a span current then; traces as the OTEL_* variables ask."""
+    from server import tracing
+
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(tracing.LogIds())
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -75,6 +79,7 @@ def setup_logging(settings: Settings, *, least: int = logging.DEBUG) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # Its one INFO line says that it set up its own logging, at every start.
     logging.getLogger("pikepdf._core").setLevel(logging.WARNING)
+    tracing.start()  # once lines have their handler: it says whether tracing is on
 
 
 def raise_open_files_limit() -> None:
