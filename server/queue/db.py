@@ -139,10 +139,12 @@ async def migrate_at(dsn: str) -> list[str]:
         await conn.close()
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
-    """A single connection outside the pool (LISTEN, migrations)."""
+async def connect(dsn: str, *, application_name: str = "pressroom") -> asyncpg.Connection:
+    """A single connection outside the pool (LISTEN, migrations), named in pg_stat_activity."""
     conn: asyncpg.Connection = await asyncpg.connect(
-        dsn, server_settings=SERVER_SETTINGS, timeout=CONNECT_TIMEOUT_S
+        dsn,
+        server_settings={**SERVER_SETTINGS, "application_name": application_name},
+        timeout=CONNECT_TIMEOUT_S,
     )
     await init_connection(conn)
     return conn

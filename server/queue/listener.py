@@ -25,6 +25,8 @@ WEBHOOK_CHANNEL = "pressroom_webhooks"
 #: API keys, token secrets, token keys or origins changed (access_changed in schema.sql); the
 #: payload names the table.
 ACCESS_CHANNEL = "pressroom_access"
+#: How a LISTEN connection is named in pg_stat_activity (the others are "pressroom").
+LISTEN_APPLICATION = "pressroom listen"
 KEEPALIVE_S = 10.0
 KEEPALIVE_TIMEOUT_S = 5.0
 RECONNECT_BASE_S = 0.1
@@ -56,7 +58,7 @@ async def hold(
         conn: asyncpg.Connection | None = None
         reason = "connection closed"
         try:
-            conn = await db.connect(dsn)
+            conn = await db.connect(dsn, application_name=LISTEN_APPLICATION)
             lost = asyncio.Event()
             conn.add_termination_listener(lambda _c, lost=lost: lost.set())
             for channel, callback in channels.items():
