@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from server.render.browsers import CHROMIUM_ARGS, choose_chromium
 from server.settings import Settings
 from server.web.app import create_app
 from server.web.protocol import AppRunner
+from tests.processes import free_port
 
 
 async def launch(playwright: Playwright) -> Browser:
@@ -35,13 +35,6 @@ async def browser() -> AsyncIterator[Browser]:
         chromium = await launch(playwright)
         yield chromium
         await chromium.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class FixedPortApp:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 
 from server.queue.listener import CHANNEL
@@ -75,6 +77,27 @@ async def wait_until(dsn: str, query: str, expected: object, timeout_s: float) -
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now, for a server about to start."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def wait_ready(http: aiohttp.ClientSession, base: str, timeout_s: float = 60) -> None:
+    """Until the server at `base` answers /readyz with 200."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                async with http.get(f"{base}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)  # the process is starting: nothing to wait on but its port
 
 
 async def admin_cli(dsn: str, data_dir: Path, *args: str) -> tuple[int, str, str]:

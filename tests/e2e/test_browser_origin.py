@@ -28,13 +28,12 @@ from tests.browser import (  # noqa: F401 (fixtures)
     FixedPortApp,
     SecondOrigin,
     browser,
-    free_port,
     socketio_client_js,
 )
 from tests.conftest import RunningApp
 from tests.newjobs import new_job
 from tests.pdfs import FakeRenderer
-from tests.processes import wait_until
+from tests.processes import free_port, wait_until
 from tests.sse import collect
 
 pytestmark = pytest.mark.browser

@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from io import BytesIO
@@ -22,6 +21,7 @@ from pypdf import PdfReader
 
 from pressroom.client import AsyncClient
 from tests.e2e.test_render import pdf_text
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -42,13 +42,6 @@ class Finished:
     code: int
     out: str
     err: str
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

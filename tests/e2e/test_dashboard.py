@@ -18,10 +18,10 @@ from yarl import URL
 from server.errors import PermanentError
 from server.queue import jobs
 from server.queue.jobs import NewJob
-from tests.browser import FixedPortApp, browser, free_port  # noqa: F401 (fixture)
+from tests.browser import FixedPortApp, browser  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
-from tests.processes import wait_until
+from tests.processes import free_port, wait_until
 
 pytestmark = pytest.mark.browser
 

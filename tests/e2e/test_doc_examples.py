@@ -43,8 +43,7 @@ import asyncpg
 import pytest
 
 from tests import testca
-from tests.browser import free_port
-from tests.processes import PressroomProcess, wait_until
+from tests.processes import PressroomProcess, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

