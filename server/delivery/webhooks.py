@@ -32,7 +32,7 @@ from aiohttp.abc import ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from server import netpolicy
+from server import netpolicy, tracing
 from server.access import tenants
 from server.access.signing import NO_KEY
 from server.delivery import downloads
@@ -93,6 +93,8 @@ class Delivery:
     attempt: int
     created_at: dt.datetime
     batch_id: uuid.UUID | None = None
+    #: The job's traceparent, which the delivery's span continues (None: none stored).
+    traceparent: str | None = None
 
     @property
     def key(self) -> uuid.UUID:
@@ -102,6 +104,21 @@ class Delivery:
     def log_extra(self) -> dict[str, str]:
         subject = {"job_id": str(self.job_id)} if self.job_id else {"batch_id": str(self.batch_id)}
         return {**subject, "tenant": self.tenant, "webhook_id": str(self.id)}
+
+    @property
+    def span_attributes(self) -> dict[str, tracing.Attribute]:
+        subject = (
+            {tracing.JOB_ID: str(self.job_id)}
+            if self.job_id
+            else {tracing.BATCH_ID: str(self.batch_id)}
+        )
+        return {
+            **subject,
+            tracing.TENANT: self.tenant,
+            tracing.WEBHOOK_ID: str(self.id),
+            tracing.EVENT: self.type,
+            tracing.ATTEMPT: self.attempt,
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -261,6 +278,7 @@ class WebhookSender:
         async with aiohttp.ClientSession(
             connector=guarded_connector(policy, limit=CONCURRENCY),
             headers={"User-Agent": USER_AGENT},
+            trace_configs=tracing.client_trace_configs(),  # each POST's span and traceparent
         ) as http:
             yield cls(pool, storage, policy, settings, http)
 
@@ -286,6 +304,7 @@ class WebhookSender:
                 attempt=row["attempts"],
                 created_at=row["created_at"],
                 batch_id=row["batch_id"],
+                traceparent=row["traceparent"],
             )
             for row in rows
         ]
@@ -342,7 +361,8 @@ class WebhookSender:
     async def _send(self, held: Lease[Delivery]) -> Outcome:
         delivery = held.item
         held.enter(Stage.RUNNING)  # given the grace period at shutdown, as the POST may be out
-        attempt = await self.post(delivery)
+        with tracing.delivery(delivery.traceparent, delivery.span_attributes):
+            attempt = await self.post(delivery)
         if not await held.record(lambda: self._record(attempt, self.sender_id)):
             return Outcome.LATE
         log.info(

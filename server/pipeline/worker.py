@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import asyncpg
 
-from server import options
+from server import options, tracing
 from server.errors import PageLimitError, PermanentError, RenderError
 from server.events import JobEvent
 from server.files import assets
@@ -70,6 +70,11 @@ class Phase(enum.StrEnum):
         """The consumer's stage of this phase: what cuts it off, whether it holds its slot."""
         return _STAGES[self]
 
+    @property
+    def span(self) -> str:
+        """The name of its span under the attempt's (server/tracing.py)."""
+        return _SPANS[self]
+
 
 _STAGES: Mapping[Phase, Stage] = {
     Phase.PREPARING: Stage.PREPARING,
@@ -77,6 +82,13 @@ _STAGES: Mapping[Phase, Stage] = {
     Phase.FINISHING: Stage.RUNNING,
     Phase.STORING: Stage.SETTLING,
     Phase.RECORDING: Stage.RECORDING,
+}
+_SPANS: Mapping[Phase, str] = {
+    Phase.PREPARING: "template",
+    Phase.RENDERING: "render",
+    Phase.FINISHING: "finishing",
+    Phase.STORING: "store",
+    Phase.RECORDING: "done",
 }
 
 
@@ -124,6 +136,8 @@ class Workers:
         self.rendered = 0
         #: The largest peak memory a finishing process reached, in MiB.
         self.finish_memory_mb = 0.0
+        # While tracing: when each claimed job's claim began and ended, for its attempt's span.
+        self._claimed_ns: dict[uuid.UUID, tuple[int, int]] = {}
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY): claim now instead of at the poll."""
@@ -141,13 +155,13 @@ class Workers:
     # --- The job SQL the consumer calls (server/queue/jobs.py) ---------------------------
 
     async def _claim(self, limit: int, holder: str, lease_s: float) -> list[ClaimedJob]:
+        began = tracing.clock()
         with self._metrics.claim_seconds.time():
             claimed = await jobs.claim(self._pool, limit=limit, worker_id=holder, lease_s=lease_s)
         self._metrics.jobs_started.inc(len(claimed))
-        for job in claimed:
-            log.info(
-                "job running (attempt %s/%s)", job.attempt, job.max_attempts, extra=job.log_extra
-            )
+        if tracing.enabled():
+            ended = tracing.clock()
+            self._claimed_ns.update((job.id, (began, ended)) for job in claimed)
         return claimed
 
     async def _renew(self, ids: list[uuid.UUID], holder: str, lease_s: float) -> set[uuid.UUID]:
@@ -183,8 +197,27 @@ class Workers:
 
     async def _attempt(self, held: Lease[ClaimedJob]) -> Outcome:
         job = held.item
+        attributes: dict[str, tracing.Attribute] = {
+            tracing.JOB_ID: str(job.id),
+            tracing.TENANT: job.tenant,
+            tracing.SOURCE: job.source,
+            tracing.ATTEMPT: job.attempt,
+            tracing.MAX_ATTEMPTS: job.max_attempts,
+        }
+        claimed = self._claimed_ns.pop(job.id, None)
+        with tracing.attempt(job.traceparent, attributes, claimed=claimed) as steps:
+            log.info(
+                "job running (attempt %s/%s)", job.attempt, job.max_attempts, extra=job.log_extra
+            )
+            outcome = await self._run(held, steps)
+            steps.set(tracing.OUTCOME, outcome.value)
+            return outcome
+
+    async def _run(self, held: Lease[ClaimedJob], steps: tracing.Steps) -> Outcome:
+        job = held.item
         warnings: list[str] = []
         try:
+            steps.step(Phase.PREPARING.span)
             render_options = options.parse(job.options)
             if job.secrets is not None:
                 render_options = vault.reveal(
@@ -199,7 +232,7 @@ class Workers:
             )
             page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
             finish = await self._finish_work(job, render_options)
-            _enter(held, Phase.RENDERING)
+            _enter(held, Phase.RENDERING, steps)
             with self._metrics.render_seconds.time():
                 result = await self._renderer.render(
                     html,
@@ -208,12 +241,15 @@ class Workers:
                     assets=page_files,
                 )
             warnings = result.warnings
-            if result.pages is not None and result.pages > self._config.max_pages:
-                raise PageLimitError(self._config.max_pages)
+            if result.pages is not None:
+                steps.set(tracing.PAGES, result.pages)
+                if result.pages > self._config.max_pages:
+                    raise PageLimitError(self._config.max_pages)
             if finish is not None:
-                _enter(held, Phase.FINISHING)
-                result = await self._finished(result, finish)
-            _enter(held, Phase.STORING)
+                _enter(held, Phase.FINISHING, steps)
+                result = await self._finished(result, finish, steps)
+            steps.set(tracing.BYTES, len(result.data))
+            _enter(held, Phase.STORING, steps)
             files, contents = job.files(), [result.data]
             if render_options.thumbnail is not None:
                 width = render_options.thumbnail.width
@@ -228,6 +264,7 @@ class Workers:
             error = f"invalid options: {exc}"
             raise RenderFailed(error, retryable=False, warnings=warnings) from exc
         # The bytes are durable; now the final write.
+        steps.step(Phase.RECORDING.span)
         done = await held.record(
             lambda: self._done.submit(jobs.Done(job, len(result.data), result.pages, warnings))
         )
@@ -270,11 +307,14 @@ class Workers:
                 contents[asset_id] = (known[asset_id].content_type, data)
         return Work(b"", given, contents, self._config.signing)
 
-    async def _finished(self, result: RenderResult, work: Work) -> RenderResult:
+    async def _finished(
+        self, result: RenderResult, work: Work, steps: tracing.Steps
+    ) -> RenderResult:
         """The printed PDF through its finishing steps, bounded by the render time limit."""
         done = await self._finisher.run(
             dataclasses.replace(work, pdf=result.data), timeout_s=self._config.render_timeout_s
         )
+        steps.laid_out(done.steps)
         for step, seconds in done.steps.items():
             self._metrics.finish_seconds.labels(step).observe(seconds)
         self.finish_memory_mb = max(self.finish_memory_mb, done.peak_rss_mb)
@@ -288,5 +328,6 @@ class Workers:
                 await self._storage.delete(file.key)
 
 
-def _enter(held: Lease[ClaimedJob], phase: Phase) -> None:
+def _enter(held: Lease[ClaimedJob], phase: Phase, steps: tracing.Steps) -> None:
     held.enter(phase.stage, phase)
+    steps.step(phase.span)

@@ -59,6 +59,8 @@ class NewJob:
     source: str = "template"
     #: Cookie and header values, sealed for this job's id (server/pipeline/vault.py).
     secrets: bytes | None = None
+    #: The W3C traceparent of the request that submitted it (None: tracing off).
+    traceparent: str | None = None
 
 
 def object_key(
@@ -121,6 +123,7 @@ class ClaimedJob:
     assets: JsonDict | None = None  # as NewJob.assets
     source: str = "template"
     secrets: bytes | None = None
+    traceparent: str | None = None  # as NewJob.traceparent
 
     @property
     def key(self) -> uuid.UUID:
@@ -158,6 +161,7 @@ async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> 
         [j.assets for j in new],
         *source_columns(new),
         [j.channel for j in new],
+        [j.traceparent for j in new],
     )
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]
@@ -198,6 +202,7 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         assets=row["assets"],
         source=row["source"],
         secrets=row["secrets"],
+        traceparent=row["traceparent"],
     )
 
 

@@ -316,6 +316,11 @@ class Job(BaseModel):
     updated_at: dt.datetime = Field(description="Last changed at.")
     started_at: dt.datetime | None = Field(description="The last attempt started at.")
     finished_at: dt.datetime | None = Field(description="Finished at.")
+    trace_id: Annotated[str, Field(pattern="^[0-9a-f]{32}$")] | None = Field(
+        None,
+        description="The OpenTelemetry trace its spans belong to: the submitting request's "
+        "(its traceparent header continued) or a new one; null while tracing is off.",
+    )
     links: JobLinks = Field(description="What can be done with it.")
     url: str | None = Field(None, description="Signed, expiring download URL (once done).")
     thumbnail_url: str | None = Field(

@@ -7,20 +7,21 @@
 -- insert_jobs --
 -- $1..$12 are parallel arrays, one element per job (many requests share one transaction);
 -- $13 holds the jobs' assets (NULL for a job without any); $14 and $15 each job's source and
--- sealed secrets; $16 each job's channel. Each job comes with its job.queued event.
+-- sealed secrets; $16 each job's channel; $17 each job's traceparent (NULL: tracing off). Each
+-- job comes with its job.queued event.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash, channel,
-                      assets, source, secrets)
+                      assets, source, secrets, traceparent)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
-           assets, source, secrets
+           assets, source, secrets, traceparent
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::jsonb[], $14::text[], $15::bytea[], $16::text[])
+                $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, idempotency_key, request_hash, assets, source,
-              secrets, channel)
+              secrets, channel, traceparent)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -50,7 +51,7 @@ WITH picked AS (
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
 )
 SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets,
-       c.source, c.secrets
+       c.source, c.secrets, c.traceparent
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
@@ -271,7 +272,8 @@ SELECT job_events_drop_expired(make_interval(secs => $1));
 
 -- claim_webhooks --
 -- Due deliveries for this sender ($2), the attempt counted and the row leased for $3 seconds.
--- The POST happens after this commits: no transaction stays open across the network.
+-- The POST happens after this commits: no transaction stays open across the network. A job's
+-- delivery carries the job's traceparent, which its span continues (a batch's has none).
 WITH due AS (
     SELECT id FROM webhook_deliveries
     WHERE status = 'pending' AND next_attempt_at <= now()
@@ -285,7 +287,7 @@ SET attempts = w.attempts + 1, locked_by = $2,
     locked_until = now() + make_interval(secs => $3::float8)
 WHERE w.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING w.id, w.job_id, w.batch_id, w.tenant, w.url, w.type, w.payload, w.attempts,
-          w.created_at;
+          w.created_at, (SELECT j.traceparent FROM jobs j WHERE j.id = w.job_id) AS traceparent;
 
 -- record_webhook_attempt --
 -- One attempt's outcome ($7: pending = retry in $8 s, delivered, failed, disabled) and its log
@@ -555,19 +557,21 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url, channel) VALUES ($1,
 -- one statement; its NOTIFY and the batch event follow from the job_events trigger.
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
 -- every item's position, key and job id; $17 holds the new jobs' assets, $18 and $19 each new
--- job's source and sealed secrets, $20 each new job's channel.
+-- job's source and sealed secrets, $20 each new job's channel, $21 its traceparent (the batch
+-- request's trace).
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, item_key, item_hash, assets, source, secrets,
-                      channel)
+                      channel, traceparent)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets,
-           channel
+           channel, traceparent
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $17::jsonb[], $18::text[], $19::bytea[], $20::text[])
+                $17::jsonb[], $18::text[], $19::bytea[], $20::text[], $21::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-              max_attempts, run_after, item_key, item_hash, assets, source, secrets, channel)
+              max_attempts, run_after, item_key, item_hash, assets, source, secrets, channel,
+              traceparent)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)

@@ -82,6 +82,9 @@ CREATE TABLE jobs (
     -- job_public, erased by jobs_secrets_erased when the job ends.
     secrets          bytea,
     channel          text        CONSTRAINT jobs_channel_format CHECK (channel_valid(channel)),
+    -- The W3C traceparent of the request that submitted it (server/tracing.py), which its
+    -- attempts' spans and webhook deliveries continue; NULL while tracing is off (0026).
+    traceparent      text,
     -- The state machine (DESIGN.md, "Job states"); jobs_check_transition refuses the moves.
     CONSTRAINT jobs_status_known
         CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),
@@ -172,7 +175,8 @@ CREATE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
         'created_at', j.created_at,
         'updated_at', j.updated_at,
         'started_at', j.started_at,
-        'finished_at', j.finished_at
+        'finished_at', j.finished_at,
+        'trace_id', split_part(j.traceparent, '-', 2)
     )
 $$;
 

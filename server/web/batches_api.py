@@ -19,6 +19,7 @@ from urllib.parse import quote
 import asyncpg
 from aiohttp import web
 
+from server import tracing
 from server.access import signing
 from server.delivery import downloads
 from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
@@ -108,6 +109,7 @@ def _with_batch_defaults(item: BatchItem, batch: BatchRequest) -> BatchItem:
 
 
 @routes.post("/v1/batches")
+@tracing.traced
 async def create_batch(request: web.Request) -> web.Response:
     """One job per item, in one transaction with one NOTIFY; the same request again answers
     with the same batch (200) and creates nothing."""
@@ -133,6 +135,9 @@ async def create_batch(request: web.Request) -> web.Response:
                 "batch accepted",
                 extra={"batch_id": str(batch_id), "tenant": tenant, "new_jobs": created},
             )
+    tracing.annotate(
+        {tracing.BATCH_ID: str(batch_id), tracing.TENANT: tenant, tracing.ITEMS: len(batch.keys)}
+    )
     shown = await present_batch(request, batch_id, tenant)
     return json_response(
         shown, status=200 if replayed else 202, headers={"Location": shown["links"]["self"]}
@@ -206,6 +211,7 @@ async def _insert(
         [job.assets for job in jobs],
         *source_columns(jobs),
         [job.channel for job in jobs],
+        [job.traceparent for job in jobs],
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
+from server import tracing
 from server.access import signing
 from server.delivery import webhooks
 from server.events import JobEvent, streams
@@ -42,6 +43,7 @@ routes = web.RouteTableDef()
 
 
 @routes.post("/v1/jobs")
+@tracing.traced
 async def submit(request: web.Request) -> web.Response:
     """A job from its JSON body, or from a multipart/form-data body whose files become assets
     (stored once the job is valid, before it is inserted: its render may start at once)."""
@@ -82,6 +84,13 @@ async def submit(request: web.Request) -> web.Response:
         in_flight=request.app[IN_FLIGHT],
     )
     job = admitted.job
+    tracing.annotate(
+        {
+            tracing.JOB_ID: str(job["id"]),
+            tracing.TENANT: new.tenant,
+            tracing.TEMPLATE: valid.template_id or new.source,
+        }
+    )
     if not admitted.replayed:
         log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
     body = await present.present(request, job, new.tenant)

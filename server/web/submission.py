@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from server import options
+from server import options, tracing
 from server.errors import PermanentError
 from server.files import assets, library
 from server.files.assets import Asset, AssetCache, Upload
@@ -110,6 +110,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         id=job_id,
         source=source,
         secrets=sealed,
+        traceparent=tracing.traceparent(),  # the request's span: the job's attempts go under it
     )
 
 
