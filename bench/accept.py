@@ -10,7 +10,12 @@ closed loop for --duration seconds (throughput), then requests on a fixed schedu
 per second for as long (latency, counted from each request's scheduled moment, so that a
 stall is not hidden by a client waiting for it).
 
+With --tracing, the same load against Pressroom with tracing off and on (server/tracing.py:
+every request a span, exported over OTLP/HTTP to a receiver on loopback, bench/otlp.py), in
+--rounds rounds of both in alternating order; the ratios on/off of each round, and their median.
+
     python -m bench.accept [--duration 15] [--clients 32] [--rate 500] [--connections 16]
+                           [--tracing [--rounds 3]]
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import statistics
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
+from bench import otlp
 from bench.common import (
     QUICK,
     database,
@@ -67,6 +75,8 @@ async def bare_service(dsn: str, connections: int) -> AsyncIterator[str]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load = ["--clients", str(args.clients), "--duration", str(args.duration)]
     load += ["--rate", str(args.rate)]
+    if args.tracing:
+        return await traced(args, load)
     async with (
         postgres(),
         database() as dsn,
@@ -90,6 +100,46 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"pressroom": ours, "bare": bare, "ratio": ratio}
 
 
+async def traced(args: argparse.Namespace, load: list[str]) -> dict[str, Any]:
+    """The same load with tracing off and on, in alternating order, --rounds times."""
+    rounds: list[dict[str, dict[str, Any]]] = []
+    async with (
+        postgres(),
+        database() as dsn,
+        running_app(dsn, render_slots=0) as (base, _app),
+        otlp.receiving() as switch,
+    ):
+        for n in range(args.rounds):
+            measured: dict[str, dict[str, Any]] = {}
+            for side in ("off", "on") if n % 2 == 0 else ("on", "off"):
+                if side == "on":
+                    switch.on()
+                else:
+                    switch.off()
+                [result] = await run_module("bench.clients", "load", base, *load)
+                measured[side] = result | summary(result.pop("ms"))
+            switch.off()
+            rounds.append(measured)
+        conn = await asyncpg.connect(dsn)
+        traced_jobs = await conn.fetchval("SELECT count(*) FROM jobs WHERE traceparent IS NOT NULL")
+        await conn.close()
+    rate = [r["on"]["jobs_per_s"] / r["off"]["jobs_per_s"] for r in rounds]
+    p99 = [r["on"]["p99"] / r["off"]["p99"] for r in rounds]
+    median = {
+        side: {k: statistics.median(r[side][k] for r in rounds) for k in ("jobs_per_s", "p99")}
+        for side in ("off", "on")
+    }
+    print(
+        f"accept  tracing, {args.clients} clients: off {median['off']['jobs_per_s']:7.0f} jobs/s, "
+        f"on {median['on']['jobs_per_s']:7.0f} jobs/s, ratio on/off {otlp.spread(rate)}\n"
+        f"accept  tracing at {args.rate:g}/s: p99 off {median['off']['p99']:.2f} ms, on "
+        f"{median['on']['p99']:.2f} ms, ratio on/off {otlp.spread(p99)}; "
+        f"{switch.spans} spans received for {traced_jobs} jobs traced",
+        flush=True,
+    )
+    return {"rounds": rounds, "ratio": statistics.median(rate), "spans": switch.spans}
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -98,6 +148,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rate", type=float, default=500, help="requests per second")
     parser.add_argument("--connections", type=int, default=16, help="the baseline's pool")
+    parser.add_argument(
+        "--tracing", action="store_true", help="tracing off against on instead of the baseline"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --tracing")
     return parser
 
 

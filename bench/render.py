@@ -10,10 +10,13 @@ ahead, then `set_content` and `pdf` with Pressroom's PDF arguments. Pressroom go
 on the event stream. For each row both are started once and warmed, then print the same
 documents in --rounds alternating rounds; the row gives the medians and each round's ratio.
 The CPU figures are this process's per PDF: Playwright's side of the pipe for the raw loop,
-the whole server for Pressroom.
+the whole server for Pressroom. With --tracing, each round also runs Pressroom with tracing on
+(server/tracing.py: the request's span, the attempt's and its steps', exported over OTLP/HTTP to
+a receiver on loopback, bench/otlp.py), off and on in alternating order; the row adds the
+ratios on/off.
 
     python -m bench.render [--docs 150] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
-                           [--engines headless-shell,chromium]
+                           [--engines headless-shell,chromium] [--tracing]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from playwright.async_api import Page, async_playwright
 
+from bench import otlp
 from bench.clients import INVOICE, burst, invoice_data
 from bench.common import QUICK, checkpoint, database, machine, postgres, run_module, running_app
 from server.options import RenderOptions
@@ -109,23 +113,50 @@ async def pressroom(base: str, docs: int, lines: int) -> tuple[float, float]:
     return docs / seconds, (cpu_s() - cpu) * 1000 / docs
 
 
-async def row(engine: str, pages: int, docs: int, slots: int, rounds: int) -> dict[str, Any]:
+async def off_and_on(
+    switch: otlp.Tracing, base: str, docs: int, lines: int, *, on_first: bool
+) -> dict[str, tuple[float, float]]:
+    """Pressroom with tracing off and on (`pressroom` of each), in that order or the other."""
+    measured = {}
+    for side in ("on", "off") if on_first else ("off", "on"):
+        if side == "on":
+            switch.on()
+        try:
+            measured[side] = await pressroom(base, docs, lines)
+        finally:
+            switch.off()
+    return measured
+
+
+async def row(
+    engine: str, pages: int, docs: int, slots: int, rounds: int, *, traced: bool = False
+) -> dict[str, Any]:
     """The raw loop and Pressroom, each started once and warmed, print the same documents in
-    `rounds` alternating rounds; pairs close in time share the drift of a shared host."""
+    `rounds` alternating rounds; pairs close in time share the drift of a shared host. `traced`:
+    Pressroom with tracing on too, in each round."""
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
     html = [templates.render(INVOICE, invoice_data(n, lines)) for n in range(docs)]
     pairs = []
+    on_off: list[float] = []
+    cpu_on_off: list[float] = []
     async with (
         RawLoop(slots, engine) as raw,
         database() as dsn,
         running_app(dsn, render_slots=slots, chromium=engine) as (base, _app),
+        otlp.receiving() if traced else contextlib.nullcontext() as switch,
     ):
         await raw.warm(html)
         await burst(base, slots * 2, lines)
         await checkpoint(dsn)
-        for _ in range(rounds):
+        for n in range(rounds):
             raw_rate, raw_cpu = await raw.run(html)
-            ours, ours_cpu = await pressroom(base, docs, lines)
+            if switch is None:
+                ours, ours_cpu = await pressroom(base, docs, lines)
+            else:
+                sides = await off_and_on(switch, base, docs, lines, on_first=n % 2 == 1)
+                (ours, ours_cpu), (traced_rate, traced_cpu) = sides["off"], sides["on"]
+                on_off.append(traced_rate / ours)
+                cpu_on_off.append(traced_cpu / ours_cpu)
             pairs.append((raw_rate, ours, ours / raw_rate, raw_cpu, ours_cpu))
     raw_rate, ours, ratio, raw_cpu, ours_cpu = (
         statistics.median(p) for p in zip(*pairs, strict=True)
@@ -138,7 +169,15 @@ async def row(engine: str, pages: int, docs: int, slots: int, rounds: int) -> di
         f"CPU ms per PDF here, raw {raw_cpu:.1f} / Pressroom {ours_cpu:.1f}",
         flush=True,
     )
+    if switch is not None:
+        print(
+            f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: tracing on/off "
+            f"{otlp.spread(on_off)} PDFs/s, {otlp.spread(cpu_on_off)} CPU per PDF; "
+            f"{switch.spans} spans received",
+            flush=True,
+        )
     return {
+        "tracing_on_off": statistics.median(on_off) if on_off else None,
         "engine": name,
         "pages": pages,
         "slots": slots,
@@ -173,7 +212,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     args.docs if pages <= 1 else max(2 * max(slot_counts), args.docs * 2 // pages)
                 )
                 for slots in slot_counts:
-                    rows.append(await row(engine, pages, docs, slots, args.rounds))
+                    rows.append(
+                        await row(engine, pages, docs, slots, args.rounds, traced=args.tracing)
+                    )
     return {"rows": rows}
 
 
@@ -189,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
         "--engines",
         default="default" if QUICK else "headless-shell,chromium",
         help="headless-shell, chromium, default (the one Pressroom chooses here)",
+    )
+    parser.add_argument(
+        "--tracing", action="store_true", help="Pressroom with tracing on too, in each round"
     )
     return parser
 

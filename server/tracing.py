@@ -103,27 +103,35 @@ def plan(environ: Mapping[str, str]) -> tuple[tuple[str, ...], str, list[str]]:
 
 
 def start(environ: Mapping[str, str] | None = None) -> bool:
-    """Turn tracing on for this process when the OTEL_* variables ask for an exporter; the
-    SDK reads its other variables (endpoint, headers, sampler, batching) itself. Whether on."""
+    """Turn tracing on for this process when the OTEL_* variables ask for an exporter. Whether
+    it is on."""
     if _provider is not None:
         return True  # started already (the global provider can be set once)
+    provider = configured(environ)
+    if provider is None:
+        return False
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(provider)
+    use(provider)
+    return True
+
+
+def configured(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
+    """A provider exporting where the OTEL_* variables say (None: nowhere). The SDK reads its
+    other variables itself (endpoint, headers, sampler, batching)."""
     exporters, protocol, problems = plan(os.environ if environ is None else environ)
     for problem in problems:
         log.warning("tracing: %s", problem)
     if not exporters:
-        return False
-    from opentelemetry import trace
+        return None
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    made = [
-        (name, exporter)
-        for name in exporters
-        if (exporter := _exporter(name, protocol)) is not None
-    ]
+    made = [(name, one) for name in exporters if (one := _exporter(name, protocol)) is not None]
     if not made:
-        return False
+        return None
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
@@ -133,11 +141,9 @@ def start(environ: Mapping[str, str] | None = None) -> bool:
     provider = TracerProvider(resource=resource)
     for _name, exporter in made:
         provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    use(provider)
     shown = ", ".join(name if name != "otlp" else f"OTLP ({protocol})" for name, _ in made)
     log.info("tracing on: spans go to %s as %s", shown, resource.attributes["service.name"])
-    return True
+    return provider
 
 
 def _exporter(name: str, protocol: str) -> SpanExporter | None:
