@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from server import jsontext, sql
+from server.errors import backoff_s
 from server.queue.embedded import EmbeddedPostgres
 
 if TYPE_CHECKING:
@@ -20,6 +23,12 @@ log = logging.getLogger(__name__)
 
 # Any fixed number works; it only has to be the same in every Pressroom process.
 MIGRATION_LOCK = 0x70726573
+#: How long a migration's statement waits for a table's lock: while DDL waits behind a backup
+#: or a long query, every query of the running processes on that table queues behind it. So
+#: it gives up, lets them through, and the migration is tried again.
+MIGRATION_LOCK_TIMEOUT = "1s"
+MIGRATION_RETRY_BASE_S = 0.5
+MIGRATION_RETRY_MAX_S = 10.0
 
 #: Data sent and not acknowledged for this long means the network path is gone: the connection
 #: fails, on either side, instead of waiting for TCP's own give-up after about 15 minutes.
@@ -116,9 +125,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
         for version, text in sql.migrations():
             if version in done:
                 continue
-            async with conn.transaction():
-                await conn.execute(text)
-                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            await _apply(conn, version, text)
             applied.append(version)
     finally:
         # One line, not one per migration: a new database has them all.
@@ -128,6 +135,27 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             log.info("applied %s migrations, %s to %s", len(applied), applied[0], applied[-1])
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
+
+
+async def _apply(conn: asyncpg.Connection, version: str, text: str) -> None:
+    """One migration in one transaction, tried again while a lock it needs is held elsewhere."""
+    for attempt in itertools.count(1):
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'")
+                await conn.execute(text)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            return
+        except asyncpg.LockNotAvailableError as exc:
+            wait_s = backoff_s(attempt, base_s=MIGRATION_RETRY_BASE_S, max_s=MIGRATION_RETRY_MAX_S)
+            log.warning(
+                "migration %s waits for a lock another session holds (a backup, a long query: "
+                "pg_locks shows it): %s; trying again in %.1f s",
+                version,
+                exc,
+                wait_s,
+            )
+            await asyncio.sleep(wait_s)
 
 
 async def migrate_at(dsn: str) -> list[str]:

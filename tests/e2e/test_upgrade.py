@@ -1,14 +1,15 @@
 """A rolling upgrade from the previous release (tests/releases.py): its process serves a database
 and a files folder with jobs done, running and queued, webhooks pending and streams open; then
 two processes of today's code start at once on the same database and folder. The migrations
-apply once, under the lock, while the old process serves and renders; then it stops, and
-nothing is lost: queued jobs render, old links download, pending webhooks arrive, and streams
-resume from their cursors with every event once."""
+apply once, under the lock, while the old process serves and renders (a backup running at the
+same moment too); then it stops, and nothing is lost: queued jobs render, old links download,
+pending webhooks arrive, and streams resume from their cursors with every event once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import socket
 from collections import defaultdict
@@ -20,15 +21,16 @@ import aiohttp
 import asyncpg
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer, unused_port
+from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from server import sql
 from server.queue import db
 from tests.conftest import fresh_database
 from tests.integration.test_webhooks import Receiver, verify
-from tests.processes import PressroomProcess, wait_until
+from tests.processes import PressroomProcess, free_port, wait_until
 from tests.releases import (
+    Release,
     ReleaseProcess,
     exported,
     imported_from,
@@ -41,14 +43,10 @@ from tests.timings import as_env
 #: receiver is down.
 TIMINGS = as_env(POLL_INTERVAL_S=0.5, SCHEDULE_S=(1.0,) * 120)
 WAIT_S = 45.0
+#: The longest a job's submission may take while a migration waits behind a backup: a few of
+#: the migration's lock waits (db.MIGRATION_LOCK_TIMEOUT).
+BEHIND_BACKUP_S = 10.0
 APPLIED = re.compile(r"applied (migration \S+|\d+ migrations, \S+ to \S+)")
-
-
-@pytest.fixture
-async def empty_dsn(server_dsn: str) -> AsyncIterator[str]:
-    """A database without any schema: the previous release makes its own."""
-    async with fresh_database(server_dsn, "template0") as made:
-        yield made
 
 
 class HeldPages:
@@ -68,6 +66,10 @@ class HeldPages:
     def url(self, name: str) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.port}/held/{name}"
+
+    async def until_asked(self, name: str) -> None:
+        async with asyncio.timeout(WAIT_S):
+            await self.asked[name].wait()
 
     def release(self, name: str) -> None:
         self._released[name].set()
@@ -126,265 +128,328 @@ class Follower:
         if self._task is not None and self._task.done():
             self._task.result()  # a connection that broke instead of ending says so here
 
-    def event_ids(self, base: str | None = None) -> list[int]:
-        return [int(m.id) for b, m in self.received if m.id and base in (None, b)]
+    async def until_ended(self) -> None:
+        await self.until(lambda: self.ended)
 
     def has(self, event: str, job_id: str) -> bool:
         return any(
             m.id and m.event == event and m.json["job"]["id"] == job_id for _, m in self.received
         )
 
+    def event_ids(self, base: str | None = None) -> list[int]:
+        return [int(m.id) for b, m in self.received if m.id and base in (None, b)]
+
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
 
 
-async def serving(http: aiohttp.ClientSession, base: str, proc: PressroomProcess) -> None:
-    """Until the process answers /healthz: it has no other way to say its port is open."""
+@dataclasses.dataclass
+class Scene:
+    """One upgrade: a database and a files folder, the old process and the two new ones (not
+    started), the outside servers they reach, and the clients that watch them."""
+
+    release: Release
+    tree: Path
+    dsn: str
+    data: Path
+    http: aiohttp.ClientSession
+    watcher: asyncpg.Connection  # the test's own look at the database
+    pages: HeldPages
+    hook_port: int
+    hook_blocker: socket.socket  # holds the receiver's port, refusing connections, until it is up
+    receiver: Receiver
+    bases: dict[str, str]
+    old: ReleaseProcess
+    new: PressroomProcess  # serve: web, render slots, webhooks
+    web: PressroomProcess  # web only
+    stream: Follower  # all jobs
+
+    @property
+    def hook(self) -> str:
+        return f"http://127.0.0.1:{self.hook_port}/hook"
+
+    async def serving(self, name: str) -> None:
+        """Until the process answers /healthz: it has no other way to say its port is open."""
+        proc = {"old": self.old, "new": self.new, "web": self.web}[name]
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                assert proc.proc is not None and proc.proc.returncode is None, proc.log()[-3000:]
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with self.http.get(self.bases[name] + "/healthz") as resp:
+                        if resp.status == 200:
+                            return
+                await asyncio.sleep(0.1)  # a refused connection: nothing to wait on but the port
+
+    async def submit(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"webhook_url": self.hook, **body}
+        async with self.http.post(self.bases[name] + "/v1/jobs", json=body) as resp:
+            assert resp.status == 202, await resp.text()
+            job: dict[str, Any] = await resp.json()
+            return job
+
+    async def job(self, name: str, job_id: str) -> dict[str, Any]:
+        async with self.http.get(f"{self.bases[name]}/v1/jobs/{job_id}") as resp:
+            assert resp.status == 200, await resp.text()
+            job: dict[str, Any] = await resp.json()
+            return job
+
+    async def download(self, name: str, signed_url: str) -> tuple[int, bytes]:
+        """A signed link as a client behind one public address follows it: its path and query,
+        answered by the process `name`."""
+        link = URL(signed_url)
+        target = URL(self.bases[name]).with_path(link.path).with_query(link.query)
+        async with self.http.get(target) as resp:
+            return resp.status, await resp.read()
+
+
+def invoice(n: int) -> dict[str, Any]:
+    return {"template": "<h1>Invoice {{ n }}</h1>", "data": {"n": n}}
+
+
+async def until_true(conn: asyncpg.Connection, query: str) -> None:
+    """Until `query` returns true: for states no notification announces (lock waits)."""
     async with asyncio.timeout(WAIT_S):
-        while True:
-            assert proc.proc is not None and proc.proc.returncode is None, proc.log()[-3000:]
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with http.get(base + "/healthz") as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.1)  # a refused connection: nothing to wait on but the port
+        while not await conn.fetchval(query):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
 
 
-async def submit(http: aiohttp.ClientSession, base: str, body: dict[str, Any]) -> dict[str, Any]:
-    async with http.post(base + "/v1/jobs", json=body) as resp:
-        assert resp.status == 202, await resp.text()
-        job: dict[str, Any] = await resp.json()
-        return job
+@contextlib.asynccontextmanager
+async def backup_running(dsn: str) -> AsyncIterator[None]:
+    """What pg_dump holds while it runs: one snapshot, and ACCESS SHARE on every table."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            tables = await conn.fetch(
+                "SELECT format('%I', tablename) AS name FROM pg_tables WHERE schemaname = 'public'"
+            )
+            names = ", ".join(row["name"] for row in tables)
+            await conn.execute(f"LOCK TABLE {names} IN ACCESS SHARE MODE")
+            yield
+    finally:
+        await conn.close()
 
 
-async def get_job(http: aiohttp.ClientSession, base: str, job_id: str) -> dict[str, Any]:
-    async with http.get(f"{base}/v1/jobs/{job_id}") as resp:
-        assert resp.status == 200, await resp.text()
-        job: dict[str, Any] = await resp.json()
-        return job
+@pytest.fixture
+async def scene(server_dsn: str, tmp_path: Path) -> AsyncIterator[Scene]:
+    release = previous_release()
+    async with contextlib.AsyncExitStack() as stack:
+        # An empty database: the previous release makes the schema it knows.
+        dsn = await stack.enter_async_context(fresh_database(server_dsn, "template0"))
+        tree = stack.enter_context(exported(release))
+        watcher = await asyncpg.connect(dsn)
+        stack.push_async_callback(watcher.close)
+        http = aiohttp.ClientSession()
+        stack.push_async_callback(http.close)
+        data = tmp_path / "data"
+        env = {
+            "DATABASE_URL": dsn,
+            "PRESSROOM_DATA_DIR": str(data),
+            "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",  # the held pages and the webhook receiver
+            "PRESSROOM_RENDER_TIMEOUT_S": "60",
+            "PRESSROOM_SHUTDOWN_GRACE_S": "3",
+            **TIMINGS,
+        }
+        ports = {name: free_port() for name in ("old", "new", "web")}
 
+        def settings(name: str, **more: str) -> dict[str, str]:
+            return {**env, "PRESSROOM_PORT": str(ports[name]), **more}
 
-async def download(http: aiohttp.ClientSession, base: str, signed_url: str) -> tuple[int, bytes]:
-    """A signed link as a client behind one public address follows it: its path and query,
-    answered by whichever process `base` is."""
-    link = URL(signed_url)
-    async with http.get(URL(base).with_path(link.path).with_query(link.query)) as resp:
-        return resp.status, await resp.read()
-
-
-def invoice(n: int, hook: str) -> dict[str, Any]:
-    return {"template": "<h1>Invoice {{ n }}</h1>", "data": {"n": n}, "webhook_url": hook}
-
-
-def reserved_port() -> tuple[socket.socket, int]:
-    """A port bound and not listening: connections to it are refused until it is closed and a
-    server takes it (a webhook receiver that is down)."""
-    blocker = socket.socket()
-    blocker.bind(("127.0.0.1", 0))
-    port: int = blocker.getsockname()[1]
-    return blocker, port
+        old = ReleaseProcess(
+            tree, "serve", settings("old", PRESSROOM_RENDER_SLOTS="1"), tmp_path / "old.log"
+        )
+        new = PressroomProcess(
+            "serve", settings("new", PRESSROOM_RENDER_SLOTS="2"), tmp_path / "new.log"
+        )
+        web_only = PressroomProcess("web", settings("web"), tmp_path / "web.log")
+        for proc in (old, new, web_only):
+            stack.push_async_callback(proc.stop, timeout_s=20)
+        pages = HeldPages()
+        await pages.start()
+        stack.push_async_callback(pages.stop)
+        hook_blocker = socket.socket()
+        hook_blocker.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        stack.callback(hook_blocker.close)
+        receiver = Receiver()
+        stack.push_async_callback(receiver.stop)
+        stream = Follower(http, "/v1/events")
+        stack.callback(stream.close)
+        yield Scene(
+            release=release,
+            tree=tree,
+            dsn=dsn,
+            data=data,
+            http=http,
+            watcher=watcher,
+            pages=pages,
+            hook_port=hook_blocker.getsockname()[1],
+            hook_blocker=hook_blocker,
+            receiver=receiver,
+            bases={name: f"http://127.0.0.1:{port}" for name, port in ports.items()},
+            old=old,
+            new=new,
+            web=web_only,
+            stream=stream,
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.timeout(150)
-async def test_rolling_upgrade_from_the_previous_release_loses_nothing(
-    empty_dsn: str, tmp_path: Path
-) -> None:
-    release = previous_release()
-    dsn = empty_dsn
-    data = tmp_path / "data"
-    env = {
-        "DATABASE_URL": dsn,
-        "PRESSROOM_DATA_DIR": str(data),
-        "PRESSROOM_ALLOW_HOSTS": "127.0.0.1",  # the held pages and the webhook receiver
-        "PRESSROOM_RENDER_TIMEOUT_S": "60",
-        "PRESSROOM_SHUTDOWN_GRACE_S": "3",
-        **TIMINGS,
-    }
-    ports = {name: unused_port() for name in ("old", "new", "web")}
-    bases = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    blocker, hook_port = reserved_port()
-    hook = f"http://127.0.0.1:{hook_port}/hook"
-    pages = HeldPages()
-    await pages.start()
-    http = aiohttp.ClientSession()
-    watcher = await asyncpg.connect(dsn)
-    stream = Follower(http, "/v1/events")
-    job_stream: Follower | None = None
-    receiver = Receiver()
-    with exported(release) as tree:
-        found = imported_from(tree)
-        assert all(Path(found[name]).is_relative_to(tree) for name in ("server", "pressroom"))
-        assert Path(found["timings"]).is_relative_to(tree), found
-        old = ReleaseProcess(
-            tree,
-            "serve",
-            {**env, "PRESSROOM_PORT": str(ports["old"]), "PRESSROOM_RENDER_SLOTS": "1"},
-            tmp_path / "old.log",
-        )
-        new = PressroomProcess(
-            "serve",
-            {**env, "PRESSROOM_PORT": str(ports["new"]), "PRESSROOM_RENDER_SLOTS": "2"},
-            tmp_path / "new.log",
-        )
-        web_only = PressroomProcess(
-            "web", {**env, "PRESSROOM_PORT": str(ports["web"])}, tmp_path / "web.log"
-        )
-        processes = [old, new, web_only]
-        try:
-            # --- The previous release, with history -------------------------------------
-            await old.start()
-            await serving(http, bases["old"], old)
-            known = {v for (v,) in await watcher.fetch("SELECT version FROM schema_migrations")}
-            assert max(known) == found["newest"], "the old process made the schema it knows"
-            pending = [version for version, _ in sql.migrations() if version not in known]
-            assert pending, f"no migration since {release.why}"
+async def test_rolling_upgrade_from_the_previous_release_loses_nothing(scene: Scene) -> None:
+    s, stream = scene, scene.stream
+    found = imported_from(s.tree)
+    for module in ("server", "pressroom", "timings"):
+        assert Path(found[module]).is_relative_to(s.tree), (module, found)
 
-            done = [await submit(http, bases["old"], invoice(n, hook)) for n in range(2)]
-            await stream.open(bases["old"], cursor="1")  # a cursor in the log's history
-            await stream.until(lambda: all(stream.has("job.done", j["id"]) for j in done))
-            links = {}
-            for job in done:
-                shown = await get_job(http, bases["old"], job["id"])
-                status, body = await download(http, bases["old"], shown["url"])
-                assert status == 200 and body.startswith(b"%PDF-")
-                links[job["id"]] = (shown["url"], body)
-            # The receiver is down: both deliveries are pending, each tried at least once.
-            await wait_until(
-                dsn,
-                "SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' AND attempts > 0",
-                2,
-                timeout_s=WAIT_S,
-            )
+    # --- The previous release, with jobs done, running and queued ---------------------------
+    await s.old.start()
+    await s.serving("old")
+    known = {v for (v,) in await s.watcher.fetch("SELECT version FROM schema_migrations")}
+    assert max(known) == found["newest"], "the old process made the schema it knows"
+    pending = [version for version, _ in sql.migrations() if version not in known]
+    assert pending, f"no migration since the previous release, {s.release.why}"
 
-            running = await submit(
-                http, bases["old"], {"page_url": pages.url("running"), "webhook_url": hook}
-            )
-            async with asyncio.timeout(WAIT_S):
-                await pages.asked["running"].wait()  # in the old process's one render slot
-            holder = await watcher.fetchval(
-                "SELECT worker_id FROM jobs WHERE id = $1", running["id"]
-            )
-            assert old.proc is not None and holder.split(":")[1] == str(old.proc.pid), holder
-            queued = [await submit(http, bases["old"], invoice(n, hook)) for n in range(2, 5)]
+    done = [await s.submit("old", invoice(n)) for n in range(2)]
+    first = await s.watcher.fetchval("SELECT min(id) FROM job_events")
+    await stream.open(s.bases["old"], cursor=str(first))  # a cursor in the log's history
+    await stream.until(lambda: all(stream.has("job.done", j["id"]) for j in done))
+    links = {}
+    for job in done:
+        signed = (await s.job("old", job["id"]))["url"]
+        status, body = await s.download("old", signed)
+        assert status == 200 and body.startswith(b"%PDF-")
+        links[signed] = body
+    # The receiver is down: both deliveries are pending, each tried at least once.
+    await wait_until(
+        s.dsn,
+        "SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' AND attempts > 0",
+        2,
+        timeout_s=WAIT_S,
+    )
+    running = await s.submit("old", {"page_url": s.pages.url("running")})
+    await s.pages.until_asked("running")
+    holder = await s.watcher.fetchval("SELECT worker_id FROM jobs WHERE id = $1", running["id"])
+    assert s.old.proc is not None and holder.split(":")[1] == str(s.old.proc.pid), holder
+    # The old process's one render slot is taken: these wait.
+    queued = [await s.submit("old", invoice(n)) for n in range(2, 5)]
 
-            # --- Two new processes at once, while the old one works --------------------
-            # The test holds the migration lock first, so both are seen waiting on it.
-            locker = await asyncpg.connect(dsn)
-            await locker.execute("SELECT pg_advisory_lock($1)", db.MIGRATION_LOCK)
-            await new.start()
-            await web_only.start()
-            await wait_until(
-                dsn,
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                f" AND objid = {db.MIGRATION_LOCK} AND NOT granted",
-                2,
-                timeout_s=WAIT_S,
-            )
-            # Meanwhile the old process takes jobs and streams their events.
-            during = await submit(http, bases["old"], invoice(5, hook))
-            await stream.until(lambda: stream.has("job.queued", during["id"]))
-            assert (await get_job(http, bases["old"], during["id"]))["status"] == "queued"
+    # --- Two new processes at once, while the old one works ---------------------------------
+    # The test holds the migration lock first, so that both are seen waiting for it.
+    locker = await asyncpg.connect(s.dsn)
+    try:
+        await locker.execute("SELECT pg_advisory_lock($1)", db.MIGRATION_LOCK)
+        await s.new.start()
+        await s.web.start()
+        await wait_until(
+            s.dsn,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            f" AND objid = {db.MIGRATION_LOCK} AND NOT granted",
+            2,
+            timeout_s=WAIT_S,
+        )
+        during = await s.submit("old", invoice(5))
+        await stream.until(lambda: stream.has("job.queued", during["id"]))
+        # A backup runs as the lock is let go: DDL waits for it, and the old process's queries
+        # of that table would wait behind the DDL if it did not give way.
+        async with backup_running(s.dsn):
             await locker.execute("SELECT pg_advisory_unlock($1)", db.MIGRATION_LOCK)
-            await locker.close()
-            await serving(http, bases["new"], new)
-            await serving(http, bases["web"], web_only)
-
-            applied_by = [proc for proc in (new, web_only) if APPLIED.search(proc.log())]
-            assert len(applied_by) == 1, [proc.log()[-2000:] for proc in (new, web_only)]
-            rows = await watcher.fetch("SELECT version FROM schema_migrations ORDER BY version")
-            assert [row["version"] for row in rows] == sorted(known | set(pending))
-
-            # Queued jobs render on the new process: the old one's only slot is still held.
-            waiting = [*queued, during]
-            await stream.until(lambda: all(stream.has("job.done", j["id"]) for j in waiting))
-            assert not stream.has("job.done", running["id"])
-
-            # The old process goes on after the migration: it finishes its render, takes a
-            # job, streams, and its links download.
-            pages.release("running")
-            await stream.until(lambda: stream.has("job.done", running["id"]))
-            claims = await watcher.fetchval(
-                "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'job.running'",
-                running["id"],
+            await until_true(
+                s.watcher,
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'relation' AND NOT granted)"
+                f" OR (SELECT count(*) FROM schema_migrations) = {len(known) + len(pending)}",
             )
-            assert claims == 1, "the old process finished the render it had started"
-            last = await submit(
-                http, bases["old"], {"page_url": pages.url("last"), "webhook_url": hook}
-            )
-            job_stream = Follower(http, f"/v1/jobs/{last['id']}/events")
-            await job_stream.open(bases["old"])
-            async with asyncio.timeout(WAIT_S):
-                await pages.asked["last"].wait()
-            shown = await get_job(http, bases["old"], running["id"])
-            status, body = await download(http, bases["old"], shown["url"])
-            assert status == 200 and body.startswith(b"%PDF-")
-
-            # --- The old process stops; its clients resume on the new ones -------------
-            assert await old.stop() == 0, old.log()[-3000:]
-            await stream.until(lambda: stream.ended)
-            await job_stream.until(lambda: job_stream.ended)
-            for follower in (stream, job_stream):
-                base, closing = follower.received[-1]
-                assert base == bases["old"] and closing.event == "closed", closing
-                assert closing.json["code"] == "shutdown"
-            await stream.open(bases["new"], cursor=stream.cursor)
-            await job_stream.open(bases["web"], cursor=job_stream.cursor)
-            pages.release("last")
-            await job_stream.until(lambda: job_stream.ended)
-            await stream.until(lambda: stream.has("job.done", last["id"]))
-
-            # Pending webhooks, the old process's among them, arrive once the receiver is up.
-            blocker.close()
-            await receiver.start(hook_port)
-            await wait_until(
-                dsn,
-                "SELECT count(*) FILTER (WHERE status <> 'delivered') FROM webhook_deliveries",
-                0,
-                timeout_s=WAIT_S,
-            )
-            deliveries = await watcher.fetch("SELECT id, job_id, type FROM webhook_deliveries")
-            secret = (data / "webhook_secret").read_text().strip()
-            got = {
-                r.headers["webhook-id"]: verify(secret, r.headers, r.body)
-                for r in receiver.received
-            }
-            assert len(got) == len(receiver.received), "each delivery arrived once"
-            assert got.keys() == {str(row["id"]) for row in deliveries}
-            for row in deliveries:
-                payload = got[str(row["id"])]
-                assert (payload["type"], payload["data"]["job"]["id"]) == (
-                    row["type"],
-                    str(row["job_id"]),
+            try:
+                async with asyncio.timeout(BEHIND_BACKUP_S):
+                    behind = await s.submit("old", invoice(6))
+                    await stream.until(lambda: stream.has("job.queued", behind["id"]))
+            except TimeoutError:
+                pytest.fail(
+                    "the old process could not take a job while a migration waited behind a "
+                    f"backup (its queries queued behind the migration's lock):\n{s.new.log()}"
                 )
-            assert {str(row["job_id"]) for row in deliveries} >= {
-                j["id"] for j in [*done, *waiting]
-            }
+    finally:
+        await locker.close()
+    await s.serving("new")
+    await s.serving("web")
 
-            # Links the old process signed download from the new ones, and only as signed.
-            for signed, body in links.values():
-                for base in (bases["new"], bases["web"]):
-                    assert await download(http, base, signed) == (200, body)
-                tampered = URL(signed).update_query(sig="0" * 10)
-                status, _ = await download(http, bases["new"], str(tampered))
-                assert status in (401, 403), status
-        finally:
-            stream.close()
-            if job_stream is not None:
-                job_stream.close()
-            await receiver.stop()
-            blocker.close()
-            await pages.stop()
-            codes = [await proc.stop(timeout_s=20) for proc in processes]
-            await http.close()
+    applied_by = [proc for proc in (s.new, s.web) if APPLIED.search(proc.log())]
+    assert len(applied_by) == 1, [proc.log()[-2000:] for proc in (s.new, s.web)]
+    rows = await s.watcher.fetch("SELECT version FROM schema_migrations ORDER BY version")
+    assert [row["version"] for row in rows] == sorted(known | set(pending))
 
-    # Every stream got each event after its cursor once, in order, across the two processes.
-    log = await watcher.fetch("SELECT id, job_id FROM job_events ORDER BY id")
-    await watcher.close()
-    assert stream.event_ids() == [row["id"] for row in log if row["id"] > 1]
-    assert stream.event_ids(bases["new"]), "the stream resumed on a new process"
+    # Queued jobs render on the new process (the old one's only slot is still held).
+    waiting = [*queued, during, behind]
+    await stream.until(lambda: all(stream.has("job.done", j["id"]) for j in waiting))
+    assert not stream.has("job.done", running["id"])
+
+    # --- The old process goes on after the migration ----------------------------------------
+    # It finishes the render it had started, takes a job, streams, and its links download.
+    s.pages.release("running")
+    await stream.until(lambda: stream.has("job.done", running["id"]))
+    claims = await s.watcher.fetchval(
+        "SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'job.running'",
+        running["id"],
+    )
+    assert claims == 1, "the old process finished the render it had started"
+    last = await s.submit("old", {"page_url": s.pages.url("last")})
+    job_stream = Follower(s.http, f"/v1/jobs/{last['id']}/events")
+    try:
+        await job_stream.open(s.bases["old"])
+        await s.pages.until_asked("last")  # in whichever process claimed it
+        status, body = await s.download("old", (await s.job("old", running["id"]))["url"])
+        assert status == 200 and body.startswith(b"%PDF-")
+
+        # --- The old process stops; its clients resume on the new ones ----------------------
+        assert await s.old.stop() == 0, s.old.log()[-3000:]
+        for follower in (stream, job_stream):
+            await follower.until_ended()
+            base, closing = follower.received[-1]
+            assert base == s.bases["old"] and closing.event == "closed", closing
+            assert closing.json["code"] == "shutdown"
+        await stream.open(s.bases["new"], cursor=stream.cursor)
+        await job_stream.open(s.bases["web"], cursor=job_stream.cursor)
+        s.pages.release("last")  # a render the old process gave back at its stop, or the new one's
+        await job_stream.until_ended()
+        await stream.until(lambda: stream.has("job.done", last["id"]))
+    finally:
+        job_stream.close()
+
+    # --- Pending webhooks, the old process's among them, arrive once the receiver is up -----
+    s.hook_blocker.close()
+    await s.receiver.start(s.hook_port)
+    await wait_until(
+        s.dsn,
+        "SELECT count(*) FILTER (WHERE status <> 'delivered') FROM webhook_deliveries",
+        0,
+        timeout_s=WAIT_S,
+    )
+    deliveries = await s.watcher.fetch("SELECT id, job_id, type FROM webhook_deliveries")
+    secret = (s.data / "webhook_secret").read_text().strip()
+    got = {r.headers["webhook-id"]: verify(secret, r.headers, r.body) for r in s.receiver.received}
+    assert len(got) == len(s.receiver.received), "each delivery arrived once"
+    assert got.keys() == {str(row["id"]) for row in deliveries}
+    for row in deliveries:
+        payload = got[str(row["id"])]
+        assert payload["type"] == row["type"]
+        assert payload["data"]["job"]["id"] == str(row["job_id"])
+    every_job = {j["id"] for j in [*done, running, *waiting, last]}
+    assert {str(row["job_id"]) for row in deliveries} == every_job
+
+    # --- Links the old process signed download from the new ones, and only as signed --------
+    for signed, body in links.items():
+        for name in ("new", "web"):
+            assert await s.download(name, signed) == (200, body)
+        tampered = URL(signed).update_query(sig="0" * 10)
+        status, _ = await s.download("new", str(tampered))
+        assert status in (401, 403), status
+
+    # --- Every stream got each event after its cursor once, in order, across processes ------
+    log = await s.watcher.fetch("SELECT id, job_id FROM job_events ORDER BY id")
+    assert stream.event_ids() == [row["id"] for row in log if row["id"] > first]
+    assert stream.event_ids(s.bases["new"]), "the stream resumed on a new process"
     assert job_stream.event_ids() == [row["id"] for row in log if str(row["job_id"]) == last["id"]]
+    assert job_stream.event_ids(s.bases["web"]), "the job's stream resumed on a new process"
     assert job_stream.received[-1][1].event == "job.done"
-    assert codes[1:] == [0, 0], new.log()[-3000:] + web_only.log()[-3000:]
+    for proc in (s.new, s.web):
+        assert await proc.stop() == 0, proc.log()[-3000:]
