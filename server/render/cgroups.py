@@ -64,8 +64,9 @@ class RenderCgroups:
         return f"cgroup v{self.version}, {self.max_mb} MiB per render"
 
     @classmethod
-    def create(cls, max_mb: int) -> tuple[RenderCgroups | None, str]:
-        """The folder, or None and the reason no cgroup can be made here."""
+    def create(cls, max_mb: int, *, prefix: str = PREFIX) -> tuple[RenderCgroups | None, str]:
+        """The folder (named `prefix` and this process's pid: Chromium's and LibreOffice's
+        differ), or None and the reason no cgroup can be made here."""
         try:
             found = _own_memory_cgroup()
         except OSError as exc:
@@ -73,8 +74,8 @@ class RenderCgroups:
         if found is None:
             return None, "no cgroup memory controller is mounted"
         parent, version = found
-        _remove_stale(parent)
-        root = parent / f"{PREFIX}{os.getpid()}"
+        _remove_stale(parent, prefix)
+        root = parent / f"{prefix}{os.getpid()}"
         try:
             root.mkdir(exist_ok=True)
             if version == 2:
@@ -144,10 +145,10 @@ def _mount_point(mounts: list[str], fstype: str, option: str | None) -> Path | N
     return None
 
 
-def _remove_stale(parent: Path) -> None:
+def _remove_stale(parent: Path, prefix: str) -> None:
     """Folders of earlier Pressroom processes that did not end cleanly."""
-    for folder in parent.glob(f"{PREFIX}*"):
-        pid = folder.name.removeprefix(PREFIX)
+    for folder in parent.glob(f"{prefix}*"):
+        pid = folder.name.removeprefix(prefix)
         if not pid.isdigit() or Path(f"/proc/{pid}").exists():
             continue
         for child in folder.glob("render-*"):

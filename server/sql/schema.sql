@@ -40,7 +40,8 @@ CREATE TABLE jobs (
     id               uuid        PRIMARY KEY,
     tenant           text        NOT NULL,
     status           text        NOT NULL DEFAULT 'queued',
-    -- The source's text: the Jinja2 HTML, the Jinja2 Markdown, or the page's URL (`source`).
+    -- The source's text: the Jinja2 HTML, the Jinja2 Markdown, the page's URL, or the Office
+    -- file's name, the file itself in `assets` under that name (`source`, 0027).
     template         text        NOT NULL,
     -- As submitted: json, not jsonb, which would reorder keys and rewrite numbers (0006).
     data             json        NOT NULL DEFAULT '{}',
@@ -99,7 +100,8 @@ CREATE TABLE jobs (
         CHECK ((status IN ('done', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
     CONSTRAINT jobs_progress_percent
         CHECK (progress IS NULL OR progress BETWEEN 0 AND 100),
-    CONSTRAINT jobs_source_known CHECK (source IN ('template', 'markdown', 'page_url'))
+    CONSTRAINT jobs_source_known
+        CHECK (source IN ('template', 'markdown', 'page_url', 'office'))
 );
 
 -- The claim reads only due queued jobs, best first; the rescuer only running ones.
