@@ -134,7 +134,7 @@ async def traced(args: argparse.Namespace, load: list[str]) -> dict[str, Any]:
         f"on {median['on']['jobs_per_s']:7.0f} jobs/s, ratio on/off {otlp.spread(rate)}\n"
         f"accept  tracing at {args.rate:g}/s: p99 off {median['off']['p99']:.2f} ms, on "
         f"{median['on']['p99']:.2f} ms, ratio on/off {otlp.spread(p99)}; "
-        f"{switch.spans} spans received for {traced_jobs} jobs traced",
+        f"{switch.spans} spans in {switch.traces} traces received for {traced_jobs} jobs traced",
         flush=True,
     )
     return {"rounds": rounds, "ratio": statistics.median(rate), "spans": switch.spans}

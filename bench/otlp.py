@@ -1,8 +1,8 @@
 """Tracing on for a benchmark's rounds (--tracing): an OTLP/HTTP receiver in a process of its
 own on loopback, and the provider Pressroom makes from the OTEL_* variables, pointed at it.
 
-    python -m bench.otlp    (the receiver: prints its port, counts spans until stdin closes,
-                             then prints {"spans": N, "requests": M})
+    python -m bench.otlp    (the receiver: prints its port, counts spans and traces until stdin
+                             closes, then prints {"spans": N, "traces": T, "requests": M})
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ if TYPE_CHECKING:
 
 
 class Tracing:
-    """Turns Pressroom's tracing on and off between rounds; `spans` is what the receiver got
-    (known once the context ends)."""
+    """Turns Pressroom's tracing on and off between rounds; `spans` and `traces` are what the
+    receiver got (known once the context ends)."""
 
     def __init__(self, provider: TracerProvider) -> None:
         self._provider = provider
         self.spans = 0
+        self.traces = 0
 
     def on(self) -> None:
         tracing.use(self._provider)
@@ -68,7 +69,8 @@ async def receiving() -> AsyncIterator[Tracing]:
         del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
         proc.stdin.close()
         out, _ = await proc.communicate()
-    switch.spans = json.loads(out.decode().strip().splitlines()[-1])["spans"]
+    got = json.loads(out.decode().strip().splitlines()[-1])
+    switch.spans, switch.traces = got["spans"], got["traces"]
 
 
 def spread(ratios: Sequence[float]) -> str:
@@ -80,13 +82,17 @@ async def serve() -> None:
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp
 
     spans = requests = 0
+    trace_ids: set[bytes] = set()
     answer = otlp.ExportTraceServiceResponse().SerializeToString()
 
     async def traces(request: web.Request) -> web.Response:
         nonlocal spans, requests
         got = otlp.ExportTraceServiceRequest.FromString(await request.read())
         requests += 1
-        spans += sum(len(s.spans) for r in got.resource_spans for s in r.scope_spans)
+        for resource in got.resource_spans:
+            for scope in resource.scope_spans:
+                spans += len(scope.spans)
+                trace_ids.update(span.trace_id for span in scope.spans)
         return web.Response(body=answer, content_type="application/x-protobuf")
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -99,7 +105,7 @@ async def serve() -> None:
     print(json.dumps({"port": port}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until it closes
     await runner.cleanup()
-    print(json.dumps({"spans": spans, "requests": requests}), flush=True)
+    print(json.dumps({"spans": spans, "traces": len(trace_ids), "requests": requests}), flush=True)
 
 
 if __name__ == "__main__":

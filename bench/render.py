@@ -173,7 +173,7 @@ async def row(
         print(
             f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: tracing on/off "
             f"{otlp.spread(on_off)} PDFs/s, {otlp.spread(cpu_on_off)} CPU per PDF; "
-            f"{switch.spans} spans received",
+            f"{switch.spans} spans in {switch.traces} traces received",
             flush=True,
         )
     return {
