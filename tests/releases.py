@@ -23,6 +23,8 @@ from tests.processes import ROOT, PressroomProcess
 
 MIGRATIONS = "server/sql/migrations"
 FULL_CLONE = "run it in a full clone (git clone without --depth), as CI does"
+#: A commit to upgrade from instead (the release you run, say): UPGRADE_FROM=abc1234.
+FROM_VARIABLE = "UPGRADE_FROM"
 
 
 @dataclass(frozen=True)
@@ -31,55 +33,58 @@ class Release:
     why: str  # how it was chosen, for messages
 
 
-def _git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
 
 
-def _git_out(*args: str) -> str:
-    done = _git(*args)
+def _git_out(root: Path, *args: str) -> str:
+    done = _git(root, *args)
     if done.returncode != 0:
-        pytest.fail(f"git {' '.join(args)} failed: {done.stderr.strip()}; {FULL_CLONE}")
+        pytest.fail(f"git {' '.join(args)} failed in {root}: {done.stderr.strip()}; {FULL_CLONE}")
     return done.stdout.strip()
 
 
-def previous_release() -> Release:
+def previous_release(root: Path = ROOT) -> Release:
     """The commit the upgrade starts from; fails (never skips) where git history cannot say."""
-    if _git("rev-parse", "--git-dir").returncode != 0:
+    if _git(root, "rev-parse", "--git-dir").returncode != 0:
         pytest.fail(
-            f"no git history at {ROOT}: the upgrade test exports the previous release "
+            f"no git history at {root}: the upgrade test exports the previous release "
             f"from it; {FULL_CLONE}"
         )
+    chosen = os.environ.get(FROM_VARIABLE)
+    if chosen:
+        commit = _git_out(root, "rev-parse", "--verify", f"{chosen}^{{commit}}")
+        return Release(commit, f"{chosen}, from {FROM_VARIABLE}")
     uncommitted = [
         line[3:]
         for line in _git_out(
-            "status", "--porcelain", "--untracked-files=all", "--", MIGRATIONS
+            root, "status", "--porcelain", "--untracked-files=all", "--", MIGRATIONS
         ).splitlines()
         if line.endswith(".sql") and line[:2] in ("??", "A ", "AM")
     ]
     if uncommitted:
-        return Release(_git_out("rev-parse", "HEAD"), f"HEAD ({', '.join(uncommitted)} not yet)")
-    committed = sorted(
-        path for path in _git_out("ls-files", "--", f"{MIGRATIONS}/*.sql").splitlines()
-    )
+        head = _git_out(root, "rev-parse", "HEAD")
+        return Release(head, f"HEAD, as {', '.join(uncommitted)} is not committed yet")
+    committed = sorted(_git_out(root, "ls-files", "--", f"{MIGRATIONS}/*.sql").splitlines())
     if not committed:
-        pytest.fail(f"git knows no migration in {MIGRATIONS}; {FULL_CLONE}")
+        pytest.fail(f"git knows no migration in {MIGRATIONS} at {root}; {FULL_CLONE}")
     newest = committed[-1]
-    added = _git_out("log", "--diff-filter=A", "--format=%H", "-1", "--", newest)
-    shallow = _git_out("rev-parse", "--is-shallow-repository") == "true"
-    if not added or _git("rev-parse", "--verify", "--quiet", f"{added}^{{commit}}").returncode:
+    added = _git_out(root, "log", "--diff-filter=A", "--format=%H", "-1", "--", newest)
+    parent = _git(root, "rev-parse", "--verify", "--quiet", f"{added}^^{{commit}}")
+    if not added or parent.returncode != 0:
+        shallow = _git_out(root, "rev-parse", "--is-shallow-repository") == "true"
         pytest.fail(
-            f"git history lacks the commit before {newest} was added"
-            f"{' (this is a shallow clone)' if shallow else ''}; {FULL_CLONE}"
+            f"git history at {root} lacks the commit before {newest} was added"
+            f"{' (a shallow clone)' if shallow else ''}; {FULL_CLONE}"
         )
-    parent = _git_out("rev-parse", f"{added}^")
-    return Release(parent, f"the parent of {added[:12]}, which added {newest}")
+    return Release(parent.stdout.strip(), f"the parent of {added[:12]}, which added {newest}")
 
 
 @contextlib.contextmanager
-def exported(release: Release) -> Iterator[Path]:
+def exported(release: Release, root: Path = ROOT) -> Iterator[Path]:
     """The release's tree in a temporary folder (`git archive`), removed afterwards."""
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", release.commit],
+        ["git", "-C", str(root), "archive", "--format=tar", release.commit],
         capture_output=True,
         check=True,
     )

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import re
 import socket
+import subprocess
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -28,15 +29,17 @@ from server import sql
 from server.queue import db
 from tests.conftest import fresh_database
 from tests.integration.test_webhooks import Receiver, verify
-from tests.processes import PressroomProcess, free_port, wait_until
+from tests.processes import ROOT, PressroomProcess, free_port, wait_until
 from tests.releases import (
+    FROM_VARIABLE,
+    MIGRATIONS,
     Release,
     ReleaseProcess,
     exported,
     imported_from,
     previous_release,
 )
-from tests.sse import Message, messages
+from tests.sse import Message, collect, messages
 from tests.timings import as_env
 
 #: Quick polls; webhook retries every second for two minutes, so none gives up while the
@@ -163,6 +166,7 @@ class Scene:
     old: ReleaseProcess
     new: PressroomProcess  # serve: web, render slots, webhooks
     web: PressroomProcess  # web only
+    again: ReleaseProcess  # the previous release started anew, on the new schema (a rollback)
     stream: Follower  # all jobs
 
     @property
@@ -171,7 +175,7 @@ class Scene:
 
     async def serving(self, name: str) -> None:
         """Until the process answers /healthz: it has no other way to say its port is open."""
-        proc = {"old": self.old, "new": self.new, "web": self.web}[name]
+        proc = {"old": self.old, "new": self.new, "web": self.web, "again": self.again}[name]
         async with asyncio.timeout(WAIT_S):
             while True:
                 assert proc.proc is not None and proc.proc.returncode is None, proc.log()[-3000:]
@@ -250,7 +254,7 @@ async def scene(server_dsn: str, tmp_path: Path) -> AsyncIterator[Scene]:
             "PRESSROOM_SHUTDOWN_GRACE_S": "3",
             **TIMINGS,
         }
-        ports = {name: free_port() for name in ("old", "new", "web")}
+        ports = {name: free_port() for name in ("old", "new", "web", "again")}
 
         def settings(name: str, **more: str) -> dict[str, str]:
             return {**env, "PRESSROOM_PORT": str(ports[name]), **more}
@@ -262,7 +266,10 @@ async def scene(server_dsn: str, tmp_path: Path) -> AsyncIterator[Scene]:
             "serve", settings("new", PRESSROOM_RENDER_SLOTS="2"), tmp_path / "new.log"
         )
         web_only = PressroomProcess("web", settings("web"), tmp_path / "web.log")
-        for proc in (old, new, web_only):
+        again = ReleaseProcess(
+            tree, "serve", settings("again", PRESSROOM_RENDER_SLOTS="1"), tmp_path / "again.log"
+        )
+        for proc in (old, new, web_only, again):
             stack.push_async_callback(proc.stop, timeout_s=20)
         pages = HeldPages()
         await pages.start()
@@ -289,6 +296,7 @@ async def scene(server_dsn: str, tmp_path: Path) -> AsyncIterator[Scene]:
             old=old,
             new=new,
             web=web_only,
+            again=again,
             stream=stream,
         )
 
@@ -311,7 +319,7 @@ async def test_rolling_upgrade_from_the_previous_release_loses_nothing(scene: Sc
     assert pending, f"no migration since the previous release, {s.release.why}"
 
     done = [await s.submit("old", invoice(n)) for n in range(2)]
-    first = await s.watcher.fetchval("SELECT min(id) FROM job_events")
+    first = await s.watcher.fetchval("SELECT id FROM job_events ORDER BY xid, id LIMIT 1")
     await stream.open(s.bases["old"], cursor=str(first))  # a cursor in the log's history
     await stream.until(lambda: all(stream.has("job.done", j["id"]) for j in done))
     links = {}
@@ -445,11 +453,64 @@ async def test_rolling_upgrade_from_the_previous_release_loses_nothing(scene: Sc
         assert status in (401, 403), status
 
     # --- Every stream got each event after its cursor once, in order, across processes ------
-    log = await s.watcher.fetch("SELECT id, job_id FROM job_events ORDER BY id")
-    assert stream.event_ids() == [row["id"] for row in log if row["id"] > first]
+    # Log order is commit order (server/events): by transaction, then id.
+    log = await s.watcher.fetch("SELECT id, job_id FROM job_events ORDER BY xid, id")
+    ids = [row["id"] for row in log]
+    assert stream.event_ids() == ids[ids.index(first) + 1 :]
     assert stream.event_ids(s.bases["new"]), "the stream resumed on a new process"
     assert job_stream.event_ids() == [row["id"] for row in log if str(row["job_id"]) == last["id"]]
     assert job_stream.event_ids(s.bases["web"]), "the job's stream resumed on a new process"
     assert job_stream.received[-1][1].event == "job.done"
     for proc in (s.new, s.web):
         assert await proc.stop() == 0, proc.log()[-3000:]
+
+    # --- Rolled back, the code only: the previous release alone on the new schema ------------
+    await s.again.start()
+    await s.serving("again")
+    job = await s.submit("again", invoice(7))
+    got_events = await collect(
+        s.http, f"{s.bases['again']}/v1/jobs/{job['id']}/events", until="job.done", timeout_s=WAIT_S
+    )
+    assert [m.event for m in got_events] == ["job.queued", "job.running", "job.done"]
+    status, body = await s.download("again", got_events[-1].json["job"]["url"])
+    assert status == 200 and body.startswith(b"%PDF-")
+    for signed, old_body in links.items():
+        assert await s.download("again", signed) == (200, old_body)
+    assert await s.again.stop() == 0, s.again.log()[-3000:]
+
+
+def test_without_git_history_the_upgrade_test_fails_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(FROM_VARIABLE, raising=False)
+    with pytest.raises(
+        pytest.fail.Exception, match=r"no git history at .*; run it in a full clone"
+    ):
+        previous_release(tmp_path)
+
+
+def test_a_shallow_clone_fails_saying_so_until_a_migration_is_uncommitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(FROM_VARIABLE, raising=False)
+    shallow = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(shallow)], check=True
+    )
+    with pytest.raises(
+        pytest.fail.Exception,
+        match=r"lacks the commit before \S+\.sql was added \(a shallow clone\); run it in a full",
+    ):
+        previous_release(shallow)
+
+    # A migration not committed yet: HEAD is the previous release, which a shallow clone has.
+    (shallow / MIGRATIONS / "9999_next.sql").write_text("SELECT 1;\n")
+    release = previous_release(shallow)
+    head = subprocess.run(
+        ["git", "-C", str(shallow), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    )
+    assert release.commit == head.stdout.strip()
+    assert "9999_next.sql is not committed yet" in release.why
+    with exported(release, shallow) as tree:
+        assert not (tree / MIGRATIONS / "9999_next.sql").exists()
+        assert (tree / "server" / "__init__.py").is_file()
