@@ -1,5 +1,5 @@
-"""Assets: files a tenant uploads once (images, fonts, stylesheets, scripts, XML, PDF) and jobs
-map in by the relative paths their pages use.
+"""Assets: files a tenant uploads once (images, fonts, stylesheets, scripts, XML, PDF, Office
+documents) and jobs map in by the relative paths their pages use (or convert: `office`).
 
 An asset is its bytes: its id is `sha256:<hex>` of them, the same bytes uploaded twice are one
 asset, and it never changes. The bytes live in the job storage at `<tenant>/assets/<hex>`
@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 
 from server.errors import PermanentError
+from server.files import office_formats
 from server.files.storage import Storage
 from server.options import outputs
 from server.sql import query
@@ -54,6 +55,7 @@ CONTENT_TYPES: Mapping[str, tuple[str, ...]] = {
     "application/json": (".json",),
     "application/xml": (".xml",),
     "application/pdf": (".pdf",),
+    **office_formats.CONTENT_TYPES,
 }
 #: Older names of the same types, stored under the current one.
 ALIASES: Mapping[str, str] = {
@@ -65,6 +67,7 @@ ALIASES: Mapping[str, str] = {
     "application/javascript": "text/javascript",
     "application/x-javascript": "text/javascript",
     "text/xml": "application/xml",
+    **office_formats.ALIASES,
 }
 _BY_EXTENSION = {ext: kind for kind, exts in CONTENT_TYPES.items() for ext in exts}
 _ID = re.compile(ID_PATTERN)
@@ -143,6 +146,8 @@ class Upload:
 
     def problem(self) -> str | None:
         """Why these bytes cannot be an asset of their type, None when they can."""
+        if (kind := office_formats.BY_TYPE.get(self.content_type)) is not None:
+            return office_formats.mismatch(self.data, kind)
         why = outputs.incomplete(self.data, self.content_type)
         return None if why is None else f"is {why}"
 

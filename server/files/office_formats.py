@@ -72,6 +72,22 @@ def accepted() -> str:
     return ", ".join(kind.extension for kind in KINDS)
 
 
+def mismatch(data: bytes, kind: Kind) -> str | None:
+    """Why bytes sent as `kind` are not that (what they are instead), None when they are."""
+    found = detect(data)
+    if found == kind:
+        return None
+    if found is None:
+        return (
+            f"is not {kind.label} ({kind.extension}) by its content; Office files may be "
+            f"{accepted()}"
+        )
+    return (
+        f"is {found.label} ({found.extension}) by its content, not {kind.label}: send it as "
+        f"{found.content_type} or with a name ending {found.extension}"
+    )
+
+
 def detect(data: bytes) -> Kind | None:
     """The format of these bytes by their content, None for anything else."""
     if data.startswith(b"{\\rtf"):

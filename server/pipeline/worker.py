@@ -32,7 +32,8 @@ from server.queue.jobs import ClaimedJob, JobState
 from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.queue.metrics import Metrics
 from server.render import images, sources
-from server.render.chromium import Renderer, RenderResult
+from server.render.chromium import Assets, Renderer, RenderResult
+from server.render.office import OfficePool
 from server.signkey import SigningKey
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class WorkerConfig:
     signing: SigningKey | None = None
     #: PRESSROOM_RENDER_MAX_MB: what a finishing process may take beyond its libraries.
     finish_max_mb: int = 0
+    #: PRESSROOM_CHROMIUM_USER: the user LibreOffice runs as too, when Pressroom is root.
+    office_user: str = "nobody"
 
 
 def new_worker_id() -> str:
@@ -114,6 +117,7 @@ class Workers:
         worker_id: str | None = None,
         metrics: Metrics | None = None,
         finisher: FinishPool | None = None,
+        office: OfficePool | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._pool = pool
@@ -122,6 +126,11 @@ class Workers:
         self._assets = assets
         self._config = config
         self._finisher = finisher or FinishPool(config.slots, max_mb=config.finish_max_mb)
+        # The same slots convert Office files, in queue order: at most one LibreOffice each,
+        # started on the first Office job.
+        self.office = office or OfficePool(
+            config.slots, user=config.office_user, max_mb=config.finish_max_mb or 1024
+        )
         self.worker_id = worker_id or new_worker_id()
         # Renders that finish together are recorded done in one statement.
         self._done = jobs.DoneRecorder(pool, worker_id=self.worker_id)
@@ -149,8 +158,9 @@ class Workers:
             self.leases.abort(event.job_id, "cancelled")
 
     async def close(self) -> None:
-        """Stop the finishing processes (after the consumer stopped)."""
+        """Stop the finishing and LibreOffice processes (after the consumer stopped)."""
         await self._finisher.close()
+        await self.office.close()
 
     # --- The job SQL the consumer calls (server/queue/jobs.py) ---------------------------
 
@@ -223,7 +233,7 @@ class Workers:
                 render_options = vault.reveal(
                     render_options, job.secrets, secret=self._config.secret, job_id=job.id
                 )
-            html = await sources.load(
+            html = sources.office(job.source, job.template) or await sources.load(
                 job.source,
                 job.template,
                 job.data,
@@ -234,12 +244,15 @@ class Workers:
             finish = await self._finish_work(job, render_options)
             _enter(held, Phase.RENDERING, steps)
             with self._metrics.render_seconds.time():
-                result = await self._renderer.render(
-                    html,
-                    render_options,
-                    timeout_s=self._config.render_timeout_s,
-                    assets=page_files,
-                )
+                if isinstance(html, sources.OfficeFile):
+                    result = await self._convert(html, page_files, render_options)
+                else:
+                    result = await self._renderer.render(
+                        html,
+                        render_options,
+                        timeout_s=self._config.render_timeout_s,
+                        assets=page_files,
+                    )
             warnings = result.warnings
             if result.pages is not None:
                 steps.set(tracing.PAGES, result.pages)
@@ -278,6 +291,16 @@ class Workers:
         for attempt in range(1, job.attempt):
             await self._delete(job.files(attempt))
         return Outcome.DONE
+
+    async def _convert(
+        self, document: sources.OfficeFile, files: Assets | None, given: options.RenderOptions
+    ) -> RenderResult:
+        """An Office file (the job's one asset) converted by LibreOffice, in this slot."""
+        _, data = (files or {})[document.name]
+        converted = await self.office.convert(
+            data, document.name, given, timeout_s=self._config.render_timeout_s
+        )
+        return RenderResult(converted.pdf, converted.pages, [])
 
     async def _finish_work(self, job: ClaimedJob, given: options.RenderOptions) -> Work | None:
         """What the finishing step needs (None when the options ask for none): the options

@@ -235,6 +235,9 @@ class OfficePool:
         #: Processes started, and those replaced (crash, hang, memory, or RESTART_AFTER).
         self.started = 0
         self.replaced = 0
+        #: Set while a LibreOffice holds a document (its process started): what a caller that
+        #: must act mid-conversion (a test killing it) waits on.
+        self.converting = asyncio.Event()
 
     def processes(self) -> list[OfficeProcess]:
         """The processes alive now, busy or idle (tests and the benchmark read their pids)."""
@@ -255,6 +258,7 @@ class OfficePool:
             self._running.add(office)
             healthy = False
             try:
+                self.converting.set()
                 async with asyncio.timeout(timeout_s):
                     pdf = await office.convert(data, kind.extension, options)
                 healthy = True
@@ -275,6 +279,8 @@ class OfficePool:
                     f"LibreOffice cannot convert {name} ({kind.label}): {exc}"
                 ) from None
             finally:
+                if not self._running - {office}:
+                    self.converting.clear()
                 self._running.discard(office)
                 await self._give_back(office, healthy)
         pdf = await docinfo.apply(pdf, options)

@@ -1,5 +1,6 @@
 """A job's source → what Chromium loads: HTML (a template, or Markdown, through Jinja2 with the
-job's data) or a page to open (page_url). `options.css` joins any of them."""
+job's data) or a page to open (page_url). `options.css` joins any of them. An Office file goes
+to LibreOffice instead (server/render/office.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from server.options import RenderOptions
 from server.render import markdown, templates
 
 #: A job's sources, as the jobs_source_known CHECK names them.
-TEMPLATE, MARKDOWN, PAGE_URL = "template", "markdown", "page_url"
+TEMPLATE, MARKDOWN, PAGE_URL, OFFICE = "template", "markdown", "page_url", "office"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -24,6 +25,19 @@ class PageUrl:
 
 #: What the renderer prints: HTML, or a page to open.
 Document = str | PageUrl
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OfficeFile:
+    """An Office file LibreOffice converts (not Chromium): its path in the job's assets, or
+    its asset id."""
+
+    name: str
+
+
+def office(source: str, text: str) -> OfficeFile | None:
+    """The Office file a job converts (None for a job Chromium prints)."""
+    return OfficeFile(text) if source == OFFICE else None
 
 
 async def load(

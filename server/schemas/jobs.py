@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,9 +23,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from server.channels import CHANNEL_RULE
+from server.files import assets as stored_assets
+from server.files import office_formats
 from server.options import RenderOptions, layered
 from server.queue.jobs import JobState
-from server.schemas.assets import MAX_JOB_ASSETS, AssetMap
+from server.schemas.assets import ASSET_PATH_PATTERN, MAX_JOB_ASSETS, AssetMap
 from server.schemas.common import (
     MAX_DATA_BYTES,
     MAX_METADATA_BYTES,
@@ -51,14 +54,14 @@ from server.schemas.common import (
 )
 
 #: A job's sources: it names exactly one.
-SOURCES = ("template", "template_id", "page_url", "markdown")
+SOURCES = ("template", "template_id", "page_url", "markdown", "office")
 _NO_SOURCE = object()  # put in place of a missing template by JobRequest._one_source
 
 
 def _source_given(value: Any) -> Any:
     if value is _NO_SOURCE:
         raise PydanticCustomError(
-            "no_source", "give one of template, template_id, page_url or markdown"
+            "no_source", "give one of template, template_id, page_url, markdown or office"
         )
     return value
 
@@ -80,8 +83,8 @@ def _one_source(schema: dict[str, Any]) -> None:
 
 
 class JobRequest(BaseModel):
-    """A job: exactly one source (template, template_id, page_url or markdown), with its data
-    and options."""
+    """A job: exactly one source (template, template_id, page_url, markdown or office), with its
+    data and options."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
 
@@ -128,6 +131,28 @@ class JobRequest(BaseModel):
         "id from POST /v1/assets; the page then loads those paths, and only those, from "
         f"storage. At most {MAX_JOB_ASSETS}; with template_id, on top of the template's own.",
     )
+    # After `assets`: its validator reads the map a multipart body's file is in.
+    office: (
+        Annotated[
+            str,
+            WithJsonSchema(
+                {
+                    "anyOf": [
+                        {"type": "string", "pattern": f"^{stored_assets.ID_PATTERN}$"},
+                        {"type": "string", "pattern": f"^{ASSET_PATH_PATTERN}$"},
+                    ]
+                }
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="An Office file that LibreOffice converts to PDF (finishing applies as to "
+        f"any PDF): {office_formats.accepted()}, told by content. An asset id from POST "
+        "/v1/assets, or the path of the file in `assets` (what a multipart body's file part "
+        "named office gives). Its own title and author are kept unless the options set them; "
+        "page_ranges, landscape (spreadsheets) and outline (its headings as bookmarks) apply.",
+    )
     channel: Channel | None = Field(
         None,
         description="The channel the job belongs to (one end user's documents, say): "
@@ -157,7 +182,7 @@ class JobRequest(BaseModel):
                 merged[name] = layered(under, own) if name == "options" else {**under, **own}
         return merged
 
-    @field_validator("template_id", "page_url", "markdown")
+    @field_validator("template_id", "page_url", "markdown", "office")
     @classmethod
     def _only_one(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
@@ -165,7 +190,7 @@ class JobRequest(BaseModel):
         for other in SOURCES[: SOURCES.index(info.field_name or "")]:
             if info.data.get(other) is not None:
                 raise ValueError(
-                    f"give only one of template, template_id, page_url and markdown "
+                    f"give only one of template, template_id, page_url, markdown and office "
                     f"({other} is given too)"
                 )
         return value
@@ -195,6 +220,41 @@ class JobRequest(BaseModel):
                 "template_id and markdown jobs"
             )
         return mapped
+
+    @field_validator("office")
+    @classmethod
+    def _office_file(cls, office: str | None, info: ValidationInfo) -> str | None:
+        if office is None or "assets" not in info.data:  # no file, or a map already refused
+            return office
+        given = info.data.get("options")
+        if isinstance(given, RenderOptions) and given.image:
+            raise ValueError("an Office file becomes a PDF: leave options.output out")
+        mapped = info.data["assets"]
+        asset_id = office_asset(office, mapped)
+        if asset_id is None:
+            raise ValueError(
+                "must be an asset id (sha256: and 64 hexadecimal digits) or a path of assets; "
+                f"{office!r} is neither"
+            )
+        if len(mapped) > (0 if asset_id == office else 1):
+            raise ValueError(
+                "an Office file is its job's only asset: give it by its asset id without "
+                "assets, or by its path with assets holding it alone"
+            )
+        asset = checks_of(info).assets.get(asset_id)
+        if asset is None:
+            raise ValueError(f"no asset {asset_id}: upload it with POST /v1/assets")
+        if asset.content_type not in office_formats.BY_TYPE:
+            raise ValueError(
+                f"the asset {asset_id} is {asset.content_type}, not an Office file: they may "
+                f"be {office_formats.accepted()}"
+            )
+        return office
+
+
+def office_asset(office: str, mapped: Mapping[str, str]) -> str | None:
+    """The asset id an `office` field names: itself, or the one its path maps to (or None)."""
+    return office if stored_assets.is_id(office) else mapped.get(office)
 
 
 #: next_cursor of a page of jobs: its last job's created_at (ISO 8601) and id, joined by "~".

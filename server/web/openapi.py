@@ -164,15 +164,17 @@ MULTIPART_JOB: JsonSchema = {
     "schema": {
         "type": "object",
         "description": "The page as a part named or with the file name index.html (or index.md: "
-        "Markdown); every other part with a file name becomes an asset of the job, mapped by "
-        "its file name (img/logo.png, say); the part named job holds the job's other fields "
-        "as JSON (data, options, webhook_url, assets, …, but no template). Nothing is stored "
-        "unless the whole job is valid.",
+        "Markdown), or an Office file to convert as a part named office with its file name "
+        "(report.docx, say); every other part with a file name becomes an asset of the job, "
+        "mapped by its file name (img/logo.png, say); the part named job holds the job's other "
+        "fields as JSON (data, options, webhook_url, assets, …, but no template). Nothing is "
+        "stored unless the whole job is valid.",
         "properties": {
             "index.html": {"type": "string", "format": "binary"},
+            "office": {"type": "string", "format": "binary"},
             "job": {"type": "string", "contentMediaType": "application/json"},
         },
-        "required": ["index.html"],
+        "anyOf": [{"required": ["index.html"]}, {"required": ["office"]}],
     },
     "encoding": {"job": {"contentType": "application/json"}},
 }

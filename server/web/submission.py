@@ -22,7 +22,7 @@ from server.pipeline import vault
 from server.problems import invalid
 from server.queue.jobs import NewJob
 from server.schemas.common import Checks, parse_template_id
-from server.schemas.jobs import JobRequest
+from server.schemas.jobs import JobRequest, office_asset
 
 
 async def templates_named(
@@ -49,13 +49,15 @@ class _Stored(Protocol):
 
 
 def _ids(body: Any) -> list[str]:
-    """The asset ids a body (or a stored template) names: in its asset map and in the
-    finishing options (attachments, an image stamp, a Factur-X XML)."""
+    """The asset ids a body (or a stored template) names: in its asset map, as its Office file
+    and in the finishing options (attachments, an image stamp, a Factur-X XML)."""
     if not isinstance(body, dict):
         return []
     mapped = body.get("assets")
     ids = list(mapped.values()) if isinstance(mapped, dict) else []
     ids += finishing.asset_ids(body.get("options"))
+    if assets.is_id(office := body.get("office")):
+        ids.append(office)
     return [value for value in ids if isinstance(value, str)]
 
 
@@ -90,6 +92,11 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         source, text = "page_url", job.page_url
     elif job.markdown is not None:
         source, text = "markdown", job.markdown
+    paths = job.assets
+    if job.office is not None:
+        # Its file is the job's one asset, under its path or its id: the name its errors give.
+        source, text = "office", job.office
+        paths = {job.office: office_asset(job.office, job.assets) or job.office}
     assert text is not None  # JobRequest requires one source
     job_id = uuid.uuid4()
     shown, sealed = job.options, None
@@ -106,7 +113,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         priority=job.priority,
         webhook_url=job.webhook_url,
         run_at=job.run_at,
-        assets=assets.job_assets(job.assets, checks.assets),
+        assets=assets.job_assets(paths, checks.assets),
         id=job_id,
         source=source,
         secrets=sealed,

@@ -1,7 +1,8 @@
 """What every upload shares, as a file of POST /v1/assets or of a multipart job: its limits and
 refusals, its storing under the tenant's quota, and multipart/form-data jobs (an index.html or
-index.md part, files by their names, an optional `job` part of JSON) read into the JSON body
-they stand for; nothing is stored until that body is valid."""
+index.md part, or an Office file in a part named office; files by their names, an optional
+`job` part of JSON) read into the JSON body they stand for; nothing is stored until that body
+is valid."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from server.errors import StorageError
-from server.files import assets
+from server.files import assets, office_formats
 from server.files.assets import Asset, QuotaExceeded, Upload
 from server.files.storage import Storage
 from server.keys import SETTINGS
@@ -25,9 +26,11 @@ from server.settings import Settings
 from server.web.common import READ_CHUNK_BYTES, check_encoding, parse_json, read_limited
 
 JOB_PART = "job"
+#: The part holding an Office file to convert (with its file name: curl -F office=@report.docx).
+OFFICE_PART = "office"
 #: The index part's file name → the field of the job body it becomes.
 INDEX_PARTS = {"index.html": "template", "index.md": "markdown"}
-SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url")
+SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url", "office")
 #: Files plus the index and the job part.
 MAX_PARTS = MAX_JOB_ASSETS + 2
 STORAGE_RETRY_S = 2
@@ -174,6 +177,7 @@ async def read_multipart(request: web.Request) -> MultipartJob:
         ) from None
     job: dict[str, Any] = {}
     index: tuple[str, bytes] | None = None
+    office: str | None = None
     files: dict[str, tuple[bytes, str]] = {}
     for name, filename, kind, data in parts:
         if name == JOB_PART:  # with a file name too: curl -F job=@job.json
@@ -201,28 +205,45 @@ async def read_multipart(request: web.Request) -> MultipartJob:
                     f"The file {filename} is empty: send its bytes in its part, or leave the "
                     "part out.",
                 )
-            files[filename] = (data, _file_type(filename, kind, data, settings))
-    if index is None:
+            if name == OFFICE_PART:
+                if office is not None:
+                    raise _part_problem(OFFICE_PART, f"is given twice; {office} came first")
+                office = filename
+                files[filename] = (data, _office_type(filename, data, settings))
+            else:
+                files[filename] = (data, _file_type(filename, kind, data, settings))
+    if index is not None and office is not None:
+        raise _part_problem(OFFICE_PART, f"a job has one source; {index[0]} is given too")
+    if index is None and office is None:
         raise _part_problem(
-            "index.html", "is required: a part with the file name index.html (or index.md)"
+            "index.html",
+            "is required: a part with the file name index.html (or index.md), or an Office "
+            f"file in a part named {OFFICE_PART}",
         )
     uploads = {name: await Upload.of(data, kind) for name, (data, kind) in files.items()}
     mapped = {name: upload.id for name, upload in uploads.items()}
-    return MultipartJob(body=_body(job, index, mapped), uploads=list(uploads.values()))
+    return MultipartJob(body=_body(job, index, office, mapped), uploads=list(uploads.values()))
 
 
-def _body(job: dict[str, Any], index: tuple[str, bytes], files: dict[str, str]) -> dict[str, Any]:
-    filename, data = index
+def _body(
+    job: dict[str, Any],
+    index: tuple[str, bytes] | None,
+    office: str | None,
+    files: dict[str, str],
+) -> dict[str, Any]:
+    what = f"the {index[0]} part is the page" if index else f"the {office} part is the document"
     for name in SOURCE_FIELDS:
         if name in job:
-            raise _part_problem(
-                f"{JOB_PART}.{name}", f"the {filename} part is the page: leave it out"
-            )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _part_problem(filename, "must be UTF-8 text") from None
-    body = {**job, INDEX_PARTS[filename]: text}
+            raise _part_problem(f"{JOB_PART}.{name}", f"{what}: leave it out")
+    if index is None:
+        body = {**job, OFFICE_PART: office}
+    else:
+        filename, data = index
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _part_problem(filename, "must be UTF-8 text") from None
+        body = {**job, INDEX_PARTS[filename]: text}
     if files:
         given = job.get("assets")
         # The files lie over the job part's own map (which validation checks as sent).
@@ -245,6 +266,20 @@ def _job_part(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise _part_problem(JOB_PART, "must be a JSON object of the job's fields")
     return body
+
+
+def _office_type(filename: str, data: bytes, settings: Settings) -> str:
+    """An Office file's type, by its content whatever its name or part say."""
+    if len(data) > settings.max_asset_bytes:
+        raise asset_too_large(f"The file {filename}", settings)
+    kind = office_formats.detect(data)
+    if kind is None:
+        raise _part_problem(
+            OFFICE_PART,
+            f"the file {filename} is not an Office file by its content; Office files may be "
+            f"{office_formats.accepted()}",
+        )
+    return kind.content_type
 
 
 def _file_type(filename: str, given: str, data: bytes, settings: Settings) -> str:
