@@ -300,6 +300,12 @@ class Settings(BaseSettings):
 
     host: str = setting("127.0.0.1", "where the web app listens")
     port: Port = setting(8080, "the web app's port")
+    health_port: Port | None = setting(
+        None,
+        "`pressroom worker` answers `/healthz`, `/readyz` and `/metrics` on this port of "
+        "PRESSROOM_HOST (for probes and scrapes); unset, a worker serves no HTTP",
+        shown="none",
+    )
     data_dir: Path = setting(
         Path(".pressroom"),
         "embedded database, local files, generated secrets",

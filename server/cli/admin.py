@@ -131,16 +131,21 @@ async def run_server(settings: Settings) -> None:
             settings.data_dir / "webhook_secret",
         )
     try:
-        if settings.run_web:
-            site = web.TCPSite(runner, settings.host, settings.port)
+        port, variable = (
+            (settings.port, "PRESSROOM_PORT (or --port)")
+            if settings.run_web
+            else (settings.health_port, "PRESSROOM_HEALTH_PORT")
+        )
+        if port is not None:
+            site = web.TCPSite(runner, settings.host, port)
             try:
                 await site.start()
             except OSError as exc:
                 raise CannotListen(
-                    f"cannot listen on {settings.host} port {settings.port}: "
-                    f"{os.strerror(exc.errno) if exc.errno else exc}; "
-                    "set PRESSROOM_PORT (or --port) to a free one"
+                    f"cannot listen on {settings.host} port {port}: "
+                    f"{os.strerror(exc.errno) if exc.errno else exc}; set {variable} to a free one"
                 ) from None
+        if settings.run_web:
             if settings.public_url:
                 log.info("listening on %s port %s", settings.host, settings.port)
             if settings.listens_everywhere and not settings.public_url:
@@ -166,6 +171,11 @@ async def run_server(settings: Settings) -> None:
 def ready_line(settings: Settings) -> str:
     """The last line of a start: where a person goes next."""
     if not settings.run_web:
+        if settings.health_port is not None:
+            return (
+                f"Pressroom is ready: render slots, probes and metrics on "
+                f"http://{settings.host}:{settings.health_port}/ (healthz, readyz, metrics)"
+            )
         return "Pressroom is ready: render slots only, no web app"
     base = settings.public_base_url
     return f"Pressroom is ready: dashboard {base}/  API {base}/v1/  docs {base}/docs"

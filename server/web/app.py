@@ -286,6 +286,8 @@ def create_app(
         # Last: every path's OPTIONS, as no route above takes one. A route rather than a
         # middleware, which every open stream would hold a frame of for as long as it lasts.
         app.router.add_route(hdrs.METH_OPTIONS, "/{path:.*}", cors.preflight)
+    else:
+        app.add_routes(health.routes)  # a worker's probes and metrics (PRESSROOM_HEALTH_PORT)
     return app
 
 

@@ -365,8 +365,10 @@ def probe_paths() -> set[str]:
     return found
 
 
-def test_probe_paths_are_routes_the_web_app_serves(tmp_path: Path) -> None:
-    app = web_app.create_app(Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)}))
+@pytest.mark.parametrize("run_web", [True, False], ids=["web", "worker"])
+def test_probe_paths_are_routes_web_and_worker_serve(run_web: bool, tmp_path: Path) -> None:
+    settings = Settings.from_env({"PRESSROOM_DATA_DIR": str(tmp_path)}, run_web=run_web)
+    app = web_app.create_app(settings)
     served = {
         resource.canonical
         for resource in app.router.resources()
@@ -381,8 +383,14 @@ def test_probes_and_the_service_reach_the_port_the_image_listens_on() -> None:
     port = int(image_env()["PRESSROOM_PORT"])
     exposed = [rest for keyword, rest in final_stage() if keyword == "EXPOSE"]
     assert exposed == [str(port)]
+    assert int(image_env()["PRESSROOM_HEALTH_PORT"]) == port  # a worker's probes
     [web] = deployment("web")["spec"]["template"]["spec"]["containers"]
     assert web["ports"] == [{"name": "http", "containerPort": port}]
+    [worker] = deployment("worker")["spec"]["template"]["spec"]["containers"]
+    assert worker["ports"] == [{"name": "health", "containerPort": port}]
+    for pod in ("web", "worker"):
+        annotations = deployment(pod)["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(port)
     [service] = of_kind("Service")
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     published = compose()["services"]["web"]["ports"]
