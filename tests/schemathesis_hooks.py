@@ -8,10 +8,11 @@ server's), a job cursor naming a real time, a public webhook URL and page URL (w
 cookie domains that are its host, and header names the browser leaves to the page), fresh
 idempotency and batch item keys (a key reused with other content is refused by design), no
 asset map and no finishing option that names an asset (asset ids are the server's), no
-signature (the server has no signing key), a PDF asset that is a whole PDF, an asset of at
-least one byte (the server refuses an empty one), a multipart
-job whose index part is a page and whose job part is JSON, and a stored template's preview
-that names the output its options are for (the template's own output is the server's)."""
+signature (the server has no signing key), no uploaded PDFs (a `pdfs` job becomes a
+template one) and no form to fill (its data paths are the data's), a PDF asset that is a
+whole PDF, an asset of at least one byte (the server refuses an empty one), a multipart job
+whose index part is a page and whose job part is JSON, and a stored template's preview that
+names the output its options are for (the template's own output is the server's)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ def _keep_server_rules(case: Any) -> None:
 
 
 def _job(body: dict[str, Any]) -> None:
+    if body.pop("pdfs", None) is not None:  # uploaded PDFs are the server's: a template instead
+        body["template"] = PLAIN
     _source(body, "template")
     _source(body, "markdown")
     if body.get("webhook_url") is not None:
@@ -117,10 +120,11 @@ def _job(body: dict[str, Any]) -> None:
 
 def _finishing(options: Any) -> None:
     """Finishing options that name assets (the server's ids) lose them: an image stamp becomes
-    a text one; attachments and an invoice go. `sign` goes too: this server has no key."""
+    a text one; attachments and an invoice go. `sign` goes too: this server has no key; and
+    `fill_form`, whose data paths the generated data does not hold."""
     if not isinstance(options, dict):
         return
-    for name in ("attachments", "facturx", "sign"):
+    for name in ("attachments", "facturx", "sign", "fill_form"):
         options.pop(name, None)
     stamp = options.get("stamp")
     if isinstance(stamp, dict) and stamp.get("asset") is not None:

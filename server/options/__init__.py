@@ -24,9 +24,15 @@ from pydantic import (
 from server.fields import field_errors
 from server.options.finishing import (
     MAX_ATTACHMENTS,
+    MAX_INFO_KEYS,
     Attachment,
+    Compress,
     Encrypt,
     FacturX,
+    FillForm,
+    InfoKey,
+    Pages,
+    Rotate,
     Sign,
     Stamp,
 )
@@ -310,6 +316,25 @@ class RenderOptions(BaseModel):
     outline: bool = Field(
         default=False, description="Bookmarks from the page's headings (a tagged PDF too)."
     )
+    select_pages: Pages | None = Field(
+        default=None,
+        description='The pages kept, in the order given: "3,1-2", "2-" (to the end), "5-3".',
+    )
+    rotate: Rotate | None = Field(default=None, description="Pages turned clockwise.")
+    fill_form: FillForm | None = Field(
+        default=None, description="The PDF's form fields set from the job's data."
+    )
+    flatten: bool = Field(
+        default=False,
+        description="Form fields and annotations drawn into the pages: nothing left to edit.",
+    )
+    metadata: (
+        Annotated[dict[InfoKey, Info], Field(min_length=1, max_length=MAX_INFO_KEYS)] | None
+    ) = Field(
+        default=None,
+        description="Custom document information keys (beside title, author, subject and "
+        'keywords), such as {"Department": "Sales"}.',
+    )
     pdfa: Literal["2b", "3b"] | None = Field(
         default=None, description="PDF/A-2b or PDF/A-3b, for archives."
     )
@@ -321,6 +346,11 @@ class RenderOptions(BaseModel):
         default=None, description="A Factur-X / ZUGFeRD invoice (implies pdfa 3b)."
     )
     stamp: Stamp | None = Field(default=None, description="A stamp or watermark on the pages.")
+    compress: Compress | None = Field(
+        default=None,
+        description="A smaller file: images stored once, object streams, images downsampled "
+        "to image_dpi if given.",
+    )
     encrypt: Encrypt | None = Field(
         default=None, description="AES-256 encryption with passwords (not with pdfa)."
     )
@@ -404,20 +434,22 @@ class RenderOptions(BaseModel):
     @property
     def finishing(self) -> bool:
         """Whether the printed PDF goes through a finishing step (server/pdf/finishing.py)."""
-        return any(getattr(self, name) is not None for name in FINISHED_BY)
+        return any(getattr(self, name) not in (None, False) for name in FINISHED_BY)
 
     def screenshot_or_default(self) -> Screenshot:
         """How to take the screenshot (an image output)."""
         return self.screenshot or _DEFAULT_SCREENSHOT
 
-    def metadata(self) -> dict[str, str]:
-        """PDF document information to set after printing (Chromium sets only the title)."""
+    def document_info(self) -> dict[str, str]:
+        """PDF document information to set after printing (Chromium sets only the title): the
+        four options of their own, then the custom keys of `metadata`."""
         fields = {
             "/Title": self.title,
             "/Author": self.author,
             "/Subject": self.subject,
             "/Keywords": self.keywords,
         }
+        fields.update({f"/{key}": value for key, value in (self.metadata or {}).items()})
         return {name: value for name, value in fields.items() if value is not None}
 
     def pdf_arguments(self, max_pages: int | None = None) -> dict[str, Any]:

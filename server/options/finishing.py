@@ -1,5 +1,6 @@
-"""The finishing options of a job (`pdfa`, `attachments`, `facturx`, `stamp`, `encrypt`,
-`sign`): their models, and what the finishing steps (server/pdf/finishing.py) read of them.
+"""The finishing options of a job (`select_pages`, `rotate`, `fill_form`, `flatten`,
+`metadata`, `pdfa`, `attachments`, `facturx`, `stamp`, `compress`, `encrypt`, `sign`): their
+models, and what the finishing steps (server/pdf/finishing.py) read of them.
 
 `tagged` and `outline` are Chromium's own (options.RenderOptions passes them to page.pdf);
 the fields here are applied to the printed PDF, in the order server/pdf/finishing.py fixes.
@@ -50,6 +51,18 @@ PERMISSIONS = (
     "assemble",
 )
 STAMP_IMAGE_TYPES = ("image/png", "image/jpeg")
+PDF_TYPES = ("application/pdf",)
+#: A form field's fully qualified name, and the path of a value in the job's data.
+FORM_FIELD_PATTERN = r"^[^\u0000-\u001f\u007f]{1,200}$"
+DATA_PATH_PATTERN = r"^[^.\u0000-\u001f\u007f]{1,100}(\.[^.\u0000-\u001f\u007f]{1,100}){0,15}$"
+MAX_FORM_FIELDS = 500
+#: A custom document information key (/Info), and the keys that are not custom: the four
+#: options of their own, and those Pressroom writes itself.
+INFO_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+MAX_INFO_KEYS = 50
+INFO_OPTIONS = {"Title": "title", "Author": "author", "Subject": "subject", "Keywords": "keywords"}
+INFO_RESERVED = ("Creator", "Producer", "CreationDate", "ModDate", "Trapped")
+MIN_DPI, MAX_DPI = 36, 1200
 XML_TYPES = ("application/xml",)
 #: Context keys: the tenant's assets by id (objects with a `content_type`), and whether the
 #: server can sign.
@@ -277,6 +290,63 @@ class Sign(BaseModel):
                 "this server has no signing key: its operator sets PRESSROOM_SIGNING_KEY"
             )
         return self
+
+
+class Rotate(BaseModel):
+    """Pages turned clockwise by a multiple of 90 degrees, on top of their own rotation."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    degrees: Annotated[int, Field(ge=-270, le=270, multiple_of=90), BeforeValidator(_integral)] = (
+        Field(description="90, 180 or 270 (clockwise); -90 and so on turn the other way.")
+    )
+    pages: Pages = Field(default="1-", description="The pages to turn: 1-, 1,3 or 2-4.")
+
+
+class FillForm(BaseModel):
+    """The PDF's AcroForm fields set from the job's data before flattening."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    fields: Annotated[
+        dict[
+            Annotated[str, Field(pattern=FORM_FIELD_PATTERN)],
+            Annotated[str, Field(pattern=DATA_PATH_PATTERN)],
+        ],
+        Field(min_length=1, max_length=MAX_FORM_FIELDS),
+    ] = Field(
+        description="Field name (as GET /v1/assets/{id}/fields lists it) → the path of its "
+        'value in data, such as "customer.name" or "lines.0.sku": text or a number for a '
+        "text field, true or false for a checkbox, one of its options for a choice or radio."
+    )
+
+
+class Compress(BaseModel):
+    """A smaller file: images stored once, object streams, and optionally images downsampled."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    image_dpi: Annotated[int, Field(ge=MIN_DPI, le=MAX_DPI), BeforeValidator(_integral)] | None = (
+        Field(
+            default=None,
+            description="Downsample images shown above this resolution to it (default: keep "
+            "every pixel).",
+        )
+    )
+    jpeg_quality: Annotated[int, Field(ge=1, le=100), BeforeValidator(_integral)] = Field(
+        default=80, description="The JPEG quality of a downsampled JPEG image."
+    )
+
+
+def _info_key(key: str) -> str:
+    if key in INFO_OPTIONS:
+        raise ValueError(f"{key} is an option of its own: set options.{INFO_OPTIONS[key]}")
+    if key in INFO_RESERVED:
+        raise ValueError(f"{key} is written by Pressroom")
+    return key
+
+
+InfoKey = Annotated[str, Field(pattern=INFO_KEY_PATTERN), AfterValidator(_info_key)]
 
 
 def asset_ids(options: Any) -> list[str]:

@@ -113,6 +113,12 @@ PDF_ONLY = (
     "pdfa",
     "tagged",
     "outline",
+    "select_pages",
+    "rotate",
+    "fill_form",
+    "flatten",
+    "metadata",
+    "compress",
     "attachments",
     "facturx",
     "stamp",
@@ -124,7 +130,20 @@ _HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
 
 
 #: The options that a finishing step applies after Chromium (server/pdf/finishing.py).
-FINISHED_BY = ("attachments", "facturx", "stamp", "pdfa", "encrypt", "sign")
+FINISHED_BY = (
+    "select_pages",
+    "rotate",
+    "fill_form",
+    "flatten",
+    "metadata",
+    "attachments",
+    "facturx",
+    "stamp",
+    "pdfa",
+    "compress",
+    "encrypt",
+    "sign",
+)
 
 
 def _length(value: Any) -> str:

@@ -1,12 +1,15 @@
-"""Finishing: what happens to a printed PDF before it is stored, in a fixed order, off the
-event loop.
+"""Finishing: what happens to a printed PDF (or a `pdfs` job's merged uploads) before it is
+stored, in a fixed order, off the event loop.
 
-The order (docs/documents.md, "Finishing"): Chromium (with `tagged` and `outline`) → metadata
-(server/pdf/docinfo.py) → stamp → attachments → Factur-X → PDF/A → encrypt → sign. Each step keeps
-what the ones before it made: the stamp is drawn before PDF/A declares the fonts embedded (its
-own font is), attachments and the invoice exist before PDF/A-3 lists them, encryption is how
-the file is written, and the signature is an incremental update over the finished bytes. The
-first five steps work on one pikepdf document, written once.
+The order (docs/documents.md, "Finishing"): the source (Chromium, with `tagged` and `outline`;
+or the uploaded PDFs joined, server/pdf/join.py) → select_pages → rotate → fill_form → flatten →
+metadata (server/pdf/docinfo.py) → stamp → attachments → Factur-X → PDF/A → compress → encrypt →
+sign. Each step keeps what the ones before it made: pages are chosen and turned before
+anything is drawn on them by number, a form is filled before it is flattened, the stamp is drawn
+before PDF/A declares the fonts embedded (its own font is), attachments and the invoice exist
+before PDF/A-3 lists them, compression rewrites what the steps before it added, encryption is
+how the file is written, and the signature is an incremental update over the finished bytes.
+The steps up to encrypt work on one pikepdf document, written once.
 
 A job's steps run in a finishing process: CPU work that must not hold up the event loop, and
 one that must not grow the server either (a process of its own is bounded by an address-space
@@ -34,12 +37,28 @@ from typing import Any
 
 from server.errors import PermanentError, TransientError
 from server.options import RenderOptions
+from server.pdf.join import Part
 from server.signkey import SigningKey
 
 log = logging.getLogger(__name__)
 
 #: Every step, in the order the steps run; the durations histogram names them so.
-STEPS = ("stamp", "attachments", "facturx", "pdfa", "encrypt", "write", "sign")
+STEPS = (
+    "join",
+    "select_pages",
+    "rotate",
+    "fill_form",
+    "flatten",
+    "metadata",
+    "stamp",
+    "attachments",
+    "facturx",
+    "pdfa",
+    "compress",
+    "encrypt",
+    "write",
+    "sign",
+)
 _HEADER = struct.Struct("!Q")
 #: What a finishing process takes above the memory of a render (PRESSROOM_RENDER_MAX_MB):
 #: the interpreter and its libraries, mapped but mostly not resident.
@@ -50,22 +69,29 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Work:
-    """One job's finishing: the printed PDF, its options (with their passwords), the bytes
-    of the assets they name (id → content type and bytes), and the signing key."""
+    """One job's finishing: the printed PDF (or, for a `pdfs` job, the uploaded PDFs to join
+    first), its options (with their passwords), the bytes of the assets they name (id →
+    content type and bytes), the form's values from the job's data, and the signing key."""
 
     pdf: bytes
     options: RenderOptions
     contents: dict[str, tuple[str, bytes]] = dataclasses.field(default_factory=dict)
     signing: SigningKey | None = None
+    parts: tuple[Part, ...] = ()
+    form_values: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Finished:
-    """The finished PDF, the seconds each step took, and the finishing process's peak memory."""
+    """The finished PDF, its pages, the seconds each step took, the finishing process's peak
+    memory, and what the job shows of the finishing (its document information once metadata
+    was set, the sizes before and after compress)."""
 
     pdf: bytes
     steps: dict[str, float]
     peak_rss_mb: float
+    pages: int = 0
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def run(work: Work) -> Finished:
@@ -73,11 +99,15 @@ def run(work: Work) -> Finished:
     by tests and benchmarks). PermanentError when the document or options make one impossible."""
     # Each step's library is imported when a job first needs it (fpdf2 and pyHanko take
     # seconds to import on a slow machine; a PDF/A job needs neither), before the clock starts.
-    import pikepdf
-
-    from server.pdf import archive
+    from server.pdf import archive, docinfo
 
     options = work.options
+    if options.select_pages is not None or options.rotate is not None:
+        from server.pdf import pages
+    if options.fill_form is not None or options.flatten:
+        from server.pdf import forms
+    if options.compress is not None:
+        from server.pdf import compress
     if options.stamp is not None:
         from server.pdf import stamps
     if options.facturx is not None:
@@ -93,11 +123,27 @@ def run(work: Work) -> Finished:
         steps[step] = now - clock
         clock = now
 
-    try:
-        pdf = pikepdf.open(io.BytesIO(work.pdf))
-    except pikepdf.PdfError as exc:
-        raise PermanentError(f"the printed PDF cannot be read for finishing: {exc}") from None
+    report: dict[str, Any] = {}
+    pdf = _opened(work)
+    if work.parts:
+        took("join")
     with pdf:
+        if options.select_pages is not None:
+            pages.select(pdf, options.select_pages)
+            took("select_pages")
+        if options.rotate is not None:
+            pages.rotate(pdf, options.rotate)
+            took("rotate")
+        if options.fill_form is not None:
+            forms.fill(pdf, work.form_values)
+            took("fill_form")
+        if options.flatten:
+            forms.flatten(pdf)
+            took("flatten")
+        if info := options.document_info():
+            docinfo.set_fields(pdf, info)  # a printed PDF has them already: the same values
+            report["metadata"] = docinfo.read(pdf)
+            took("metadata")
         if options.stamp is not None:
             image = options.stamp.asset
             stamps.apply(pdf, options.stamp, work.contents[image][1] if image else None)
@@ -117,17 +163,29 @@ def run(work: Work) -> Finished:
         if level is not None:
             archive.pdfa(pdf, level)
             took("pdfa")
+        saving: dict[str, Any] = {}
+        if options.compress is not None:
+            before = io.BytesIO()
+            pdf.save(before)
+            report["compress"] = {"bytes_before": before.getbuffer().nbytes}
+            del before
+            compress.compress(pdf, options.compress)
+            saving = compress.save_arguments()
+            took("compress")
         if options.sign is not None:
             protect.before_signing(pdf)
+        count = len(pdf.pages)
         out = io.BytesIO()
         if options.encrypt is not None:
-            pdf.save(out, encryption=protect.encryption(options.encrypt))
+            pdf.save(out, encryption=protect.encryption(options.encrypt), **saving)
             took("encrypt")
         else:
-            pdf.save(out)
+            pdf.save(out, **saving)
             took("write")
     data = out.getvalue()
     del out
+    if "compress" in report:
+        report["compress"]["bytes_after"] = len(data)
     if options.sign is not None:
         if work.signing is None:
             raise PermanentError("sign: this server has no signing key (PRESSROOM_SIGNING_KEY)")
@@ -135,7 +193,31 @@ def run(work: Work) -> Finished:
         data = protect.sign(data, options.sign, work.signing, owner)
         took("sign")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return Finished(data, steps, peak_mb)
+    return Finished(data, steps, peak_mb, count, report)
+
+
+def _opened(work: Work) -> Any:
+    """The document the steps work on: the printed PDF, or the uploaded PDFs joined in order
+    with an outline entry each."""
+    import pikepdf
+
+    if not work.parts:
+        try:
+            return pikepdf.open(io.BytesIO(work.pdf))
+        except pikepdf.PdfError as exc:
+            raise PermanentError(f"the printed PDF cannot be read for finishing: {exc}") from None
+    from server.pdf import join
+
+    joined = pikepdf.new()
+    try:
+        join.add(joined, work.parts, outline=True)
+    except join.UnreadablePart as exc:
+        joined.close()
+        index = work.parts.index(exc.part)
+        why = exc.why.partition(">: ")[2] or exc.why  # qpdf names the stream: a BytesIO here
+        name = exc.part.title or "untitled"
+        raise PermanentError(f"pdfs[{index}] ({name}) is not a readable PDF: {why}") from None
+    return joined
 
 
 # --- the finishing process ------------------------------------------------------------------

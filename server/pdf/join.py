@@ -15,6 +15,7 @@ the output's objects until they are written (docs/decisions/014-batch-join-in-a-
 
 from __future__ import annotations
 
+import io
 import json
 import resource
 import sys
@@ -30,7 +31,10 @@ UNREADABLE = 3
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    path: Path
+    """A PDF to join: a file, or its bytes (a `pdfs` job's uploads, in memory already), and
+    the title of its outline entry (empty: the PDF's own title, else "Document N")."""
+
+    path: Path | bytes
     title: str
 
 
@@ -40,6 +44,7 @@ class UnreadablePart(Exception):
     def __init__(self, part: Part, why: str) -> None:
         super().__init__(f"{part.title!r} is not a readable PDF: {why}")
         self.part = part
+        self.why = why
 
 
 def join(parts: Sequence[Part], output: Path, *, outline: bool) -> int:
@@ -48,23 +53,33 @@ def join(parts: Sequence[Part], output: Path, *, outline: bool) -> int:
     each part holds for its pages (named destinations of its links, form fields, layers, its
     outline) comes along with them (pikepdf's add_pages_from). Returns the page count."""
     with pikepdf.new() as joined:
-        firsts: list[int] = []
-        # The last top-level outline item once each part is in: the items after the one of
-        # the part before are the part's own.
-        lasts: list[tuple[int, int] | None] = []
-        for part in parts:
-            firsts.append(len(joined.pages))
-            try:
-                with pikepdf.open(part.path) as source:
-                    joined.add_pages_from(source, outlines="preserve" if outline else "ignore")
-            except pikepdf.PdfError as exc:
-                raise UnreadablePart(part, str(exc)) from None
-            if outline:
-                lasts.append(_last_top_level(joined))
-        if outline:
-            _outline_by_part(joined, [p.title for p in parts], firsts, lasts)
+        add(joined, parts, outline=outline)
         joined.save(output)
         return len(joined.pages)
+
+
+def add(joined: pikepdf.Pdf, parts: Sequence[Part], *, outline: bool) -> None:
+    """The parts' pages appended to `joined`, in order, as join() writes them (a `pdfs` job's
+    finishing continues with the document)."""
+    firsts: list[int] = []
+    titles: list[str] = []
+    # The last top-level outline item once each part is in: the items after the one of
+    # the part before are the part's own.
+    lasts: list[tuple[int, int] | None] = []
+    for number, part in enumerate(parts, start=1):
+        firsts.append(len(joined.pages))
+        opened = io.BytesIO(part.path) if isinstance(part.path, bytes) else part.path
+        try:
+            with pikepdf.open(opened) as source:
+                own = source.docinfo.get("/Title") if not part.title else None
+                joined.add_pages_from(source, outlines="preserve" if outline else "ignore")
+        except pikepdf.PdfError as exc:
+            raise UnreadablePart(part, str(exc)) from None
+        titles.append(part.title or (str(own) if own else "") or f"Document {number}")
+        if outline:
+            lasts.append(_last_top_level(joined))
+    if outline:
+        _outline_by_part(joined, titles, firsts, lasts)
 
 
 def _last_top_level(pdf: pikepdf.Pdf) -> tuple[int, int] | None:

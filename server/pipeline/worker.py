@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import json
 import logging
 import os
 import socket
@@ -25,7 +26,9 @@ from server.events import JobEvent
 from server.files import assets
 from server.files.assets import AssetCache
 from server.files.storage import Storage
+from server.pdf import forms
 from server.pdf.finishing import FinishPool, Work
+from server.pdf.join import Part
 from server.pipeline import vault
 from server.queue import jobs, lease
 from server.queue.jobs import ClaimedJob, JobState
@@ -233,34 +236,43 @@ class Workers:
                 render_options = vault.reveal(
                     render_options, job.secrets, secret=self._config.secret, job_id=job.id
                 )
-            html = sources.office(job.source, job.template) or await sources.load(
-                job.source,
-                job.template,
-                job.data,
-                render_options,
-                timeout_s=self._config.render_timeout_s,
-            )
-            page_files = await self._assets.files(job.tenant, job.assets) if job.assets else None
-            finish = await self._finish_work(job, render_options)
-            _enter(held, Phase.RENDERING, steps)
-            with self._metrics.render_seconds.time():
-                if isinstance(html, sources.OfficeFile):
-                    result = await self._convert(html, page_files, render_options)
-                else:
-                    result = await self._renderer.render(
-                        html,
-                        render_options,
-                        timeout_s=self._config.render_timeout_s,
-                        assets=page_files,
-                    )
-            warnings = result.warnings
-            if result.pages is not None:
-                steps.set(tracing.PAGES, result.pages)
-                if result.pages > self._config.max_pages:
-                    raise PageLimitError(self._config.max_pages)
+            if job.source == sources.PDFS:  # no Chromium: the uploads are joined in finishing
+                finish = await self._finish_work(job, render_options)
+                result = RenderResult(data=b"", pages=None, warnings=[])
+            else:
+                html = sources.office(job.source, job.template) or await sources.load(
+                    job.source,
+                    job.template,
+                    job.data,
+                    render_options,
+                    timeout_s=self._config.render_timeout_s,
+                )
+                page_files = (
+                    await self._assets.files(job.tenant, job.assets) if job.assets else None
+                )
+                finish = await self._finish_work(job, render_options)
+                _enter(held, Phase.RENDERING, steps)
+                with self._metrics.render_seconds.time():
+                    if isinstance(html, sources.OfficeFile):
+                        result = await self._convert(html, page_files, render_options)
+                    else:
+                        result = await self._renderer.render(
+                            html,
+                            render_options,
+                            timeout_s=self._config.render_timeout_s,
+                            assets=page_files,
+                        )
+                warnings = result.warnings
+                if result.pages is not None:
+                    steps.set(tracing.PAGES, result.pages)
+                    if result.pages > self._config.max_pages:
+                        raise PageLimitError(self._config.max_pages)
+            report: dict[str, object] = {}
             if finish is not None:
                 _enter(held, Phase.FINISHING, steps)
-                result = await self._finished(result, finish, steps)
+                result, report = await self._finished(result, finish, steps)
+                if result.pages is not None and result.pages > self._config.max_pages:
+                    raise PageLimitError(self._config.max_pages)
             steps.set(tracing.BYTES, len(result.data))
             _enter(held, Phase.STORING, steps)
             files, contents = job.files(), [result.data]
@@ -271,6 +283,8 @@ class Workers:
                 await self._storage.put(
                     file.key, data, filename=file.filename, content_type=file.output.content_type
                 )
+            if report:
+                await jobs.record_finishing(self._pool, job, report, worker_id=self.worker_id)
         except RenderError as exc:
             raise RenderFailed(str(exc), retryable=exc.retryable, warnings=warnings) from exc
         except options.OptionsError as exc:
@@ -305,7 +319,7 @@ class Workers:
     async def _finish_work(self, job: ClaimedJob, given: options.RenderOptions) -> Work | None:
         """What the finishing step needs (None when the options ask for none): the options
         (their passwords revealed), the bytes of the assets they name, the signing key."""
-        if not given.finishing:
+        if not given.finishing and job.source != sources.PDFS:
             return None
         if given.encrypt is not None and given.encrypt.owner_password == vault.REDACTED:
             # The sealed values were erased with the job's final state (a manual retry).
@@ -328,12 +342,18 @@ class Workers:
                 except FileNotFoundError:
                     raise PermanentError(f"the asset {asset_id} is no longer stored") from None
                 contents[asset_id] = (known[asset_id].content_type, data)
-        return Work(b"", given, contents, self._config.signing)
+        parts: tuple[Part, ...] = ()
+        if job.source == sources.PDFS:
+            files = await self._assets.files(job.tenant, job.assets or {})
+            parts = tuple(Part(files[p["path"]][1], p["title"]) for p in json.loads(job.template))
+        values = forms.values(given.fill_form.fields, job.data) if given.fill_form else {}
+        return Work(b"", given, contents, self._config.signing, parts, values)
 
     async def _finished(
         self, result: RenderResult, work: Work, steps: tracing.Steps
-    ) -> RenderResult:
-        """The printed PDF through its finishing steps, bounded by the render time limit."""
+    ) -> tuple[RenderResult, dict[str, object]]:
+        """The printed PDF (or the joined uploads) through its finishing steps, bounded by the
+        render time limit; and what the job shows of them."""
         done = await self._finisher.run(
             dataclasses.replace(work, pdf=result.data), timeout_s=self._config.render_timeout_s
         )
@@ -342,7 +362,7 @@ class Workers:
             self._metrics.finish_seconds.labels(step).observe(seconds)
         self.finish_memory_mb = max(self.finish_memory_mb, done.peak_rss_mb)
         self._metrics.finish_memory_bytes.set(self.finish_memory_mb * 1024 * 1024)
-        return dataclasses.replace(result, data=done.pdf)
+        return dataclasses.replace(result, data=done.pdf, pages=done.pages), done.report
 
     async def _delete(self, files: list[jobs.JobFile]) -> None:
         """Files nobody will download; one that cannot be deleted is retention's to remove."""

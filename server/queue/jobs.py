@@ -272,6 +272,14 @@ async def finish_failed(
     return None if row is None else JobState(row["status"])
 
 
+async def record_finishing(
+    pool: asyncpg.Pool, job: ClaimedJob, report: dict[str, Any], *, worker_id: str
+) -> None:
+    """What the job shows of its finishing (`finishing` on its JSON), written by the attempt
+    that holds it, before its done write: that write's event carries it."""
+    await pool.execute(query("job_record_finishing"), job.id, worker_id, job.attempt, report)
+
+
 async def heartbeat(
     pool: asyncpg.Pool, ids: list[uuid.UUID], *, worker_id: str, lease_s: float
 ) -> set[uuid.UUID]:

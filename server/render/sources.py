@@ -12,8 +12,9 @@ from typing import Any
 from server.options import RenderOptions
 from server.render import markdown, templates
 
-#: A job's sources, as the jobs_source_known CHECK names them.
-TEMPLATE, MARKDOWN, PAGE_URL, OFFICE = "template", "markdown", "page_url", "office"
+#: A job's sources, as the jobs_source_known CHECK names them. A `pdfs` job loads nothing here:
+#: its uploads are joined in finishing (server/pdf/finishing.py).
+TEMPLATE, MARKDOWN, PAGE_URL, OFFICE, PDFS = "template", "markdown", "page_url", "office", "pdfs"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, WithJsonSchema
 
@@ -103,6 +103,27 @@ class Asset(BaseModel):
     content_type: str = Field(description="Its content type, as jobs' pages get it.")
     created_at: dt.datetime = Field(description="First stored at.")
     links: AssetLinks = Field(description="What can be done with it.")
+
+
+class FormField(BaseModel):
+    """A field of a PDF's form, as fill_form names it."""
+
+    name: str = Field(description="Its fully qualified name: the key fill_form.fields takes.")
+    type: Literal["text", "checkbox", "radio", "choice", "signature", "button"] = Field(
+        description="What it holds: text, a checkbox (true or false), one of its options."
+    )
+    value: str | bool | None = Field(description="What it holds now.")
+    options: list[str] = Field(description="The values a choice or radio group takes.")
+    read_only: bool = Field(description="Whether a reader may change it.")
+
+
+class AssetFields(BaseModel):
+    """A PDF asset's form fields and pages."""
+
+    id: str = Field(description="The asset.")
+    pages: Annotated[int, Field(ge=0)] = Field(description="Its page count.")
+    title: str | None = Field(description="Its own document title, if any.")
+    fields: list[FormField] = Field(description="Its form's fields, in the form's order.")
 
 
 class AssetList(BaseModel):

@@ -25,7 +25,10 @@ from pydantic_core import PydanticCustomError
 from server.channels import CHANNEL_RULE
 from server.files import assets as stored_assets
 from server.files import office_formats
+from server.files.assets import is_id
 from server.options import RenderOptions, layered
+from server.options.finishing import PDF_TYPES
+from server.options.values import FINISHED_BY
 from server.queue.jobs import JobState
 from server.schemas.assets import ASSET_PATH_PATTERN, MAX_JOB_ASSETS, AssetMap
 from server.schemas.common import (
@@ -54,14 +57,17 @@ from server.schemas.common import (
 )
 
 #: A job's sources: it names exactly one.
-SOURCES = ("template", "template_id", "page_url", "markdown", "office")
+SOURCES = ("template", "template_id", "page_url", "markdown", "office", "pdfs")
+MAX_JOB_PDFS = 100
+#: What a `pdfs` job's options may hold: nothing is printed, so only what applies to a PDF.
+PDFS_OPTIONS = frozenset(("title", "author", "subject", "keywords", "thumbnail", *FINISHED_BY))
 _NO_SOURCE = object()  # put in place of a missing template by JobRequest._one_source
 
 
 def _source_given(value: Any) -> Any:
     if value is _NO_SOURCE:
         raise PydanticCustomError(
-            "no_source", "give one of template, template_id, page_url, markdown or office"
+            "no_source", "give one of template, template_id, page_url, markdown, office or pdfs"
         )
     return value
 
@@ -83,8 +89,8 @@ def _one_source(schema: dict[str, Any]) -> None:
 
 
 class JobRequest(BaseModel):
-    """A job: exactly one source (template, template_id, page_url, markdown or office), with its
-    data and options."""
+    """A job: exactly one source (template, template_id, page_url, markdown, office or pdfs),
+    with its data and options."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
 
@@ -158,6 +164,20 @@ class JobRequest(BaseModel):
         description="The channel the job belongs to (one end user's documents, say): "
         f"{CHANNEL_RULE}. Streams and subscription tokens can be scoped to it.",
     )
+    # After assets: an uploaded PDF may be named by its path there.
+    pdfs: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=1024)]],
+            Field(min_length=1, max_length=MAX_JOB_PDFS),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Uploaded PDFs merged in order, no browser involved, each an asset id or "
+        "a path of `assets` (contract.pdf), with an outline entry per file titled by that file "
+        "name, else the PDF's own title; encrypted or unreadable files are refused. Options: "
+        f"document information, thumbnail and finishing only. At most {MAX_JOB_PDFS}.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -182,15 +202,15 @@ class JobRequest(BaseModel):
                 merged[name] = layered(under, own) if name == "options" else {**under, **own}
         return merged
 
-    @field_validator("template_id", "page_url", "markdown", "office")
+    @field_validator("template_id", "page_url", "markdown", "office", "pdfs")
     @classmethod
-    def _only_one(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _only_one(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
             return None
         for other in SOURCES[: SOURCES.index(info.field_name or "")]:
             if info.data.get(other) is not None:
                 raise ValueError(
-                    f"give only one of template, template_id, page_url, markdown and office "
+                    f"give only one of template, template_id, page_url, markdown, office and pdfs "
                     f"({other} is given too)"
                 )
         return value
@@ -250,6 +270,47 @@ class JobRequest(BaseModel):
                 f"be {office_formats.accepted()}"
             )
         return office
+
+    @field_validator("pdfs")
+    @classmethod
+    def _uploaded_pdfs(cls, refs: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        """Each file an uploaded PDF (by id, or by its path in assets); the options only
+        those that apply to a PDF that is not printed."""
+        if refs is None or "assets" not in info.data:  # no files, or a map already refused
+            return refs
+        known = checks_of(info).assets
+        mapped: dict[str, str] = info.data["assets"]
+        for index, ref in enumerate(refs):
+            asset_id = ref if is_id(ref) else mapped.get(ref)
+            if asset_id is None:
+                raise ValueError(
+                    f"pdfs[{index}] {ref!r} is neither an asset id nor a path of assets: give "
+                    "the id POST /v1/assets answered, or map the path in assets"
+                )
+            asset = known.get(asset_id)
+            if asset is None:
+                raise ValueError(
+                    f"pdfs[{index}]: no asset {asset_id}: upload it with POST /v1/assets"
+                )
+            if asset.content_type not in PDF_TYPES:
+                raise ValueError(
+                    f"pdfs[{index}] must be a PDF (application/pdf); {ref} is {asset.content_type}"
+                )
+        given = info.data.get("options")
+        if isinstance(given, RenderOptions):
+            printing = sorted(
+                name
+                for name in given.model_fields_set
+                if name not in PDFS_OPTIONS and getattr(given, name) is not None
+            )
+            if printing or given.image:
+                names = ", ".join(f"options.{name}" for name in printing or ["output"])
+                raise ValueError(
+                    f"a pdfs job is not printed, so {names} cannot apply: give only document "
+                    "information (title, author, subject, keywords), thumbnail and finishing "
+                    "options"
+                )
+        return refs
 
 
 def office_asset(office: str, mapped: Mapping[str, str]) -> str | None:
@@ -353,6 +414,22 @@ class StreamReset(BaseModel):
     )
 
 
+class CompressReport(BaseModel):
+    bytes_before: int = Field(description="The PDF's size as written without compress.")
+    bytes_after: int = Field(description="Its size as written with it (before a signature).")
+
+
+class JobFinishing(BaseModel):
+    """What a job's finishing reports."""
+
+    metadata: dict[str, str] | None = Field(
+        None,
+        description="The document information of the finished PDF as read back from it "
+        "(Title, Author, Subject, Keywords, Creator, Producer and custom keys).",
+    )
+    compress: CompressReport | None = Field(None, description="The sizes compress made.")
+
+
 class Job(BaseModel):
     """A job as every route and stream shows it."""
 
@@ -380,6 +457,11 @@ class Job(BaseModel):
         None,
         description="The OpenTelemetry trace its spans belong to: the submitting request's "
         "(its traceparent header continued) or a new one; null while tracing is off.",
+    )
+    finishing: JobFinishing | None = Field(
+        None,
+        description="What its finishing reports once done: the document information it set "
+        "(metadata) and the sizes before and after compress; null when it reports nothing.",
     )
     links: JobLinks = Field(description="What can be done with it.")
     url: str | None = Field(None, description="Signed, expiring download URL (once done).")

@@ -90,6 +90,13 @@ WITH failed AS (
 )
 SELECT f.id, f.status FROM failed f;
 
+-- job_record_finishing --
+-- What the finishing of attempt $3 of job $1, held by worker $2, reports ($4: the document
+-- information it set, the sizes before and after compress); no event: the done write's
+-- carries it.
+UPDATE jobs SET finishing = $4::jsonb
+WHERE id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3;
+
 -- heartbeat --
 -- Extend the lease of every job this worker still holds; the ids it no longer holds
 -- (cancelled, rescued) are missing from the result and their renders are aborted.

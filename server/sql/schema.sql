@@ -41,7 +41,8 @@ CREATE TABLE jobs (
     tenant           text        NOT NULL,
     status           text        NOT NULL DEFAULT 'queued',
     -- The source's text: the Jinja2 HTML, the Jinja2 Markdown, the page's URL, or the Office
-    -- file's name, the file itself in `assets` under that name (`source`, 0027).
+    -- file's name, the file itself in `assets` under that name (`source`, 0027); for `pdfs`,
+    -- the uploaded PDFs as JSON, [{"path", "title"}], each in `assets` under its path (0028).
     template         text        NOT NULL,
     -- As submitted: json, not jsonb, which would reorder keys and rewrite numbers (0006).
     data             json        NOT NULL DEFAULT '{}',
@@ -86,6 +87,9 @@ CREATE TABLE jobs (
     -- The W3C traceparent of the request that submitted it (server/tracing.py), which its
     -- attempts' spans and webhook deliveries continue; NULL while tracing is off (0026).
     traceparent      text,
+    -- What its finishing reports: the document information set, the sizes before and after
+    -- compress (server/pdf/finishing.py); NULL when it reports nothing (0028).
+    finishing        jsonb,
     -- The state machine (DESIGN.md, "Job states"); jobs_check_transition refuses the moves.
     CONSTRAINT jobs_status_known
         CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),
@@ -101,7 +105,7 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_progress_percent
         CHECK (progress IS NULL OR progress BETWEEN 0 AND 100),
     CONSTRAINT jobs_source_known
-        CHECK (source IN ('template', 'markdown', 'page_url', 'office'))
+        CHECK (source IN ('template', 'markdown', 'page_url', 'office', 'pdfs'))
 );
 
 -- The claim reads only due queued jobs, best first; the rescuer only running ones.
@@ -178,7 +182,8 @@ CREATE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
         'updated_at', j.updated_at,
         'started_at', j.started_at,
         'finished_at', j.finished_at,
-        'trace_id', split_part(j.traceparent, '-', 2)
+        'trace_id', split_part(j.traceparent, '-', 2),
+        'finishing', j.finishing
     )
 $$;
 

@@ -1,13 +1,18 @@
-"""The asset routes: POST and GET /v1/assets, GET and DELETE /v1/assets/{id}, GET …/content."""
+"""The asset routes: POST and GET /v1/assets, GET and DELETE /v1/assets/{id}, GET …/content,
+GET …/fields (a PDF's form)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from aiohttp import web
 
 from server.errors import StorageError
 from server.files import assets
 from server.files.assets import Asset, Upload
-from server.keys import POOL, SETTINGS, STORAGE
+from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
+from server.options.finishing import PDF_TYPES
+from server.pdf import forms
 from server.problems import Problem, not_found
 from server.schemas.assets import AssetListQuery
 from server.sql import query
@@ -111,6 +116,37 @@ async def get_content(request: web.Request) -> web.Response:
             "ETag": f'"{hex_id}"',
             "Cache-Control": "private, max-age=31536000, immutable",
         },
+    )
+
+
+@routes.get("/v1/assets/{asset_id}/fields")
+async def get_fields(request: web.Request) -> web.Response:
+    """A PDF asset's form fields (name, type, current value, options), and its page count:
+    the names `fill_form` takes."""
+    asset = await _stored(request)
+    if asset.content_type not in PDF_TYPES:
+        raise Problem(
+            409,
+            "Not a PDF",
+            f"This asset is {asset.content_type}; only a PDF (application/pdf) has form fields.",
+        )
+    try:
+        data = await request.app[ASSET_CACHE].get(tenant_of(request), asset.id)
+    except FileNotFoundError:
+        raise Problem(410, "Gone", "The asset's bytes are no longer stored.") from None
+    except StorageError as exc:
+        raise uploads.storage_unavailable(exc) from None
+    try:
+        inspected = await asyncio.to_thread(forms.inspect, data)
+    except forms.UnusablePdf as exc:
+        raise Problem(409, "Unusable PDF", f"The PDF {asset.id} {exc}.") from None
+    return json_response(
+        {
+            "id": asset.id,
+            "pages": inspected.pages,
+            "title": inspected.title,
+            "fields": [field.public() for field in inspected.fields],
+        }
     )
 
 

@@ -77,6 +77,9 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     await submission.check_invoices(
         request.app[ASSET_CACHE], tenant, list(batch.items), prefix="items[{index}]."
     )
+    await submission.check_pdfs(
+        request.app[ASSET_CACHE], tenant, list(batch.items), prefix="items[{index}]."
+    )
     jobs = [
         submission.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
     ]

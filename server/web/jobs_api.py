@@ -64,6 +64,7 @@ async def submit(request: web.Request) -> web.Response:
     named = checks(request, stored, found)
     valid = validated(JobRequest, raw, named)
     await submission.check_invoices(request.app[ASSET_CACHE], tenant, [valid], pending)
+    await submission.check_pdfs(request.app[ASSET_CACHE], tenant, [valid], pending)
     new = submission.new_job(valid, tenant, named)
     if multipart is not None and multipart.uploads:
         await uploads.store(

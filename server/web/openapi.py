@@ -18,7 +18,7 @@ from server.files import assets
 from server.keys import AUTH
 from server.options import RenderOptions, outputs
 from server.queue import admission
-from server.schemas.assets import Asset, AssetList, AssetListQuery
+from server.schemas.assets import Asset, AssetFields, AssetList, AssetListQuery
 from server.schemas.batches import Batch, BatchRequest
 from server.schemas.common import (
     EVENT_ID_PATTERN,
@@ -345,6 +345,11 @@ OPERATIONS = (
     Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",
        {"200": ("The bytes, with the asset's content type.", tuple(assets.CONTENT_TYPES))},
        {**NO_ASSET, "410": "The bytes are no longer stored.", **STORAGE_DOWN}),
+    Op("get", "/v1/assets/{asset_id}/fields", "A PDF asset's form fields (the names "
+       "fill_form takes), with their types and values, and its pages", "assets",
+       {"200": ("The fields.", AssetFields)},
+       {**NO_ASSET, "410": "The bytes are no longer stored.",
+        "409": "The asset is not a PDF, or is encrypted or unreadable.", **STORAGE_DOWN}),
     Op("delete", "/v1/assets/{asset_id}", "Delete an asset no queued or running job uses",
        "assets", {"204": ("Deleted.", None)},
        {**NO_ASSET, "409": "Queued or running jobs use it (jobs: a few of their ids).",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from server.files import assets, library
 from server.files.assets import Asset, AssetCache, Upload
 from server.files.library import Ref, StoredTemplate
 from server.options import finishing
+from server.pdf import forms, pages
 from server.pipeline import vault
 from server.problems import invalid
 from server.queue.jobs import NewJob
@@ -58,6 +60,8 @@ def _ids(body: Any) -> list[str]:
     ids += finishing.asset_ids(body.get("options"))
     if assets.is_id(office := body.get("office")):
         ids.append(office)
+    pdfs = body.get("pdfs")
+    ids += [ref for ref in pdfs if assets.is_id(ref)] if isinstance(pdfs, list) else []
     return [value for value in ids if isinstance(value, str)]
 
 
@@ -93,6 +97,10 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
     elif job.markdown is not None:
         source, text = "markdown", job.markdown
     paths = job.assets
+    if job.pdfs is not None:
+        # In the asset map, under its path or its id, so DELETE /v1/assets keeps it meanwhile.
+        source, text = "pdfs", json.dumps([_part(ref) for ref in job.pdfs])
+        paths = {**job.assets, **{ref: ref for ref in job.pdfs if assets.is_id(ref)}}
     if job.office is not None:
         # Its file is the job's one asset, under its path or its id: the name its errors give.
         source, text = "office", job.office
@@ -119,6 +127,70 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         secrets=sealed,
         traceparent=tracing.traceparent(),  # the request's span: the job's attempts go under it
     )
+
+
+def _part(ref: str) -> dict[str, str]:
+    """A `pdfs` job's file as its row keeps it: its path in the asset map and the title of its
+    outline entry (a file name without .pdf; empty for an id: the PDF's own title)."""
+    title = "" if assets.is_id(ref) else ref.rpartition("/")[2].removesuffix(".pdf")
+    return {"path": ref, "title": title}
+
+
+async def check_pdfs(
+    cache: AssetCache,
+    tenant: str,
+    jobs: list[JobRequest],
+    pending: Iterable[Upload] = (),
+    prefix: str = "",
+) -> None:
+    """422 naming each uploaded PDF a `pdfs` job cannot use (encrypted, unreadable), a page
+    `select_pages` names past the end of its files, a `fill_form` field they lack, and a
+    `fill_form` data path the job's data lacks (read off the event loop)."""
+    problems: list[tuple[str, str]] = []
+    uploads = {upload.id: upload.data for upload in pending}
+    for index, job in enumerate(jobs):
+        where = prefix.format(index=index)
+        given = job.options
+        filling = given.fill_form.fields if given is not None and given.fill_form else {}
+        for name, path in filling.items():
+            if not forms.has(job.data, path):
+                problems.append(
+                    (f"{where}options.fill_form.fields.{name}", f"data has no {path!r}")
+                )
+        if job.pdfs is None:
+            continue
+        read: list[forms.Inspected] = []
+        for number, ref in enumerate(job.pdfs):
+            asset_id = ref if assets.is_id(ref) else job.assets[ref]
+            try:
+                data = uploads.get(asset_id) or await cache.get(tenant, asset_id)
+                read.append(await asyncio.to_thread(forms.inspect, data))
+            except forms.UnusablePdf as exc:
+                problems.append((f"{where}pdfs[{number}]", f"the PDF {ref} {exc}"))
+            except FileNotFoundError:
+                problems.append(
+                    (f"{where}pdfs[{number}]", f"the bytes of {ref} are gone: upload it again")
+                )
+        if len(read) < len(job.pdfs) or given is None:
+            continue
+        count = sum(pdf.pages for pdf in read)
+        if given.select_pages is not None:
+            try:
+                pages.ordered(given.select_pages, count)
+            except PermanentError as exc:
+                problems.append((f"{where}options.select_pages", str(exc).partition(": ")[2]))
+        known = [field for pdf in read for field in pdf.fields]
+        for name in forms.unknown(filling, known):
+            have = ", ".join(sorted({f.name for f in known})) or "none"
+            problems.append(
+                (
+                    f"{where}options.fill_form.fields.{name}",
+                    f"the PDFs have no field {name!r} (theirs: {have}; "
+                    "GET /v1/assets/{id}/fields lists them)",
+                )
+            )
+    if problems:
+        raise invalid(problems, "The PDFs cannot be finished as asked.")
 
 
 async def check_invoices(

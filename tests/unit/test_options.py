@@ -82,7 +82,7 @@ def test_page_ranges_are_capped_in_document_order(ranges: str, pages: int, expec
 
 def test_document_information_is_bounded_as_documented() -> None:
     parsed = options.parse({"title": "t" * 4096, "keywords": ["a", "b"], "author": None})
-    assert parsed.metadata() == {"/Title": "t" * 4096, "/Keywords": "a, b"}
+    assert parsed.document_info() == {"/Title": "t" * 4096, "/Keywords": "a, b"}
     with pytest.raises(OptionsError) as caught:
         options.parse({"title": "t" * 4097, "subject": 5, "height": "1cm"})
     assert [field for field, _ in caught.value.errors] == [
