@@ -21,10 +21,16 @@ import asyncpg
 
 from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
-from server.cli import doctor
+from server.cli import backup, doctor
 from server.queue import db
 from server.queue.embedded import EmbeddedPostgresError
-from server.settings import Settings, SettingsError, check_origin, unread_variables
+from server.settings import (
+    Settings,
+    SettingsError,
+    check_origin,
+    new_webhook_secret,
+    unread_variables,
+)
 
 log = logging.getLogger("server")
 
@@ -453,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--slots", type=int, help="render slots (PRESSROOM_RENDER_SLOTS)")
     commands.add_parser("migrate", help="apply database migrations and exit")
     doctor.add_parser(commands)
+    backup.add_parsers(commands)
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_commands.add_parser("create", help="print a new key for a tenant, once")
@@ -525,6 +532,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["run_background"] = False
     if args.command == "worker":
         overrides["run_web"] = False
+    if args.command == "restore":
+        # Values for what a start would generate into the data folder, which must stay empty:
+        # the restore brings the backup's secrets, and uses none itself.
+        overrides.update(secret="restore", webhook_secret=new_webhook_secret())
     try:
         settings = Settings.from_env(os.environ, **overrides)
     except SettingsError as exc:
@@ -541,6 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(run_migrate(settings))
             elif args.command == "doctor":
                 return asyncio.run(doctor.run(settings, args))
+            elif args.command == "backup":
+                return asyncio.run(backup.run_backup(settings, args))
+            elif args.command == "restore":
+                return asyncio.run(backup.run_restore(settings, args))
             elif args.command == "keys":
                 return asyncio.run(run_keys(settings, args))
             elif args.command == "tenants":

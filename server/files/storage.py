@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import fcntl
 import glob
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -15,6 +17,10 @@ from server.errors import StorageError
 from server.options import outputs
 
 IO_THREADS = 32
+#: `pressroom backup` holds this file's lock, exclusively, from just before it copies the
+#: database until it has copied the folder; a deletion takes it shared, so that no file a
+#: copied row names goes before it is copied too (server/cli/backup.py).
+BACKUP_LOCK = ".backup.lock"
 T = TypeVar("T")
 
 
@@ -94,7 +100,7 @@ class LocalStorage:
 
     async def delete(self, key: str) -> None:
         try:
-            await self._run(_delete, self._path(key))
+            await self._run(_delete, self._resolved_root, self._path(key))
         except OSError as exc:
             raise StorageError(f"could not delete {key}: {exc}") from exc
 
@@ -152,12 +158,35 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _delete(path: Path) -> None:
+def _delete(root: Path, path: Path) -> None:
     """The file, and the temp files of writes to it that a killed process left behind (a key
     is only deleted once nobody writes it any more)."""
-    path.unlink(missing_ok=True)
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        leftover.unlink(missing_ok=True)
+    with _no_backup_running(root):
+        path.unlink(missing_ok=True)
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _no_backup_running(root: Path) -> Iterator[None]:
+    """The backup lock, shared; StorageError while a backup holds it."""
+    try:
+        fd = os.open(root / BACKUP_LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = None  # no backup ever ran here (one starting now waits for our transaction)
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StorageError(
+                    "a backup (pressroom backup) is copying the storage folder, and files are "
+                    "deleted only once it has finished"
+                ) from None
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _probe_writable(root: Path) -> None:
