@@ -88,6 +88,17 @@ NOT_RUN = {
         "# AWS S3: credentials from the process's IAM role (EKS IRSA, ECS task role, EC2 instance",
     ): "needs a bucket of yours (AWS S3, R2 or MinIO)",
     (
+        "docs/operations.md",
+        "pressroom backup /var/backups/pressroom-2026-12-03     # while Pressroom runs on "
+        ".pressroom/",
+    ): "backs up the embedded default, and this page's server runs on DATABASE_URL "
+    "(tests/e2e/test_backup.py runs both commands)",
+    (
+        "docs/operations.md",
+        "# 1. The database (a physical base backup; with WAL archiving, point-in-time recovery "
+        "too)",
+    ): "needs a PostgreSQL and a bucket of yours",
+    (
         "docs/reliability.md",
         ".venv/bin/python -m pytest tests/faults -q -s",
     ): "the fault tests, which the suite runs itself",
