@@ -101,7 +101,7 @@ def tree_env(tree: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{tree}:{tree / 'clients' / 'python'}"}
 
 
-def imported_from(tree: Path) -> dict[str, str]:
+async def imported_from(tree: Path) -> dict[str, str]:
     """What a child started as the release's processes are imports: the files of `server`,
     `pressroom` and `tests.timings`, and the newest migration that code knows."""
     probe = (
@@ -109,16 +109,18 @@ def imported_from(tree: Path) -> dict[str, str]:
         "print(json.dumps({'server': server.__file__, 'pressroom': pressroom.__file__, "
         "'timings': tests.timings.__file__, 'newest': sql.migrations()[-1][0]}))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        probe,
         cwd=tree,
         env={**os.environ, **tree_env(tree)},
-        capture_output=True,
-        text=True,
-        check=False,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    assert done.returncode == 0, done.stderr
-    found: dict[str, str] = json.loads(done.stdout)
+    out, err = await child.communicate()
+    assert child.returncode == 0, err.decode()
+    found: dict[str, str] = json.loads(out)
     return found
 
 
