@@ -21,6 +21,7 @@ import functools
 import pikepdf
 from PIL import ImageCms
 
+from server.errors import PermanentError
 from server.options.finishing import Attachment
 from server.pdf.invoices import FILENAME, MIME_TYPE, Invoice
 
@@ -35,6 +36,50 @@ def srgb_profile() -> bytes:
     """An sRGB ICC profile (Little CMS's, via Pillow)."""
     data: bytes = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
     return data
+
+
+def unembedded_font(pdf: pikepdf.Pdf) -> tuple[str, int] | None:
+    """The first font the pages draw with (directly, in their form XObjects or in their
+    annotations' appearances, such as a form field's) that is not embedded, with its page (1
+    is the first); None when all are (Chromium's always are)."""
+    seen: set[tuple[int, int]] = set()
+    for number, page in enumerate(pdf.pages, start=1):
+        pending = [page.obj.get("/Resources")]
+        for annotation in page.obj.get("/Annots", ()):
+            appearance = annotation.get("/AP")
+            if not isinstance(appearance, pikepdf.Dictionary):
+                continue
+            shown = appearance.get("/N")
+            states = shown.values() if isinstance(shown, pikepdf.Dictionary) else [shown]
+            pending += [s.get("/Resources") for s in states if isinstance(s, pikepdf.Stream)]
+        while pending:
+            resources = pending.pop()
+            if not isinstance(resources, pikepdf.Dictionary):
+                continue
+            if resources.is_indirect:
+                if resources.objgen in seen:
+                    continue
+                seen.add(resources.objgen)
+            fonts = resources.get("/Font")
+            for font in fonts.values() if isinstance(fonts, pikepdf.Dictionary) else ():
+                if isinstance(font, pikepdf.Dictionary) and not _embedded(font):
+                    return str(font.get("/BaseFont", "?")).lstrip("/"), number
+            xobjects = resources.get("/XObject")
+            for xobject in xobjects.values() if isinstance(xobjects, pikepdf.Dictionary) else ():
+                if isinstance(xobject, pikepdf.Stream) and xobject.get("/Subtype") == "/Form":
+                    pending.append(xobject.get("/Resources"))
+    return None
+
+
+def _embedded(font: pikepdf.Dictionary) -> bool:
+    if font.get("/Subtype") == "/Type3":
+        return True  # its glyphs are content streams of the file
+    descendants = font.get("/DescendantFonts")
+    described = descendants[0] if isinstance(descendants, pikepdf.Array) and descendants else font
+    descriptor = described.get("/FontDescriptor")
+    if not isinstance(descriptor, pikepdf.Dictionary):
+        return False
+    return any(key in descriptor for key in ("/FontFile", "/FontFile2", "/FontFile3"))
 
 
 def _pdf_date(now: dt.datetime) -> str:
@@ -82,7 +127,16 @@ def facturx(pdf: pikepdf.Pdf, invoice: Invoice) -> None:
 
 
 def pdfa(pdf: pikepdf.Pdf, level: str) -> None:
-    """Make the document PDF/A-`level` ("2b" or "3b")."""
+    """Make the document PDF/A-`level` ("2b" or "3b"). PermanentError names a font that is not
+    embedded (an uploaded PDF's, or a form field's filled in a standard font): PDF/A needs
+    every font embedded, and no step embeds one after the fact."""
+    missing = unembedded_font(pdf)
+    if missing is not None:
+        name, number = missing
+        raise PermanentError(
+            f"pdfa: the font {name} (page {number}) is not embedded, and PDF/A needs every font "
+            "embedded: give PDFs whose fonts are embedded, or leave pdfa out"
+        )
     if "/OutputIntents" not in pdf.Root:
         profile = pdf.make_stream(srgb_profile(), N=3)
         intent = pikepdf.Dictionary(

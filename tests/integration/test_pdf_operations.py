@@ -171,7 +171,7 @@ def test_uploaded_pdfs_join_with_an_outline_entry_each() -> None:
 
 async def upload(app: RunningApp, data: bytes, kind: str = "application/pdf") -> str:
     async with app.http.post(
-        app.url("/v1/assets"), data=data, headers={"Content-Type": kind}
+        app.url("/v1/assets"), data=io.BytesIO(data), headers={"Content-Type": kind}
     ) as resp:
         assert resp.status in (200, 201), await resp.text()
         asset_id: str = (await resp.json())["id"]
