@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure Playwright can drive a Chromium: Playwright's own build first (the normal path),
 # else a system Chromium, installed from Debian's packages together with the fonts real
-# documents need when apt is available. Idempotent; prints what it chose.
+# documents need when apt is available; and LibreOffice for Office files. Idempotent; prints
+# what it chose.
 set -u
 py="${1:-.venv/bin/python}"
 
@@ -30,6 +31,12 @@ fi
 # pg_stat_statements, which the wheel's server lacks: Debian's server package has it.
 if [ "$(id -u)" = 0 ] && ! ls /usr/lib/postgresql/*/lib/pg_stat_statements.so >/dev/null 2>&1; then
   apt_install postgresql || echo "install-browser: could not install postgresql; bench.dbcost will fail"
+fi
+# Office files (the office source) are converted by LibreOffice's headless packages, driven
+# over UNO by the system Python (python3-uno is built for /usr/bin/python3).
+if ! [ -x /usr/lib/libreoffice/program/soffice.bin ] || ! /usr/bin/python3 -c "import uno" 2>/dev/null; then
+  apt_install libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui python3-uno ||
+    echo "install-browser: could not install LibreOffice; office jobs will fail"
 fi
 fonts="fonts-dejavu-core fonts-liberation fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji fontconfig"
 

@@ -48,7 +48,7 @@ PACKAGES = "libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-
 RESTART_AFTER = 100
 #: A process whose resident memory passes this after a conversion is replaced.
 MAX_RSS_MB = 1000
-#: A first start makes the user profile (about 3 s here); later ones take about 1.5 s.
+#: A start makes its process's user profile: about 3 s here, within this bound.
 START_TIMEOUT_S = 60.0
 PREFIX = "pressroom-office-"
 

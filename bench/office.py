@@ -1,0 +1,240 @@
+"""Office PDFs per second and p50 latency for a 3-page DOCX, one document at a time: Pressroom's
+long-lived LibreOffice (server/render/office.py, the process a render slot uses) against what a
+user would pick instead, in the same run: `soffice --headless --convert-to pdf` per file, and
+unoserver (a long-lived LibreOffice behind XML-RPC) when its package is installed (the bench
+extra). Every LibreOffice runs as the same unprivileged user when this runs as root. Each
+engine is warmed with one document first (its start is not counted; Pressroom's is printed).
+Also printed: the resident memory of each LibreOffice after the run (a per-file soffice: the
+largest any of them reached).
+
+    python -m bench.office [--docs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import io
+import os
+import pwd
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docx
+import psutil
+
+from bench.common import QUICK, machine
+from server.options import RenderOptions
+from server.render import office
+
+USER = "nobody"
+
+
+def three_pages() -> bytes:
+    document = docx.Document()
+    document.core_properties.title = "Benchmark"
+    for page in range(1, 4):
+        document.add_heading(f"Section {page}", level=1)
+        for _ in range(6):
+            document.add_paragraph(f"Paragraph text of page {page}. " * 12)
+        if page < 3:
+            document.add_page_break()  # type: ignore[no-untyped-call]
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def as_user() -> list[str]:
+    """The prefix that runs a command as USER when this is root (nothing otherwise)."""
+    if os.geteuid() != 0:
+        return []
+    entry = pwd.getpwnam(USER)
+    return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
+
+
+@contextlib.contextmanager
+def folder() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="pressroom-bench-office-"))
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam(USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def figures(name: str, latencies_s: list[float], rss_mb: float) -> dict[str, Any]:
+    total = sum(latencies_s)
+    row = {
+        "engine": name,
+        "pdfs_per_s": len(latencies_s) / total,
+        "p50_ms": statistics.median(latencies_s) * 1000,
+        "rss_mb": rss_mb,
+    }
+    print(
+        f"  {name:<28} {row['pdfs_per_s']:6.2f} PDFs/s   p50 {row['p50_ms']:7.0f} ms   "
+        f"LibreOffice RSS {rss_mb:5.0f} MiB"
+    )
+    return row
+
+
+async def pressroom(data: bytes, docs: int) -> dict[str, Any]:
+    pool = office.OfficePool(1)
+    options = RenderOptions()
+    try:
+        began = time.perf_counter()
+        await pool.convert(data, "bench.docx", options, timeout_s=120)
+        print(
+            f"  (Pressroom's first document, its LibreOffice starting: "
+            f"{time.perf_counter() - began:.1f} s)"
+        )
+        latencies = []
+        for _ in range(docs):
+            began = time.perf_counter()
+            await pool.convert(data, "bench.docx", options, timeout_s=120)
+            latencies.append(time.perf_counter() - began)
+        (process,) = pool.processes()
+        return figures("Pressroom (long-lived)", latencies, process.rss_mb())
+    finally:
+        await pool.close()
+
+
+def per_file(data: bytes, docs: int) -> dict[str, Any]:
+    with folder() as work:
+        source = work / "bench.docx"
+        source.write_bytes(data)
+        os.chmod(source, 0o644)
+        command = [
+            *as_user(),
+            shutil.which("soffice") or "soffice",  # the wrapper users call (it restarts on 81)
+            "--headless",
+            f"-env:UserInstallation=file://{work}/profile",
+            "--convert-to",
+            "pdf",
+            "--outdir",
+            str(work),
+            str(source),
+        ]
+        environment = {"PATH": "/usr/bin:/bin", "HOME": str(work)}
+
+        def once() -> float:
+            began = time.perf_counter()
+            subprocess.run(command, env=environment, check=True, capture_output=True)
+            elapsed = time.perf_counter() - began
+            assert (work / "bench.pdf").stat().st_size > 0
+            (work / "bench.pdf").unlink()
+            return elapsed
+
+        once()  # the profile is made once, as a user's first run would
+        latencies = [once() for _ in range(docs)]
+        # ru_maxrss of children: the largest soffice any run reached (KiB on Linux).
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        return figures("soffice --convert-to per file", latencies, peak_mb)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def unoserver(data: bytes, docs: int) -> dict[str, Any] | None:
+    spec = importlib.util.find_spec("unoserver")
+    if spec is None or spec.origin is None:
+        print("  unoserver: not installed (pip install unoserver, the bench extra); skipped")
+        return None
+    from unoserver.client import UnoClient
+
+    # unoserver imports uno, which Debian builds for the system Python: that one runs it,
+    # from a copy of the package.
+    with folder() as work:
+        package = Path(spec.origin).parent
+        shutil.copytree(package, work / "lib" / "unoserver")
+        for info in package.parent.glob("unoserver-*.dist-info"):  # it reads its version
+            shutil.copytree(info, work / "lib" / info.name)
+        port, uno_port = free_port(), free_port()
+        script = (
+            f"import sys; sys.path.insert(0, {str(work / 'lib')!r}); "
+            "from unoserver.server import main; sys.exit(main())"
+        )
+        server = subprocess.Popen(
+            [
+                *as_user(),
+                office.PYTHON,
+                "-c",
+                script,
+                "--interface=127.0.0.1",
+                f"--port={port}",
+                f"--uno-port={uno_port}",
+                f"--executable={shutil.which('soffice') or 'soffice'}",
+                f"--user-installation={work}/profile",
+            ],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            client = UnoClient(server="127.0.0.1", port=str(port), host_location="remote")
+            convert: Callable[[], Any] = lambda: client.convert(  # noqa: E731
+                indata=data, convert_to="pdf"
+            )
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    convert()
+                    break
+                except (ConnectionError, OSError):
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        print("  unoserver: did not start; skipped")
+                        return None
+                    time.sleep(0.2)
+            latencies = []
+            for _ in range(docs):
+                began = time.perf_counter()
+                pdf = convert()
+                latencies.append(time.perf_counter() - began)
+                assert pdf.startswith(b"%PDF")
+            children = psutil.Process(server.pid).children(recursive=True)
+            rss = sum(p.memory_info().rss for p in children if p.name().startswith("soffice"))
+            return figures("unoserver (long-lived)", latencies, rss / 2**20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, 9)
+            server.wait()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--docs", type=int, default=5 if QUICK else 20)
+    args = parser.parse_args()
+    data = three_pages()
+    print(f"bench.office: a 3-page DOCX ({len(data)} bytes), {args.docs} documents each")
+    print(f"  {machine()}")
+    ours = await pressroom(data, args.docs)
+    peers = [per_file(data, args.docs)]
+    if (other := unoserver(data, args.docs)) is not None:
+        peers.append(other)
+    for peer in peers:
+        print(
+            f"  Pressroom / {peer['engine']}: {ours['pdfs_per_s'] / peer['pdfs_per_s']:.1f}x "
+            f"the PDFs per second, p50 {ours['p50_ms']:.0f} vs {peer['p50_ms']:.0f} ms"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
