@@ -374,7 +374,8 @@ async def test_rolling_upgrade_from_the_previous_release_loses_nothing(scene: Sc
             except TimeoutError:
                 pytest.fail(
                     "the old process could not take a job while a migration waited behind a "
-                    f"backup (its queries queued behind the migration's lock):\n{s.new.log()}"
+                    "backup (its queries queued behind the migration's lock):\n"
+                    + "\n".join(proc.log()[-2000:] for proc in (s.new, s.web))
                 )
     finally:
         await locker.close()
