@@ -50,6 +50,7 @@ OUTCOME: Final = "pressroom.job.outcome"
 BATCH_ID: Final = "pressroom.batch.id"
 ITEMS: Final = "pressroom.batch.items"
 WEBHOOK_ID: Final = "pressroom.webhook.id"
+WEBHOOK_ATTEMPT: Final = "pressroom.webhook.attempt"
 EVENT: Final = "pressroom.webhook.event"
 STEP: Final = "pressroom.finishing.step"
 

@@ -117,7 +117,7 @@ class Delivery:
             tracing.TENANT: self.tenant,
             tracing.WEBHOOK_ID: str(self.id),
             tracing.EVENT: self.type,
-            tracing.ATTEMPT: self.attempt,
+            tracing.WEBHOOK_ATTEMPT: self.attempt,
         }
 
 

@@ -27,6 +27,7 @@ from server.errors import PermanentError
 from server.keys import POOL
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
+from tests.sse import collect
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -140,10 +141,17 @@ async def submit(
 
 
 async def job_of(app: RunningApp, job_id: str) -> dict[str, Any]:
-    async with app.http.get(app.url(f"/v1/jobs/{job_id}?wait=10")) as resp:
+    async with app.http.get(app.url(f"/v1/jobs/{job_id}")) as resp:
         assert resp.status == 200
         job: dict[str, Any] = await resp.json()
         return job
+
+
+async def final(app: RunningApp, job_id: str) -> dict[str, Any]:
+    """The job as its stream's last event shows it (the stream ends after the final one)."""
+    messages = await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"), timeout_s=WAIT_S)
+    job: dict[str, Any] = messages[-1].json["job"]
+    return job
 
 
 def parent_of(span: ReadableSpan) -> int | None:
@@ -216,6 +224,7 @@ async def test_a_traceparent_continues_through_the_attempt_to_the_webhook(
     assert trace_of(webhook) == TRACE and parent_of(webhook) == span_id(request)
     assert webhook.attributes is not None
     assert webhook.attributes[tracing.EVENT] == "job.done"
+    assert webhook.attributes[tracing.WEBHOOK_ATTEMPT] == 1
     assert webhook.attributes[tracing.JOB_ID] == job["id"]
     [post] = spans.named("POST")
     assert post.kind is SpanKind.CLIENT and parent_of(post) == span_id(webhook)
@@ -225,6 +234,7 @@ async def test_a_traceparent_continues_through_the_attempt_to_the_webhook(
     assert not any("receivers-own-secret" in value for value in shown), "the query is left out"
 
     # The job and its events show the trace id; the worker's log lines carry both ids.
+    assert (await final(hooked, job["id"]))["trace_id"] == TRACE
     assert (await job_of(hooked, job["id"]))["trace_id"] == TRACE
     lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
     done = [line for line in lines if line["message"] == "job done"]
@@ -292,15 +302,17 @@ async def test_a_failed_attempt_marks_its_span_and_step_failed(
     job = await submit(hooked, {"template": "<p>x</p>"}, {"traceparent": TRACEPARENT})
     await spans.until("job attempt")
     [attempt] = spans.named("job attempt")
-    assert attempt.status.status_code is StatusCode.ERROR
+    assert attempt.status.status_code is StatusCode.ERROR, attempt.to_json()
     assert "the page cannot be printed" in (attempt.status.description or "")
     assert attempt.attributes is not None and attempt.attributes[tracing.OUTCOME] == "failed"
     steps = children(spans, attempt)
-    assert [step.name for step in steps] == ["claim", "template", "render"]
+    assert [step.name for step in steps] == ["claim", "template", "render"], [
+        step.to_json() for step in spans.all
+    ]
     render = steps[-1]
     assert render.status.status_code is StatusCode.ERROR
     assert [event.name for event in render.events] == ["exception"]
-    failed = await job_of(hooked, job["id"])
+    failed = await final(hooked, job["id"])
     assert failed["status"] == "failed" and failed["trace_id"] == TRACE
 
 
