@@ -366,7 +366,10 @@ class _Attempt(Steps, contextlib.AbstractContextManager[Steps]):
         if self._current is not None:
             self._current.end()
         self._span.end()
-        context.detach(self._token)  # type: ignore[arg-type]
+        if exc is None:
+            context.detach(self._token)  # type: ignore[arg-type]
+        # Else the attempt's context stays current for the rest of its task (which ends once the
+        # failure is recorded), so the consumer's line that records the failure carries its ids.
 
     def step(self, name: str) -> None:
         if self._current is not None:

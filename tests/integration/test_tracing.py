@@ -119,16 +119,22 @@ async def hooked(start_app: Callable[..., Any], fake_renderer: FakeRenderer) -> 
 
 @pytest.fixture
 def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
-    """The worker's log lines as PRESSROOM_LOG_FORMAT=json writes them, with tracing's filter."""
-    caplog.set_level(logging.INFO, logger="server.pipeline.worker")
+    """The server's log lines as PRESSROOM_LOG_FORMAT=json writes them, with tracing's filter."""
+    caplog.set_level(logging.INFO, logger="server")
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter())
     handler.addFilter(tracing.LogIds())
-    worker = logging.getLogger("server.pipeline.worker")
-    worker.addHandler(handler)
+    server = logging.getLogger("server")
+    server.addHandler(handler)
     yield out
-    worker.removeHandler(handler)
+    server.removeHandler(handler)
+
+
+def lines_of(out: io.StringIO, job_id: str) -> dict[str, dict[str, Any]]:
+    """A job's log lines by message."""
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    return {line["message"]: line for line in lines if line.get("job_id") == job_id}
 
 
 async def submit(
@@ -236,10 +242,12 @@ async def test_a_traceparent_continues_through_the_attempt_to_the_webhook(
     # The job and its events show the trace id; the worker's log lines carry both ids.
     assert (await final(hooked, job["id"]))["trace_id"] == TRACE
     assert (await job_of(hooked, job["id"]))["trace_id"] == TRACE
-    lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
-    done = [line for line in lines if line["message"] == "job done"]
-    assert done and done[0]["job_id"] == job["id"]
-    assert done[0]["trace_id"] == TRACE and done[0]["span_id"] == f"{span_id(attempt):016x}"
+    lines = lines_of(log_lines, job["id"])
+    assert lines["job queued"]["trace_id"] == TRACE
+    assert lines["job queued"]["span_id"] == f"{span_id(request):016x}"
+    for message in ("job running (attempt 1/3)", "job done"):
+        assert lines[message]["trace_id"] == TRACE
+        assert lines[message]["span_id"] == f"{span_id(attempt):016x}"
 
 
 async def test_a_job_without_traceparent_starts_a_trace(spans: Spans, hooked: RunningApp) -> None:
@@ -296,7 +304,7 @@ async def test_every_item_of_a_batch_carries_the_batch_requests_trace(
 
 
 async def test_a_failed_attempt_marks_its_span_and_step_failed(
-    spans: Spans, hooked: RunningApp, fake_renderer: FakeRenderer
+    spans: Spans, hooked: RunningApp, fake_renderer: FakeRenderer, log_lines: io.StringIO
 ) -> None:
     fake_renderer.fail_with = PermanentError("the page cannot be printed")
     job = await submit(hooked, {"template": "<p>x</p>"}, {"traceparent": TRACEPARENT})
@@ -314,6 +322,9 @@ async def test_a_failed_attempt_marks_its_span_and_step_failed(
     assert [event.name for event in render.events] == ["exception"]
     failed = await final(hooked, job["id"])
     assert failed["status"] == "failed" and failed["trace_id"] == TRACE
+    # The line that records the failure, once the attempt's span ended, still names it.
+    line = lines_of(log_lines, job["id"])["job failed: the page cannot be printed"]
+    assert line["trace_id"] == TRACE and line["span_id"] == f"{span_id(attempt):016x}"
 
 
 async def test_with_tracing_off_a_job_has_no_trace_and_sends_none(
@@ -331,7 +342,7 @@ async def test_with_tracing_off_a_job_has_no_trace_and_sends_none(
     assert stored is None
     assert (await job_of(hooked, job["id"]))["trace_id"] is None
     lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
-    assert any(line["message"] == "job done" for line in lines)
+    assert "job done" in lines_of(log_lines, job["id"])
     assert not any("trace_id" in line or "span_id" in line for line in lines)
 
 
