@@ -40,8 +40,14 @@ $(STAMP_DEPS): pyproject.toml
 	@touch $@
 	@echo "make: the pressroom command is in $(VENV)/bin; to have it on your PATH in a new terminal, run: . $(VENV)/bin/activate"
 
+# Beside Chromium: Debian's qpdf, whose command line checks the PDFs the PDF-operation tests
+# and bench/pdfops.py make (qpdf --check), installed with apt-get where it can be.
 $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh
 	@scripts/install-browser.sh $(PY)
+	@command -v qpdf >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n") && $$sudo apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends qpdf >/dev/null; } || \
+	  echo "make: could not install qpdf; tests/integration/test_pdf_operations.py needs its qpdf --check"
 	@touch $@
 
 lint: install

@@ -28,9 +28,11 @@ from server.web.common import READ_CHUNK_BYTES, check_encoding, parse_json, read
 JOB_PART = "job"
 #: The part holding an Office file to convert (with its file name: curl -F office=@report.docx).
 OFFICE_PART = "office"
+#: A job part naming file parts as its uploaded PDFs (a `pdfs` job) needs no index part.
+PDFS_FIELD = "pdfs"
 #: The index part's file name → the field of the job body it becomes.
 INDEX_PARTS = {"index.html": "template", "index.md": "markdown"}
-SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url", "office")
+SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url", "office", "pdfs")
 #: Files plus the index and the job part.
 MAX_PARTS = MAX_JOB_ASSETS + 2
 STORAGE_RETRY_S = 2
@@ -214,11 +216,12 @@ async def read_multipart(request: web.Request) -> MultipartJob:
                 files[filename] = (data, _file_type(filename, kind, data, settings))
     if index is not None and office is not None:
         raise _part_problem(OFFICE_PART, f"a job has one source; {index[0]} is given too")
-    if index is None and office is None:
+    if index is None and office is None and PDFS_FIELD not in job:
         raise _part_problem(
             "index.html",
-            "is required: a part with the file name index.html (or index.md), or an Office "
-            f"file in a part named {OFFICE_PART}",
+            "is required: a part with the file name index.html (or index.md), an Office "
+            f"file in a part named {OFFICE_PART}, or the job part's {PDFS_FIELD} naming PDF "
+            "parts by their file names",
         )
     uploads = {name: await Upload.of(data, kind) for name, (data, kind) in files.items()}
     mapped = {name: upload.id for name, upload in uploads.items()}
@@ -232,10 +235,12 @@ def _body(
     files: dict[str, str],
 ) -> dict[str, Any]:
     what = f"the {index[0]} part is the page" if index else f"the {office} part is the document"
-    for name in SOURCE_FIELDS:
+    for name in SOURCE_FIELDS if index is not None or office is not None else ():
         if name in job:
             raise _part_problem(f"{JOB_PART}.{name}", f"{what}: leave it out")
-    if index is None:
+    if index is None and office is None:
+        body = dict(job)  # uploaded PDFs: the job part's pdfs names the file parts
+    elif index is None:
         body = {**job, OFFICE_PART: office}
     else:
         filename, data = index

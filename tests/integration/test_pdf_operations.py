@@ -7,11 +7,13 @@ information, images), pypdfium2 (text in page order) and qpdf's own --check."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pikepdf
 import pypdfium2
 import pytest
@@ -365,3 +367,28 @@ async def test_a_batch_of_pdfs_items_is_combined(api: RunningApp) -> None:
     )
     assert status == 422
     assert "items[0].options.select_pages" in problems(refused)
+
+
+async def test_a_multipart_job_names_its_pdf_parts_by_file_name(api: RunningApp) -> None:
+    form = aiohttp.FormData()
+    form.add_field("terms.pdf", text_pdf(["terms"]), filename="terms.pdf")
+    form.add_field("annex.pdf", text_pdf(["annex"]), filename="annex.pdf")
+    form.add_field(
+        "job", json.dumps({"pdfs": ["annex.pdf", "terms.pdf"]}), content_type="application/json"
+    )
+    async with api.http.post(api.url("/v1/jobs"), data=form) as resp:
+        assert resp.status == 202, await resp.text()
+        job = await resp.json()
+    await collect(api.http, api.url(job["links"]["events"]), timeout_s=60)
+    async with api.http.get(api.url(f"/v1/jobs/{job['id']}/pdf")) as resp:
+        data = await resp.read()
+    assert page_texts(data) == ["annex", "terms"]
+    with pikepdf.open(io.BytesIO(data)) as pdf, pdf.open_outline() as outline:
+        assert [item.title for item in outline.root] == ["annex", "terms"]
+    # Without pdfs in the job part, a multipart body still needs its page.
+    bare = aiohttp.FormData()
+    bare.add_field("terms.pdf", text_pdf(["terms"]), filename="terms.pdf")
+    async with api.http.post(api.url("/v1/jobs"), data=bare) as resp:
+        assert resp.status == 422
+        refused = problems(await resp.json())
+    assert "or the job part's pdfs naming PDF parts" in refused["index.html"]
