@@ -31,7 +31,7 @@ def text_pdf(texts: list[str], *, title: str | None = None) -> bytes:
 
 def form_pdf() -> bytes:
     """One page with an AcroForm: `customer` (text), `agree` (checkbox), `plan` (a choice of
-    basic or pro, basic chosen)."""
+    basic or pro, basic chosen), `size` (a radio group of S, M and L, none chosen)."""
     pdf = pikepdf.new()
     pdf.add_blank_page(page_size=(612, 792))
     page = pdf.pages[0]
@@ -77,10 +77,29 @@ def form_pdf() -> bytes:
         Opt=Array([String("basic"), String("pro")]),
         V=String("basic"),
     )
-    page.obj.Annots = pdf.make_indirect(Array(widgets))
+    # A radio group: one field, a button (widget) per option.
+    size = pdf.make_indirect(Dictionary(FT=Name.Btn, Ff=1 << 15, T=String("size"), V=Name.Off))
+    buttons = []
+    for number, option in enumerate(("S", "M", "L")):
+        chosen, blank = pdf.make_stream(b"0 0 12 12 re f"), pdf.make_stream(b"")
+        for state in (chosen, blank):
+            state.Type, state.Subtype, state.BBox = Name.XObject, Name.Form, [0, 0, 12, 12]
+        button = Dictionary(
+            Type=Name.Annot,
+            Subtype=Name.Widget,
+            Parent=size,
+            P=page.obj,
+            F=4,
+            Rect=[72 + 20 * number, 580, 84 + 20 * number, 592],
+            AS=Name.Off,
+            AP=Dictionary(N=Dictionary({f"/{option}": chosen, "/Off": blank})),
+        )
+        buttons.append(pdf.make_indirect(button))
+    size.Kids = Array(buttons)
+    page.obj.Annots = pdf.make_indirect(Array([*widgets, *buttons]))
     pdf.Root.AcroForm = pdf.make_indirect(
         Dictionary(
-            Fields=Array(widgets),
+            Fields=Array([*widgets, size]),
             DA=String("/Helv 0 Tf 0 g"),
             DR=Dictionary(Font=Dictionary(Helv=helv)),
         )

@@ -101,7 +101,8 @@ def _describe(name: str, field: Any) -> Field:
     if isinstance(field, CheckboxField):
         return Field(name, "checkbox", bool(field.checked), read_only=read_only)
     if isinstance(field, RadioButtonGroup):
-        states = tuple(str(s).lstrip("/") for s in field.states if str(s) != "/Off")
+        # In the order of its buttons (pikepdf's states come from a set).
+        states = tuple(dict.fromkeys(str(o.on_value).lstrip("/") for o in field.options))
         chosen = str(field.value).lstrip("/") if field.value is not None else None
         return Field(name, "radio", None if chosen == "Off" else chosen, states, read_only)
     if isinstance(field, ChoiceField):

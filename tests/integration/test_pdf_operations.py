@@ -30,8 +30,19 @@ from tests.pdfmaking import broken, encrypted, form_pdf, photo_pdf, text_pdf
 from tests.pdfs import FakeRenderer, small_image
 from tests.sse import collect
 
-FORM_DATA = {"customer": {"name": "Ana Lima"}, "accepted": True, "plans": ["basic", "pro"]}
-FILL = {"fields": {"customer": "customer.name", "agree": "accepted", "plan": "plans.1"}}
+FORM_DATA = {
+    "customer": {"name": "Ana Lima", "size": "M"},
+    "accepted": True,
+    "plans": ["basic", "pro"],
+}
+FILL = {
+    "fields": {
+        "customer": "customer.name",
+        "agree": "accepted",
+        "plan": "plans.1",
+        "size": "customer.size",
+    }
+}
 
 
 def page_texts(data: bytes) -> list[str]:
@@ -76,13 +87,14 @@ def test_select_pages_keeps_the_order_given_and_rotate_turns_the_pages_chosen() 
 
 
 def test_a_form_is_filled_from_the_data_and_flattened_into_the_page() -> None:
-    values = {"customer": "Ana Lima", "agree": True, "plan": "pro"}
+    values = {"customer": "Ana Lima", "agree": True, "plan": "pro", "size": "M"}
     filled = finish({"fill_form": FILL}, form_pdf(), form_values=values)
     with pikepdf.open(io.BytesIO(filled.pdf)) as pdf:
         form = Form(pdf)
         assert form["customer"].value == "Ana Lima"
         assert form["agree"].checked is True
         assert form["plan"].value == "pro"
+        assert [str(button.AS) for button in pdf.pages[0].Annots[3:]] == ["/Off", "/M", "/Off"]
     flat = finish({"fill_form": FILL, "flatten": True}, form_pdf(), form_values=values)
     with pikepdf.open(io.BytesIO(flat.pdf)) as pdf:
         assert "/AcroForm" not in pdf.Root
@@ -97,6 +109,8 @@ def test_a_field_the_form_lacks_or_a_value_it_cannot_take_fails_naming_it() -> N
         finish({"fill_form": FILL}, form_pdf(), form_values={"agree": "yes"})
     with pytest.raises(PermanentError, match="'plan' takes one of basic, pro, not 'gold'"):
         finish({"fill_form": FILL}, form_pdf(), form_values={"plan": "gold"})
+    with pytest.raises(PermanentError, match="'size' takes one of S, M, L, not 'XL'"):
+        finish({"fill_form": FILL}, form_pdf(), form_values={"size": "XL"})
 
 
 def test_metadata_sets_custom_keys_beside_the_standard_ones_and_reads_them_back() -> None:
@@ -301,6 +315,13 @@ async def test_the_fields_route_lists_a_pdfs_form(api: RunningApp) -> None:
             "type": "choice",
             "value": "basic",
             "options": ["basic", "pro"],
+            "read_only": False,
+        },
+        {
+            "name": "size",
+            "type": "radio",
+            "value": None,
+            "options": ["S", "M", "L"],
             "read_only": False,
         },
     ]
