@@ -41,6 +41,7 @@ TEXT_OPTIONS = frozenset(
         "output",
         "page_ranges",
         "pdfa",
+        "select_pages",
         "subject",
         "title",
         "user_agent",
