@@ -259,12 +259,13 @@ async def _serve(tracer: Tracer, request: web.Request, handler: Handler) -> web.
             response = await handler(request)
         except Exception as exc:
             # A problem (server.problems) or an HTTP exception answers with its status; anything
-            # else is a 500 that the problem middleware logs.
+            # else the problem middleware answers (503 for the database, else 500) and logs.
             status = getattr(exc, "status", None)
-            if not isinstance(status, int):
+            if isinstance(status, int):
+                http.set_status_code(span, status)
+            else:
                 span.record_exception(exc)
-                status = 500
-            http.set_status_code(span, status)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
             raise
         http.set_status_code(span, response.status)
         return response

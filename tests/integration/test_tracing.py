@@ -282,6 +282,21 @@ async def test_a_malformed_traceparent_is_ignored_for_a_new_trace(
     assert request.parent is None and trace_of(request) == job["trace_id"]
 
 
+async def test_a_refused_submission_is_a_span_with_its_status(
+    spans: Spans, hooked: RunningApp
+) -> None:
+    headers = {"traceparent": TRACEPARENT}
+    body = {"template": "<p>x</p>", "priority": "high"}
+    async with hooked.http.post(hooked.url("/v1/jobs"), json=body, headers=headers) as resp:
+        assert resp.status == 422
+        assert resp.content_type == "application/problem+json"
+    [request] = spans.named("POST /v1/jobs")
+    assert parent_of(request) == int(PARENT, 16)
+    assert request.attributes is not None and request.attributes["http.status_code"] == 422
+    assert tracing.JOB_ID not in request.attributes, "no job was made"
+    assert request.status.status_code is StatusCode.UNSET, "a client's error is not the server's"
+
+
 async def test_every_item_of_a_batch_carries_the_batch_requests_trace(
     spans: Spans, hooked: RunningApp
 ) -> None:
