@@ -146,6 +146,18 @@ def convert(desktop: Any, job: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
+def alive(process: subprocess.Popen[bytes], desktop: Any) -> bool:
+    """Whether soffice still answers: a conversion that failed may have failed because it died
+    (its bridge breaks before the process can be reaped), or because the document was bad."""
+    if process.poll() is not None:
+        return False
+    try:
+        desktop.getComponents()  # one round trip over the bridge
+    except Exception:
+        return False
+    return process.poll() is None
+
+
 def main() -> int:
     setup = json.loads(sys.stdin.readline())
     try:
@@ -160,14 +172,11 @@ def main() -> int:
             try:
                 answer(convert(desktop, job))
             except Exception as exc:
-                crashed = process.poll() is not None or type(exc).__name__ in (
-                    "DisposedException",
-                    "RuntimeException",
-                )
-                kind = type(exc).__name__
+                crashed = not alive(process, desktop)
+                kind = type(exc).__name__.rpartition(".")[2]
                 message = getattr(exc, "Message", "") or str(exc)
                 answer({"ok": False, "error": f"{kind}: {message}", "crashed": crashed})
-                if process.poll() is not None:
+                if crashed:
                     return 1
     finally:
         try:

@@ -208,6 +208,7 @@ def create_app(
             secret=settings.secret,
             signing=settings.signing,
             finish_max_mb=settings.render_max_mb,
+            office_user=settings.chromium_user,
         )
         workers = Workers(
             app[POOL],

@@ -3,7 +3,8 @@ python-docx, openpyxl and python-pptx (readers no one here wrote) become PDFs wh
 reads back and whose pages pikepdf counts; the document's own title and author are kept unless
 the options set them; page ranges, landscape and the outline apply, and finishing too; a wrong
 type is refused at submission; a corrupt .docx fails for good naming the file; a LibreOffice
-killed mid-conversion costs that job one attempt, and the next conversion works."""
+killed mid-conversion, or hung past the time limit, costs that job one attempt, and the next
+conversion works."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import docx
 import openpyxl
 import pikepdf
 import pptx
+import psutil
 import pytest
 from aiohttp import FormData
 
@@ -128,6 +130,14 @@ async def multipart(
     if job is not None:
         form.add_field("job", json.dumps(job), content_type="application/json")
     return app.http.post(app.url("/v1/jobs"), data=form)
+
+
+def gone(pid: int) -> bool:
+    """Whether the process has exited (a zombie not yet reaped by its new parent counts)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
 
 
 def info(pdf: bytes) -> tuple[int, dict[str, str], int]:
@@ -277,3 +287,32 @@ async def test_a_libreoffice_killed_mid_conversion_costs_one_attempt(
     # And the next conversion works, on the fresh process.
     _, pdf = await convert(app, {"office": await upload(app, word(1), DOCX)})
     assert pdf is not None and office.started == 2
+
+
+async def test_a_libreoffice_hung_past_the_time_limit_is_replaced(
+    start_app: Callable[..., Any],
+) -> None:
+    app: RunningApp = await start_app(
+        renderer=FakeRenderer(),
+        render_slots=1,
+        env={
+            "PRESSROOM_RENDER_TIMEOUT_S": "4",
+            "PRESSROOM_RETRY_BASE_S": "0.1",
+            "PRESSROOM_RETRY_MAX_S": "0.2",
+        },
+    )
+    office = app.app[WORKERS].office
+    asset = await upload(app, word(20, paragraphs=6), DOCX)
+    async with app.http.post(app.url("/v1/jobs"), json={"office": asset}) as resp:
+        assert resp.status == 202
+        job_id = (await resp.json())["id"]
+    await asyncio.wait_for(office.converting.wait(), timeout=60)
+    (process,) = office.processes()
+    os.kill(process.soffice_pid, signal.SIGSTOP)  # alive, and answering nothing
+    messages = await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"), timeout_s=120)
+    final = messages[-1].json["job"]
+    assert [m.event for m in messages][-3:] == ["job.retrying", "job.running", "job.done"]
+    assert "LibreOffice did not convert sha256:" in final["errors"][0]["error"]
+    assert "within 4 s" in final["errors"][0]["error"]
+    assert office.replaced == 1 and office.started == 2
+    assert gone(process.soffice_pid), "the hung one was killed"
