@@ -149,7 +149,7 @@ def info(pdf: bytes) -> tuple[int, dict[str, str], int]:
         return len(document.pages), fields, entries
 
 
-async def test_word_excel_and_powerpoint_become_pdfs(office_app: RunningApp) -> None:
+async def test_word_excel_powerpoint_and_rtf_become_pdfs(office_app: RunningApp) -> None:
     asset = await upload(office_app, word(), DOCX)
     job, pdf = await convert(office_app, {"office": asset})
     assert pdf is not None, job["error"]
@@ -168,7 +168,12 @@ async def test_word_excel_and_powerpoint_become_pdfs(office_app: RunningApp) -> 
         job, pdf = await finished(office_app, resp)
     assert pdf is not None, job["error"]
     assert info(pdf)[0] == 2 and "Slide 2 of the pitch" in pdf_text(pdf)
-    # One LibreOffice did all three.
+
+    async with await multipart(office_app, "letter.rtf", b"{\\rtf1\\ansi Dear Ana,\\par}") as resp:
+        job, pdf = await finished(office_app, resp)
+    assert pdf is not None, job["error"]
+    assert "Dear Ana," in pdf_text(pdf)
+    # One LibreOffice did all four.
     assert office_app.app[WORKERS].office.started == 1
 
 
