@@ -130,6 +130,37 @@ def page_numbers(pages: str, count: int) -> list[int]:
     return [number - 1 for number in sorted(chosen)]
 
 
+def page_order(pages: str, count: int) -> list[int]:
+    """The 0-based pages `pages` ("3,1-2", "2-", "5-3") names in a document of `count` pages,
+    in the order written, a page named twice taken twice (select_pages); ValueError names a
+    page past the end."""
+    chosen: list[int] = []
+    for part in pages.split(","):
+        first, dash, last = part.partition("-")
+        start = int(first)
+        end = (int(last) if last else count) if dash else start
+        step = 1 if end >= start else -1
+        for number in range(start, end + step, step):
+            if not 1 <= number <= count:
+                raise ValueError(f"page {number} is not in the document ({count} pages)")
+            chosen.append(number - 1)
+    return chosen
+
+
+def data_at(data: Any, path: str) -> Any:
+    """The value at a dotted path of a job's data ("customer.name", "lines.0.sku": list items
+    by their index); ValueError when the data has none there."""
+    value = data
+    for key in path.split("."):
+        if isinstance(value, Mapping) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            raise ValueError(f"data has no {path!r}")
+    return value
+
+
 def _one_of_text_or_asset(schema: dict[str, Any]) -> None:
     """Exactly one of text and asset, not null (see Stamp._one)."""
     schema["oneOf"] = [
@@ -319,6 +350,17 @@ class FillForm(BaseModel):
         'value in data, such as "customer.name" or "lines.0.sku": text or a number for a '
         "text field, true or false for a checkbox, one of its options for a choice or radio."
     )
+
+    def values(self, data: Any) -> dict[str, Any]:
+        """Field name → its value in the job's data; ValueError names a path the data lacks
+        (and the field it is for)."""
+        found: dict[str, Any] = {}
+        for name, path in self.fields.items():
+            try:
+                found[name] = data_at(data, path)
+            except ValueError as exc:
+                raise ValueError(f"{exc} (for the field {name!r})") from None
+        return found
 
 
 class Compress(BaseModel):

@@ -164,36 +164,3 @@ def flatten(pdf: pikepdf.Pdf) -> None:
     if "/AcroForm" in pdf.Root:
         pdf.generate_appearance_streams()
     pdf.flatten_annotations("all")
-
-
-def values(mapping: Mapping[str, str], data: Mapping[str, Any]) -> dict[str, Any]:
-    """Field name → the value at each data path ("customer.name", "lines.0.sku") of `data`;
-    PermanentError names a path the data lacks."""
-    found: dict[str, Any] = {}
-    for name, path in mapping.items():
-        value = lookup(data, path)
-        if value is _MISSING:
-            raise PermanentError(f"fill_form: the data has no {path!r} (for the field {name!r})")
-        found[name] = value
-    return found
-
-
-_MISSING = object()
-
-
-def lookup(data: Any, path: str) -> Any:
-    """The value at a dotted path of `data` (list items by their index), or _MISSING."""
-    value = data
-    for key in path.split("."):
-        if isinstance(value, Mapping) and key in value:
-            value = value[key]
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return _MISSING
-    return value
-
-
-def has(data: Any, path: str) -> bool:
-    """Whether `data` has a value at `path`."""
-    return lookup(data, path) is not _MISSING

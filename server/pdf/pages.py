@@ -5,31 +5,17 @@ from __future__ import annotations
 import pikepdf
 
 from server.errors import PermanentError
-from server.options.finishing import Rotate, page_numbers
-
-
-def ordered(spec: str, count: int) -> list[int]:
-    """The 0-based pages `spec` ("3,1-2", "2-", "5-3") names in a document of `count` pages,
-    in the order written, a page named twice taken twice; PermanentError names a page past
-    the end."""
-    chosen: list[int] = []
-    for part in spec.split(","):
-        first, dash, last = part.partition("-")
-        start = int(first)
-        end = (int(last) if last else count) if dash else start
-        step = 1 if end >= start else -1
-        for number in range(start, end + step, step):
-            if not 1 <= number <= count:
-                raise PermanentError(
-                    f"select_pages: page {number} is not in the document ({count} pages)"
-                )
-            chosen.append(number - 1)
-    return chosen
+from server.options.finishing import Rotate, page_numbers, page_order
 
 
 def select(pdf: pikepdf.Pdf, spec: str) -> None:
-    """Keep the pages `spec` names, in its order (select_pages)."""
-    chosen = [pdf.pages[index] for index in ordered(spec, len(pdf.pages))]
+    """Keep the pages `spec` names, in its order (select_pages); PermanentError names a page
+    past the end."""
+    try:
+        order = page_order(spec, len(pdf.pages))
+    except ValueError as exc:
+        raise PermanentError(f"select_pages: {exc}") from None
+    chosen = [pdf.pages[index] for index in order]
     del pdf.pages[:]
     for page in chosen:
         pdf.pages.append(page)  # a page named twice: pikepdf appends a copy

@@ -26,7 +26,6 @@ from server.events import JobEvent
 from server.files import assets
 from server.files.assets import AssetCache
 from server.files.storage import Storage
-from server.pdf import forms
 from server.pdf.finishing import FinishPool, Work
 from server.pdf.join import Part
 from server.pipeline import vault
@@ -346,7 +345,10 @@ class Workers:
         if job.source == sources.PDFS:
             files = await self._assets.files(job.tenant, job.assets or {})
             parts = tuple(Part(files[p["path"]][1], p["title"]) for p in json.loads(job.template))
-        values = forms.values(given.fill_form.fields, job.data) if given.fill_form else {}
+        try:
+            values = given.fill_form.values(job.data) if given.fill_form else {}
+        except ValueError as exc:
+            raise PermanentError(f"fill_form: {exc}") from None
         return Work(b"", given, contents, self._config.signing, parts, values)
 
     async def _finished(

@@ -12,7 +12,6 @@ from server.files import assets
 from server.files.assets import Asset, Upload
 from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
 from server.options.finishing import PDF_TYPES
-from server.pdf import forms
 from server.problems import Problem, not_found
 from server.schemas.assets import AssetListQuery
 from server.sql import query
@@ -136,6 +135,8 @@ async def get_fields(request: web.Request) -> web.Response:
         raise Problem(410, "Gone", "The asset's bytes are no longer stored.") from None
     except StorageError as exc:
         raise uploads.storage_unavailable(exc) from None
+    from server.pdf import forms  # pikepdf loads with the first form asked for, not the API
+
     try:
         inspected = await asyncio.to_thread(forms.inspect, data)
     except forms.UnusablePdf as exc:

@@ -19,7 +19,7 @@ from server.files import assets, library
 from server.files.assets import Asset, AssetCache, Upload
 from server.files.library import Ref, StoredTemplate
 from server.options import finishing
-from server.pdf import forms, pages
+from server.options.finishing import data_at, page_order
 from server.pipeline import vault
 from server.problems import invalid
 from server.queue.jobs import NewJob
@@ -153,12 +153,15 @@ async def check_pdfs(
         given = job.options
         filling = given.fill_form.fields if given is not None and given.fill_form else {}
         for name, path in filling.items():
-            if not forms.has(job.data, path):
-                problems.append(
-                    (f"{where}options.fill_form.fields.{name}", f"data has no {path!r}")
-                )
+            try:
+                data_at(job.data, path)
+            except ValueError as exc:
+                problems.append((f"{where}options.fill_form.fields.{name}", str(exc)))
         if job.pdfs is None:
             continue
+        # Imported here: pikepdf loads with the first pdfs job, not with the API.
+        from server.pdf import forms
+
         read: list[forms.Inspected] = []
         for number, ref in enumerate(job.pdfs):
             asset_id = ref if assets.is_id(ref) else job.assets[ref]
@@ -176,9 +179,9 @@ async def check_pdfs(
         count = sum(pdf.pages for pdf in read)
         if given.select_pages is not None:
             try:
-                pages.ordered(given.select_pages, count)
-            except PermanentError as exc:
-                problems.append((f"{where}options.select_pages", str(exc).partition(": ")[2]))
+                page_order(given.select_pages, count)
+            except ValueError as exc:
+                problems.append((f"{where}options.select_pages", str(exc)))
         known = [field for pdf in read for field in pdf.fields]
         for name in forms.unknown(filling, known):
             have = ", ".join(sorted({f.name for f in known})) or "none"

@@ -14,12 +14,12 @@ from tests.pdfs import minimal_pdf
 
 async def test_a_process_past_its_time_limit_is_killed_and_replaced() -> None:
     pool = FinishPool(1, max_mb=512)
-    work = Work(minimal_pdf(), options.parse({"pdfa": "2b"}))
+    work = Work(minimal_pdf(), options.parse({"rotate": {"degrees": 90}}))
     try:
         with pytest.raises(TransientError, match="timed out"):
             await pool.run(work, timeout_s=0.01)
         done = await pool.run(work, timeout_s=60)
-        assert done.pdf.startswith(b"%PDF-") and set(done.steps) == {"pdfa", "write"}
+        assert done.pdf.startswith(b"%PDF-") and set(done.steps) == {"rotate", "write"}
         assert pool.started == 2  # the first never answered, and is gone
         with pytest.raises(PermanentError, match="cannot be read"):
             await pool.run(Work(b"not a PDF", work.options), timeout_s=60)
