@@ -5,22 +5,25 @@ not documented there and expects a 422 naming it. Query parameters are walked th
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docx
 import pytest
 from jsonschema import Draft202012Validator
 
 from tests import testca
 from tests.conftest import RunningApp
-from tests.pdfs import FakeRenderer
+from tests.pdfs import FakeRenderer, minimal_pdf
 
 Json = dict[str, Any]
 HTML = "<p>{{ name | default('you') }}</p>"
 INVOICE_XML = (Path(__file__).parents[1] / "files" / "factur-x-minimum.xml").read_bytes()
 PAGE_URL = "https://pages.invalid/walk"
+DOCX = {"Content-Type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
 _keys = itertools.count()
 
 
@@ -110,6 +113,16 @@ EXAMPLES: dict[str, Any] = {
     "box": [10, 10, 110, 60],
     "page_url": PAGE_URL,
     "markdown": "# {{ name | default('you') }}",
+    "office": None,  # filled in with a Word file of this tenant
+    "pdfs": None,  # filled in with a PDF of this tenant
+    "select_pages": "1, 1",
+    "degrees": 90,
+    "fill_form": {"fields": {"customer": "name"}},
+    "fields": {"customer": "name"},
+    "flatten": True,
+    "compress": {"image_dpi": 150},
+    "image_dpi": 150,
+    "jpeg_quality": 70,
     "css": "p { color: teal }",
     "wait_until": "networkidle",
     "wait_delay_ms": 250,
@@ -138,6 +151,8 @@ MODEL_EXAMPLES: dict[tuple[str, str], Any] = {
     ("Screenshot", "height"): 600,
     ("Screenshot", "scale"): 2,
     ("Thumbnail", "width"): 120,
+    ("RenderOptions", "rotate"): {"degrees": 90},
+    ("RenderOptions", "metadata"): {"Department": "Sales"},
 }
 # Properties that only make sense with others: sent together, and without the ones they exclude.
 # A screenshot goes with an image output (webp has both quality and transparency).
@@ -145,11 +160,15 @@ TOGETHER = {
     "width": {"height": "12cm"},
     "height": {"width": "10cm"},
     "screenshot": {"output": "webp"},
+    # A form is filled from the data: the paths fill_form names must be in it.
+    "options": {"data": {"name": "Ana"}},
 }
 EXCLUDES = {
     "template_id": "template",
     "page_url": "template",
     "markdown": "template",
+    "office": "template",
+    "pdfs": "template",
     "asset": "text",
 }
 # Options that go with a page_url only: a job's body carries one instead of its template.
@@ -307,6 +326,15 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
     async with app.http.post(app.url("/v1/assets"), data=INVOICE_XML, headers=invoice) as r:
         assert r.status == 201, await r.text()
         EXAMPLES["xml"] = (await r.json())["id"]
+    pdf = {"Content-Type": "application/pdf"}
+    async with app.http.post(app.url("/v1/assets"), data=minimal_pdf(), headers=pdf) as r:
+        assert r.status == 201, await r.text()
+        EXAMPLES["pdfs"] = [(await r.json())["id"]]
+    word = io.BytesIO()
+    docx.Document().save(word)
+    async with app.http.post(app.url("/v1/assets"), data=word.getvalue(), headers=DOCX) as r:
+        assert r.status == 201, await r.text()
+        EXAMPLES["office"] = (await r.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
         EXAMPLES["job_id"] = (await resp.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:

@@ -53,11 +53,16 @@ async def policed(start_app: Callable[..., Any], fake_renderer: FakeRenderer) ->
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
-        ({"data": {}}, "template", "give one of template, template_id, page_url or markdown"),
+        (
+            {"data": {}},
+            "template",
+            "give one of template, template_id, page_url, markdown, office or pdfs",
+        ),
         (
             {"template": "<p>x</p>", "page_url": PAGE},
             "page_url",
-            "give only one of template, template_id, page_url and markdown (template is given too)",
+            "give only one of template, template_id, page_url, markdown, office and pdfs "
+            "(template is given too)",
         ),
         (
             {"markdown": "# x", "page_url": PAGE},
