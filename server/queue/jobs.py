@@ -302,14 +302,26 @@ async def release(pool: asyncpg.Pool, ids: list[uuid.UUID], *, worker_id: str) -
 
 async def cancel(pool: asyncpg.Pool, job_id: uuid.UUID, tenant: str) -> JsonDict | None:
     """Cancel a queued or running job; None when it is unknown or already final."""
-    row = await pool.fetchrow(query("cancel_job"), job_id, tenant)
-    return None if row is None else dict(row["job"])
+    cancelled = await cancel_many(pool, [job_id], tenant)
+    return cancelled[0] if cancelled else None
 
 
 async def retry(pool: asyncpg.Pool, job_id: uuid.UUID, tenant: str) -> JsonDict | None:
     """Re-queue a failed job with fresh attempts; None when it is unknown or not failed."""
-    row = await pool.fetchrow(query("retry_job"), job_id, tenant)
-    return None if row is None else dict(row["job"])
+    requeued = await retry_many(pool, [job_id], tenant)
+    return requeued[0] if requeued else None
+
+
+async def cancel_many(pool: asyncpg.Pool, ids: list[uuid.UUID], tenant: str) -> list[JsonDict]:
+    """Cancel those of the jobs that are queued or running, each with its job.cancelled."""
+    rows = await pool.fetch(query("cancel_jobs"), ids, tenant)
+    return [dict(row["job"]) for row in rows]
+
+
+async def retry_many(pool: asyncpg.Pool, ids: list[uuid.UUID], tenant: str) -> list[JsonDict]:
+    """Re-queue those of the jobs that failed (and kept no secrets), each with its job.queued."""
+    rows = await pool.fetch(query("retry_jobs"), ids, tenant)
+    return [dict(row["job"]) for row in rows]
 
 
 async def get(
@@ -321,38 +333,77 @@ async def get(
     return StoredJob(job=row["job"], status=JobState(row["status"]), object_key=row["object_key"])
 
 
+#: Hexadecimal digits of an id a search takes for the start of an id (fewer: no id matches).
+MIN_ID_PREFIX = 4
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which of a tenant's jobs a list, its counts or a bulk action read. `q` finds a job by
+    its id (whole, or its first MIN_ID_PREFIX or more digits), its idempotency key or the value
+    of any key of its metadata."""
+
+    status: JobState | None = None
+    channel: str | None = None
+    created_from: dt.datetime | None = None
+    created_to: dt.datetime | None = None
+    q: str | None = None
+
+    def id_range(self) -> tuple[uuid.UUID | None, uuid.UUID | None]:
+        """The ids `q` is the start of, lowest and highest (None, None: q is not one)."""
+        digits = (self.q or "").replace("-", "").lower()
+        if not MIN_ID_PREFIX <= len(digits) <= 32 or not set(digits) <= _HEX:
+            return None, None
+        return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Listed:
+    """A job of a page: as the API shows it, with where it comes from."""
+
+    stored: StoredJob
+    source: str
+    page_url: str | None  # a page_url job's page
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Page:
-    items: list[StoredJob]
+    items: list[Listed]
     next_cursor: tuple[dt.datetime, uuid.UUID] | None
 
 
 async def list_page(
     pool: asyncpg.Pool,
     tenant: str,
+    matching: JobFilter,
     *,
-    status: JobState | None,
-    created_from: dt.datetime | None,
-    created_to: dt.datetime | None,
     after: tuple[dt.datetime, uuid.UUID] | None,
     limit: int,
-    channel: str | None = None,
 ) -> Page:
-    """One page of a tenant's jobs (of one channel, when given), newest first."""
+    """One page of a tenant's jobs that match, newest first."""
+    low, high = matching.id_range()
     rows = await pool.fetch(
         query("list_jobs"),
         tenant,
-        status.value if status else None,
-        created_from,
-        created_to,
+        matching.status.value if matching.status else None,
+        matching.created_from,
+        matching.created_to,
         after[0] if after else None,
         after[1] if after else None,
         limit + 1,
-        channel,
+        matching.channel,
+        matching.q,
+        low,
+        high,
     )
     items = [
-        StoredJob(
-            job=row["job"], status=JobState(row["job"]["status"]), object_key=row["object_key"]
+        Listed(
+            StoredJob(
+                job=row["job"], status=JobState(row["job"]["status"]), object_key=row["object_key"]
+            ),
+            source=row["source"],
+            page_url=row["page_url"],
         )
         for row in rows[:limit]
     ]
@@ -360,6 +411,80 @@ async def list_page(
         (rows[limit - 1]["created_at"], rows[limit - 1]["id"]) if len(rows) > limit else None
     )
     return Page(items=items, next_cursor=next_cursor)
+
+
+async def count(pool: asyncpg.Pool, tenant: str, matching: JobFilter) -> dict[JobState, int]:
+    """How many of a tenant's jobs match, by state (every state, 0 included); the filter's own
+    state is not applied."""
+    low, high = matching.id_range()
+    rows = await pool.fetch(
+        query("count_jobs"),
+        tenant,
+        matching.created_from,
+        matching.created_to,
+        matching.channel,
+        matching.q,
+        low,
+        high,
+    )
+    found = {JobState(row["status"]): int(row["n"]) for row in rows}
+    return {state: found.get(state, 0) for state in JobState}
+
+
+#: Jobs one statement of a bulk action writes: no transaction holds more rows than this.
+BULK_BATCH = 500
+#: The states each bulk action applies to; the jobs in others are left as they are.
+APPLIES_TO = {
+    "retry": (JobState.FAILED,),
+    "cancel": (JobState.QUEUED, JobState.RUNNING),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BulkResult:
+    matched: int  # jobs the filter matched when the action began
+    applied: int  # retried or cancelled (with dry_run: those it would)
+    skipped: int  # matched and left as they are
+
+
+async def act_on_matching(
+    pool: asyncpg.Pool,
+    tenant: str,
+    matching: JobFilter,
+    action: str,
+    *,
+    dry_run: bool,
+    batch: int = BULK_BATCH,
+) -> BulkResult:
+    """Retry or cancel every job that matches, in batches of `batch` jobs, each one statement
+    (the single job's: each job gets its own event); with dry_run, count what it would do."""
+    counts = await count(pool, tenant, matching)
+    states = [s for s in counts if matching.status in (None, s)]
+    matched = sum(counts[s] for s in states)
+    targets = [s for s in APPLIES_TO[action] if s in states]
+    if dry_run:
+        applicable = sum(counts[s] for s in targets)
+        return BulkResult(matched=matched, applied=applicable, skipped=matched - applicable)
+    write = retry_many if action == "retry" else cancel_many
+    applied = 0
+    for state in targets:
+        # Newest first, by the list's own cursor, so a job retried here that fails again
+        # before the end is not picked a second time.
+        after = None
+        while True:
+            page = await list_page(
+                pool,
+                tenant,
+                dataclasses.replace(matching, status=state),
+                after=after,
+                limit=batch,
+            )
+            ids = [item.stored.job["id"] for item in page.items]
+            applied += len(await write(pool, [uuid.UUID(str(i)) for i in ids], tenant))
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+    return BulkResult(matched=matched, applied=applied, skipped=max(matched - applied, 0))
 
 
 async def next_due_at(pool: asyncpg.Pool) -> dt.datetime | None:

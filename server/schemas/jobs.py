@@ -29,6 +29,7 @@ from server.files.assets import is_id
 from server.options import RenderOptions, layered
 from server.options.finishing import PDF_TYPES
 from server.options.values import FINISHED_BY
+from server.queue import jobs
 from server.queue.jobs import JobState
 from server.schemas.assets import ASSET_PATH_PATTERN, MAX_JOB_ASSETS, AssetMap
 from server.schemas.common import (
@@ -338,16 +339,56 @@ def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
     return f"{created_at.isoformat()}~{job_id}"
 
 
-class JobListQuery(BaseModel):
-    """GET /v1/jobs: filters and the page."""
+def _state(value: Any) -> Any:
+    try:
+        return JobState(value)
+    except ValueError:
+        raise ValueError(f"must be one of {', '.join(s.value for s in JobState)}") from None
+
+
+#: A job state as a filter takes it.
+State = Annotated[JobState, BeforeValidator(_state)]
+#: A search as a filter takes it (queue/jobs.py JobFilter): an id, an idempotency key or a
+#: metadata value.
+Search = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class JobFilterFields(BaseModel):
+    """Which jobs: every filter of the list but the state (GET /v1/jobs/counts)."""
 
     model_config = QUERY
 
-    status: JobState | None = Field(None, description="Only jobs in this state.")
     channel: Channel | None = Field(None, description="Only the jobs of this channel.")
-    limit: Limit = Field(50, description="Jobs per page.")
     created_from: Timestamp | None = Field(None, description="Created at or after this time.")
-    created_to: Timestamp | None = Field(None, description="Created before this time.")
+    created_to: Timestamp | None = Field(
+        None, description="Created before this time (at or before created_from: no job)."
+    )
+    q: Search | None = Field(
+        None,
+        description="Only the jobs found by this text: a job id, whole or its first "
+        f"{jobs.MIN_ID_PREFIX} or more hexadecimal digits; an idempotency key; or the value of "
+        "any key of the job's metadata (exactly, as a string).",
+    )
+
+    def matching(self, status: JobState | None = None) -> jobs.JobFilter:
+        return jobs.JobFilter(
+            status=status,
+            channel=self.channel,
+            created_from=self.created_from,
+            created_to=self.created_to,
+            q=self.q,
+        )
+
+
+class JobCountsQuery(JobFilterFields):
+    """GET /v1/jobs/counts: the list's filters but the state."""
+
+
+class JobListQuery(JobFilterFields):
+    """GET /v1/jobs: filters and the page."""
+
+    status: State | None = Field(None, description="Only jobs in this state.")
+    limit: Limit = Field(50, description="Jobs per page.")
     cursor: (
         Annotated[
             tuple[dt.datetime, uuid.UUID],
@@ -357,13 +398,47 @@ class JobListQuery(BaseModel):
         | None
     ) = Field(None, description="next_cursor of the previous page.")
 
-    @field_validator("status", mode="before")
-    @classmethod
-    def _state(cls, value: Any) -> Any:
-        try:
-            return JobState(value)
-        except ValueError:
-            raise ValueError(f"must be one of {', '.join(s.value for s in JobState)}") from None
+
+class JobBulkRequest(JobFilterFields):
+    """POST /v1/jobs/retry and /v1/jobs/cancel: the jobs, by the list's filters."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    status: State | None = Field(
+        None,
+        description="Only jobs in this state; the jobs the action cannot apply to (retry: not "
+        "failed; cancel: neither queued nor running) are counted in skipped.",
+    )
+    dry_run: bool = Field(
+        False, description="Count only: what the action would apply to, changing nothing."
+    )
+
+
+class JobCounts(BaseModel):
+    """How many jobs match, by state."""
+
+    queued: int = Field(description="Waiting for a worker, or for run_after.")
+    running: int = Field(description="Being rendered.")
+    done: int = Field(description="Finished; the file is stored.")
+    failed: int = Field(description="Failed for good (retry them with POST /v1/jobs/retry).")
+    cancelled: int = Field(description="Cancelled.")
+    total: int = Field(description="All of them.")
+
+
+class JobBulkResult(BaseModel):
+    """What a bulk retry or cancel did (or, with dry_run, would do)."""
+
+    action: Literal["retry", "cancel"] = Field(description="The action.")
+    dry_run: bool = Field(description="Whether nothing was changed.")
+    matched: int = Field(description="Jobs the filter matched when the action began.")
+    applied: int = Field(
+        description="Jobs retried (each with job.queued) or cancelled (each with "
+        "job.cancelled); with dry_run, those it would be."
+    )
+    skipped: int = Field(
+        description="Jobs matched and left as they are: in a state the action does not apply "
+        "to, changed meanwhile, or (retry) failed with secrets that were erased."
+    )
 
 
 class JobWaitQuery(BaseModel):
@@ -470,6 +545,11 @@ class Job(BaseModel):
     )
     webhooks: list[WebhookDelivery] | None = Field(
         None, description="Webhook deliveries (GET /v1/jobs/{job_id} only)."
+    )
+    source: str | None = Field(
+        None,
+        description="What it is made from, in a word (GET /v1/jobs only): Template, Markdown, "
+        "Office, PDFs, or the host of a page_url.",
     )
     reset: StreamReset | None = Field(
         None,

@@ -148,12 +148,13 @@ WITH released AS (
 )
 SELECT r.id FROM released r;
 
--- cancel_job --
+-- cancel_jobs --
+-- The jobs of $1 (one, or a batch of a bulk cancel) that are queued or running, cancelled.
 WITH cancelled AS (
     UPDATE jobs
     SET status = 'cancelled', lease_expires_at = NULL, worker_id = NULL,
         finished_at = now(), updated_at = now()
-    WHERE id = $1 AND tenant = $2 AND status IN ('queued', 'running')
+    WHERE id = ANY($1::uuid[]) AND tenant = $2 AND status IN ('queued', 'running')
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -161,14 +162,15 @@ WITH cancelled AS (
 )
 SELECT job_public(c::jobs) AS job FROM cancelled c;
 
--- retry_job --
--- A failed job goes back to the queue with fresh attempts; not one whose secrets (cookie and
--- header values, PDF passwords) were erased when it failed (0012): it would run without them.
+-- retry_jobs --
+-- The failed jobs of $1 (one, or a batch of a bulk retry) go back to the queue with fresh
+-- attempts; not one whose secrets (cookie and header values, PDF passwords) were erased when it
+-- failed (0012): it would run without them.
 WITH requeued AS (
     UPDATE jobs
     SET status = 'queued', attempts = 0, run_after = now(), finished_at = NULL,
         progress = NULL, updated_at = now()
-    WHERE id = $1 AND tenant = $2 AND status = 'failed'
+    WHERE id = ANY($1::uuid[]) AND tenant = $2 AND status = 'failed'
       AND NOT (options ? 'cookies' OR options ? 'headers' OR options ? 'encrypt')
     RETURNING *
 ), ev AS (
@@ -183,8 +185,12 @@ FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 
 -- list_jobs --
 -- Newest first; the cursor is the (created_at, id) of the last row of the previous page; $8
--- keeps one channel's jobs only.
-SELECT job_public(j) AS job, j.created_at, j.id, j.object_key
+-- keeps one channel's jobs only; $9 is a search (queue/jobs.py JobFilter): an id from $10 to
+-- $11 (a prefix of ids; NULL when $9 is none), the idempotency key $9, or any metadata value
+-- $9. Each of the three reads its own index. page_url: the page of a page_url job, for its
+-- source's label.
+SELECT job_public(j) AS job, j.created_at, j.id, j.object_key, j.source,
+       CASE WHEN j.source = 'page_url' THEN j.template END AS page_url
 FROM jobs j
 WHERE j.tenant = $1
   AND ($2::text IS NULL OR j.status = $2)
@@ -192,8 +198,24 @@ WHERE j.tenant = $1
   AND ($4::timestamptz IS NULL OR j.created_at < $4)
   AND ($5::timestamptz IS NULL OR (j.created_at, j.id) < ($5, $6::uuid))
   AND ($8::text IS NULL OR j.channel = $8)
+  AND ($9::text IS NULL OR j.id BETWEEN $10::uuid AND $11::uuid OR j.idempotency_key = $9
+       OR j.metadata @@ ('$.* == ' || to_jsonb($9::text)::text)::jsonpath)
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $7;
+
+-- count_jobs --
+-- A tenant's jobs by state, filtered as list_jobs filters them but for the state: $2 and $3
+-- the time range, $4 the channel, $5 the search with $6 and $7 its id range. Read from
+-- jobs_tenant_tally alone (0029) unless there is a search.
+SELECT j.status, count(*) AS n
+FROM jobs j
+WHERE j.tenant = $1
+  AND ($2::timestamptz IS NULL OR j.created_at >= $2)
+  AND ($3::timestamptz IS NULL OR j.created_at < $3)
+  AND ($4::text IS NULL OR j.channel = $4)
+  AND ($5::text IS NULL OR j.id BETWEEN $6::uuid AND $7::uuid OR j.idempotency_key = $5
+       OR j.metadata @@ ('$.* == ' || to_jsonb($5::text)::text)::jsonpath)
+GROUP BY j.status;
 
 -- next_due_at --
 -- When the earliest queued job becomes due, so an idle worker sleeps exactly until then.

@@ -112,12 +112,16 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_due ON jobs (priority DESC, run_after, id) WHERE status = 'queued';
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE status = 'running';
 -- A tenant's jobs, newest first (GET /v1/jobs); in one state but done (?status=, 0008); of one
--- channel (?channel=, 0014).
+-- channel (?channel=, 0014); an id prefix (?q=) reads the primary key.
 CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at DESC, id DESC);
 CREATE INDEX jobs_tenant_state_created ON jobs (tenant, status, created_at DESC, id DESC)
     WHERE status <> 'done';
 CREATE INDEX jobs_tenant_channel ON jobs (tenant, channel, created_at DESC, id DESC)
     WHERE channel IS NOT NULL;
+-- The dashboard's search by metadata value (?q=, any key's value: jsonb_ops answers `$.*`)
+-- and its counts by state, read from the index alone (GET /v1/jobs/counts, 0029).
+CREATE INDEX jobs_metadata_values ON jobs USING gin (metadata);
+CREATE INDEX jobs_tenant_tally ON jobs (tenant, channel, status, created_at);
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_idempotency_age ON jobs (created_at) WHERE idempotency_key IS NOT NULL;

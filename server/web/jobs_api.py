@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 from aiohttp import web
@@ -21,9 +22,16 @@ from server.pipeline import vault
 from server.problems import Problem, not_found
 from server.queue import admission, jobs
 from server.queue.jobs import JobState, StoredJob
-from server.render import templates
+from server.render import sources, templates
 from server.schemas.common import MAX_TEMPLATE_BYTES
-from server.schemas.jobs import JobListQuery, JobRequest, JobWaitQuery, encode_cursor
+from server.schemas.jobs import (
+    JobBulkRequest,
+    JobCountsQuery,
+    JobListQuery,
+    JobRequest,
+    JobWaitQuery,
+    encode_cursor,
+)
 from server.schemas.streams import TokenRequest
 from server.web import auth, files, present, submission, uploads
 from server.web.common import (
@@ -134,6 +142,81 @@ async def issue_token(request: web.Request) -> web.Response:
     return json_response(signing.token_response(token, expires_at))
 
 
+# Before /v1/jobs/{job_id}: "counts" is not a job id.
+@routes.get("/v1/jobs/counts")
+async def count_jobs(request: web.Request) -> web.Response:
+    """How many of the tenant's jobs match the list's filters (but the state), by state."""
+    query = query_of(request, JobCountsQuery)
+    counts = await jobs.count(request.app[POOL], tenant_of(request), query.matching())
+    body: dict[str, int] = {state.value: n for state, n in counts.items()}
+    return json_response({**body, "total": sum(counts.values())})
+
+
+@routes.get("/v1/jobs")
+async def list_jobs(request: web.Request) -> web.Response:
+    tenant = tenant_of(request)
+    query = query_of(request, JobListQuery)
+    page = await jobs.list_page(
+        request.app[POOL],
+        tenant,
+        query.matching(query.status),
+        after=query.cursor,
+        limit=query.limit,
+    )
+    items = []
+    for item in page.items:
+        shown = await present.present(request, item.stored.job, tenant)
+        shown["source"] = _source_label(item)
+        items.append(shown)
+    cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None
+    return json_response({"items": items, "next_cursor": cursor})
+
+
+#: How the list names a job's source (page_url: the page's host instead).
+SOURCE_LABELS = {
+    sources.TEMPLATE: "Template",
+    sources.MARKDOWN: "Markdown",
+    sources.OFFICE: "Office",
+    sources.PDFS: "PDFs",
+}
+
+
+def _source_label(item: jobs.Listed) -> str:
+    if item.page_url is not None:
+        return urlsplit(item.page_url).hostname or item.page_url
+    return SOURCE_LABELS.get(item.source, item.source)
+
+
+@routes.post("/v1/jobs/retry")
+async def retry_matching(request: web.Request) -> web.Response:
+    """Re-queue every failed job that matches the filter in the body (dry_run: count them)."""
+    return await _act_on_matching(request, "retry")
+
+
+@routes.post("/v1/jobs/cancel")
+async def cancel_matching(request: web.Request) -> web.Response:
+    """Cancel every queued or running job that matches the filter (dry_run: count them)."""
+    return await _act_on_matching(request, "cancel")
+
+
+async def _act_on_matching(request: web.Request, action: str) -> web.Response:
+    tenant = tenant_of(request)
+    asked = validated(JobBulkRequest, await optional_body(request), checks(request))
+    result = await jobs.act_on_matching(
+        request.app[POOL], tenant, asked.matching(asked.status), action, dry_run=asked.dry_run
+    )
+    if not asked.dry_run:
+        log.info(
+            "bulk %s: %d of %d matched jobs",
+            action,
+            result.applied,
+            result.matched,
+            extra={"tenant": tenant},
+        )
+    body = {"action": action, "dry_run": asked.dry_run, **dataclasses.asdict(result)}
+    return json_response(body)
+
+
 @routes.get("/v1/jobs/{job_id}")
 async def get_job(request: web.Request) -> web.Response:
     """The job, with an ETag; `?wait=S` holds the answer until it changes (long-poll)."""
@@ -228,25 +311,6 @@ async def _wait_for_change(
             continue  # an event this client has already seen the result of
         return current, None
     return stored, None
-
-
-@routes.get("/v1/jobs")
-async def list_jobs(request: web.Request) -> web.Response:
-    tenant = tenant_of(request)
-    query = query_of(request, JobListQuery)
-    page = await jobs.list_page(
-        request.app[POOL],
-        tenant,
-        status=query.status,
-        created_from=query.created_from,
-        created_to=query.created_to,
-        after=query.cursor,
-        limit=query.limit,
-        channel=query.channel,
-    )
-    items = [await present.present(request, item.job, tenant) for item in page.items]
-    cursor = encode_cursor(*page.next_cursor) if page.next_cursor else None
-    return json_response({"items": items, "next_cursor": cursor})
 
 
 @routes.post("/v1/jobs/{job_id}/cancel")

@@ -27,7 +27,18 @@ from server.schemas.common import (
     Problem,
     Readiness,
 )
-from server.schemas.jobs import Job, JobList, JobListQuery, JobRequest, JobWaitQuery, StreamReset
+from server.schemas.jobs import (
+    Job,
+    JobBulkRequest,
+    JobBulkResult,
+    JobCounts,
+    JobCountsQuery,
+    JobList,
+    JobListQuery,
+    JobRequest,
+    JobWaitQuery,
+    StreamReset,
+)
 from server.schemas.streams import (
     EVENT_TYPE,
     EXTRA_SCHEMAS,
@@ -260,6 +271,14 @@ OPERATIONS = (
        headers={"202": ("Location",), "200": ("Location",), "409": ("Retry-After",)}),
     Op("get", "/v1/jobs", "List jobs, newest first", "jobs", {"200": ("A page.", JobList)},
        BAD_QUERY, query=JobListQuery),
+    Op("get", "/v1/jobs/counts", "Count jobs by state, with the list's filters but the state",
+       "jobs", {"200": ("The counts.", JobCounts)}, BAD_QUERY, query=JobCountsQuery),
+    Op("post", "/v1/jobs/retry", "Re-queue every failed job the filter matches (dry_run: "
+       "count them)", "jobs", {"200": ("What was done.", JobBulkResult)}, BODY_ERRORS,
+       body=JobBulkRequest, body_required=False),
+    Op("post", "/v1/jobs/cancel", "Cancel every queued or running job the filter matches "
+       "(dry_run: count them)", "jobs", {"200": ("What was done.", JobBulkResult)},
+       BODY_ERRORS, body=JobBulkRequest, body_required=False),
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
        {"200": ("The job.", Job), "304": ("Unchanged since If-None-Match.", None)},
        {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=JobWaitQuery,

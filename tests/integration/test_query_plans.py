@@ -241,7 +241,7 @@ async def test_counting_jobs_by_state_reads_indexes_only(
 
 async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs?status=failed among many done jobs goes through an index (0008)."""
-    args = ("default", "failed", None, None, None, None, 51, None)
+    args = ("default", "failed", None, None, None, None, 51, None, None, None, None)
     touched = await blocks_read(many_jobs, query("list_jobs"), *args)
     assert touched < 300, f"{touched} buffers for a page of 51 jobs"
     rows = await many_jobs.fetch(query("list_jobs"), *args)
@@ -259,11 +259,44 @@ async def test_listing_a_channel_reads_only_its_jobs(many_jobs: asyncpg.Connecti
                SELECT id FROM jobs WHERE status = 'done' ORDER BY created_at LIMIT 30)"""
     )
     await many_jobs.execute("ANALYZE jobs")
-    args = ("default", None, None, None, None, None, 51, "user-7")
+    args = ("default", None, None, None, None, None, 51, "user-7", None, None, None)
     touched = await blocks_read(many_jobs, query("list_jobs"), *args)
     assert touched < 200, f"{touched} buffers for a channel's 30 jobs"
     rows = await many_jobs.fetch(query("list_jobs"), *args)
     assert len(rows) == 30 and {row["job"]["channel"] for row in rows} == {"user-7"}
+
+
+async def test_searching_reads_the_index_of_each_kind_of_match(
+    many_jobs: asyncpg.Connection,
+) -> None:
+    """GET /v1/jobs?q= (the dashboard's search) finds a job by id prefix, idempotency key or
+    metadata value through the primary key, jobs_idempotency and jobs_metadata_values (0029),
+    never by reading every job."""
+    picked = await many_jobs.fetchrow("SELECT id FROM jobs ORDER BY id OFFSET 5000 LIMIT 1")
+    await many_jobs.execute(
+        "UPDATE jobs SET idempotency_key = 'inv-9', metadata = '{\"order\": \"A-17\"}' "
+        "WHERE id = $1",
+        picked["id"],
+    )
+    await many_jobs.execute("ANALYZE jobs")
+    for q in (str(picked["id"])[:8], "inv-9", "A-17"):
+        low, high = jobs.JobFilter(q=q).id_range()
+        args = ("default", None, None, None, None, None, 51, None, q, low, high)
+        plan = await explain(many_jobs, query("list_jobs"), *args)
+        assert ("Seq Scan", "jobs") not in plan, (q, plan)
+        touched = await blocks_read(many_jobs, query("list_jobs"), *args)
+        assert touched < 100, f"{touched} buffers to find {q!r}"
+        rows = await many_jobs.fetch(query("list_jobs"), *args)
+        assert [row["id"] for row in rows] == [picked["id"]], q
+
+
+async def test_counting_the_lists_jobs_reads_an_index_only(many_jobs: asyncpg.Connection) -> None:
+    """GET /v1/jobs/counts counts a tenant's jobs by state from jobs_tenant_tally (0029)."""
+    args = ("default", None, None, None, None, None, None)
+    plan = await explain(many_jobs, query("count_jobs"), *args)
+    assert plan == [("Index Only Scan", "jobs")], plan
+    counted = {row["status"]: row["n"] for row in await many_jobs.fetch(query("count_jobs"), *args)}
+    assert counted == {"queued": 7, "done": ROWS - ROWS // 100, "failed": ROWS // 100}
 
 
 async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.Connection) -> None:
