@@ -246,7 +246,7 @@ function createEntry(id) {
   const entry = {
     job: null,
     row: el("li", "job"),
-    idEl: el("code", "job-id"),
+    idEl: el("a", "job-id"),
     badge: el("span", "badge"),
     created: el("time", "job-created"),
     meta: el("p", "job-meta"),
@@ -290,6 +290,7 @@ function renderEntry(entry) {
   const status = STATUSES.includes(job.status) ? job.status : "unknown";
   entry.row.dataset.status = String(job.status ?? "unknown");
   entry.idEl.textContent = shortId(job.id);
+  entry.idEl.href = `/jobs/${encodeURIComponent(job.id)}`; // the job's story (static/job.js)
   entry.idEl.title = String(job.id);
   entry.badge.textContent = String(job.status ?? "unknown");
   entry.badge.className = `badge badge-${status}`;

@@ -366,6 +366,65 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
 FROM webhook_deliveries
 WHERE job_id = $1 AND tenant = $2;
 
+-- job_story --
+-- A job's whole story (GET /v1/jobs/{id}/story), tenant-scoped, in one read: the job as shown,
+-- its data as stored, its ended attempts (job_attempts) and the running one (the job row), its
+-- events in log order (those not yet pruned), its webhook deliveries with every attempt of
+-- each, and the batches it belongs to.
+SELECT job_public(j) AS job, j.status, j.object_key, j.data::text AS data, j.source,
+       CASE WHEN j.status = 'running' THEN jsonb_build_object(
+           'attempt', j.attempts, 'worker_id', j.worker_id, 'started_at', j.started_at)
+       END AS running,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'attempt', a.attempt, 'worker_id', a.worker_id, 'started_at', a.started_at,
+                   'ended_at', a.ended_at, 'outcome', a.outcome, 'error', a.error,
+                   'warnings', a.warnings) ORDER BY a.ended_at), '[]'::jsonb)
+        FROM job_attempts a WHERE a.job_id = j.id) AS attempts,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'event_id', e.id, 'type', e.type, 'at', e.created_at,
+                   'status', e.payload->>'status', 'attempt', (e.payload->>'attempts')::int,
+                   'progress', (e.payload->>'progress')::int, 'error', e.payload->>'error')
+                   ORDER BY e.xid, e.id), '[]'::jsonb)
+        FROM job_events e WHERE e.job_id = j.id AND e.tenant = j.tenant) AS events,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'id', w.id, 'type', w.type, 'url', w.url, 'status', w.status,
+                   'attempts', w.attempts, 'last_status_code', w.last_status_code,
+                   'last_error', w.last_error,
+                   'next_attempt_at', CASE WHEN w.status = 'pending' THEN w.next_attempt_at END,
+                   'created_at', w.created_at, 'delivered_at', w.delivered_at,
+                   'tries', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                                    'attempt', t.attempt, 'status_code', t.status_code,
+                                    'duration_ms', t.duration_ms, 'error', t.error, 'at', t.at)
+                                    ORDER BY t.attempt), '[]'::jsonb)
+                             FROM webhook_attempts t WHERE t.delivery_id = w.id))
+                   ORDER BY w.created_at, w.id), '[]'::jsonb)
+        FROM webhook_deliveries w WHERE w.job_id = j.id AND w.tenant = j.tenant) AS deliveries,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('id', b.id, 'key', i.key)
+                   ORDER BY b.created_at, b.id), '[]'::jsonb)
+        FROM batch_items i JOIN batches b ON b.id = i.batch_id AND b.tenant = j.tenant
+        WHERE i.job_id = j.id) AS batches
+FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
+
+-- redeliver_webhook --
+-- Delivery $2 of job $1 (tenant $3) back in the outbox, due now, unless it is pending already
+-- (due, or in flight). Its attempts go on counting and its webhook-id stays: the same message,
+-- signed afresh when it is sent. The NOTIFY wakes every sender (the event trigger's does so for
+-- a new delivery). Returns nothing for an unknown delivery, `queued` false for a pending one.
+WITH known AS (
+    SELECT w.id, w.status FROM webhook_deliveries w
+    WHERE w.id = $2 AND w.job_id = $1 AND w.tenant = $3
+), again AS (
+    UPDATE webhook_deliveries w
+    SET status = 'pending', next_attempt_at = now(), delivered_at = NULL
+    FROM known k
+    WHERE w.id = k.id AND k.status <> 'pending'
+    RETURNING w.id
+), woken AS (
+    SELECT pg_notify('pressroom_webhooks', 'w') FROM again
+)
+SELECT EXISTS (SELECT 1 FROM again) AS queued, (SELECT count(*) FROM woken) AS woken
+FROM known;
+
 -- retention_lock --
 -- One sweeper (or one pass over the event log) at a time across processes; released when the
 -- transaction ends.

@@ -161,6 +161,45 @@ CREATE TRIGGER jobs_secrets_erased BEFORE UPDATE ON jobs
     WHEN (NEW.secrets IS NOT NULL AND NEW.status IN ('done', 'failed', 'cancelled'))
     EXECUTE FUNCTION jobs_erase_secrets();
 
+-- One row per attempt that ended, for a job's story (GET /v1/jobs/{id}/story): its worker, start
+-- and end, how it ended, its error and warnings (0030). The job row keeps only its last
+-- attempt's worker and start, and its events name no worker, so the move out of `running`
+-- writes it, whichever statement makes that move; attempts still running are the job row's.
+-- released: handed back at shutdown, not counted (the next attempt has its number again).
+CREATE TABLE job_attempts (
+    job_id     uuid        NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    attempt    integer     NOT NULL,
+    worker_id  text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    ended_at   timestamptz NOT NULL DEFAULT now(),
+    outcome    text        NOT NULL,
+    error      text,
+    warnings   jsonb       NOT NULL DEFAULT '[]',
+    CONSTRAINT job_attempts_outcome_known
+        CHECK (outcome IN ('done', 'retrying', 'failed', 'cancelled', 'released'))
+);
+CREATE INDEX job_attempts_job ON job_attempts (job_id, ended_at);
+
+CREATE FUNCTION jobs_record_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    outcome text := CASE
+        WHEN NEW.status <> 'queued' THEN NEW.status
+        WHEN NEW.attempts < OLD.attempts THEN 'released'
+        ELSE 'retrying' END;
+BEGIN
+    INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, outcome, error, warnings)
+    VALUES (OLD.id, OLD.attempts, OLD.worker_id, OLD.started_at, outcome,
+            CASE WHEN outcome IN ('failed', 'retrying') THEN NEW.error END,
+            CASE WHEN outcome IN ('done', 'failed', 'retrying') THEN NEW.warnings
+                 ELSE '[]'::jsonb END);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE OF status ON jobs
+    FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status <> 'running')
+    EXECUTE FUNCTION jobs_record_attempt();
+
 -- The job as every API and transport shows it; events store it as it was at that moment. One
 -- SELECT in SQL, STABLE: PostgreSQL inlines it into the statements that call it (every state
 -- change), which their plans depend on.

@@ -59,6 +59,7 @@ from server.web import (
     reference,
     sockets,
     sse,
+    story_api,
     templates_api,
 )
 from server.web.auth import Authenticator
@@ -272,6 +273,7 @@ def create_app(
 
     if settings.run_web:
         app.add_routes(jobs_api.routes)
+        app.add_routes(story_api.routes)  # a job's story, and its page at /jobs/{id}
         app.add_routes(sse.routes)
         app.add_routes(batches_api.routes)
         app.add_routes(assets_api.routes)

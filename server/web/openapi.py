@@ -39,6 +39,7 @@ from server.schemas.jobs import (
     JobWaitQuery,
     StreamReset,
 )
+from server.schemas.story import Story, StoryDelivery
 from server.schemas.streams import (
     EVENT_TYPE,
     EXTRA_SCHEMAS,
@@ -69,6 +70,7 @@ PROBLEM = "application/problem+json"
 UUID: JsonSchema = {"type": "string", "format": "uuid"}
 PATH_PARAMETERS: dict[str, tuple[JsonSchema, str]] = {
     "job_id": (UUID, "The job's id. Another tenant's job answers 404, as an unknown id."),
+    "delivery_id": (UUID, "A webhook delivery of the job (its webhook-id)."),
     "batch_id": (UUID, "The batch's id. Another tenant's batch answers 404, as an unknown id."),
     "template_id": (
         {"type": "string", "pattern": f"^{TEMPLATE_ID_PATTERN}$"},
@@ -288,6 +290,14 @@ OPERATIONS = (
        {"200": ("Cancelled.", Job)}, {**NO_JOB, "409": "The job is final."}),
     Op("post", "/v1/jobs/{job_id}/retry", "Re-queue a failed job", "jobs",
        {"202": ("Queued again.", Job)}, {**NO_JOB, "409": "The job has not failed."}),
+    Op("get", "/v1/jobs/{job_id}/story", "A job's story: attempts, event timeline with the "
+       "time spent queued and running, webhook deliveries with every try", "jobs",
+       {"200": ("The story.", Story)}, NO_JOB),
+    Op("post", "/v1/jobs/{job_id}/webhooks/{delivery_id}/redeliver", "Deliver one of the "
+       "job's webhooks again (same webhook-id, signed afresh when sent)", "jobs",
+       {"202": ("Back in the outbox, due now.", StoryDelivery)},
+       {"404": "No such job or delivery (or another tenant's).",
+        "409": "The delivery is pending already (due, or in flight)."}),
     Op("get", "/v1/jobs/{job_id}/pdf",
        "Download the job's file: the PDF, or its image (with an API key, or with the signed "
        "url of the job)", "jobs",
