@@ -31,8 +31,8 @@ from server.options.finishing import (
     FacturX,
     FillForm,
     InfoKey,
-    Pages,
     Rotate,
+    SelectPages,
     Sign,
     Stamp,
 )
@@ -316,7 +316,7 @@ class RenderOptions(BaseModel):
     outline: bool = Field(
         default=False, description="Bookmarks from the page's headings (a tagged PDF too)."
     )
-    select_pages: Pages | None = Field(
+    select_pages: SelectPages | None = Field(
         default=None,
         description='The pages kept, in the order given: "3,1-2", "2-" (to the end), "5-3".',
     )

@@ -31,6 +31,9 @@ from pydantic import (
 
 ASSET_ID_PATTERN = r"sha256:[0-9a-f]{64}"  # as server/files/assets.py writes them
 PAGES_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]*)?(\s*,\s*[0-9]+(\s*-\s*[0-9]*)?)*\s*$"
+#: The pages select_pages keeps: the same, counted from 1 (past the end is the document's to tell).
+_PAGE = r"[1-9][0-9]*"
+SELECT_PATTERN = rf"^\s*{_PAGE}(\s*-\s*({_PAGE})?)?(\s*,\s*{_PAGE}(\s*-\s*({_PAGE})?)?)*\s*$"
 COLOR_PATTERN = r"^#[0-9a-fA-F]{6}$"
 FIELD_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 FILE_NAME_PATTERN = r"^[^/\\\u0000-\u001f\u007f]{1,255}$"
@@ -69,6 +72,7 @@ XML_TYPES = ("application/xml",)
 ASSETS_CONTEXT = "finish_assets"
 SIGNING_CONTEXT = "finish_can_sign"
 _PAGES = re.compile(PAGES_PATTERN)
+_SELECT = re.compile(SELECT_PATTERN)
 
 
 def context(assets: Mapping[str, Any], *, can_sign: bool) -> dict[str, Any]:
@@ -99,6 +103,12 @@ def _pages(value: Any) -> Any:
     return value.replace(" ", "")
 
 
+def _select(value: Any) -> Any:
+    if not isinstance(value, str) or not _SELECT.match(value):
+        raise ValueError("must look like 3,1-2 or 2- (pages count from 1)")
+    return value.replace(" ", "")
+
+
 def _number(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -112,6 +122,9 @@ def _integral(value: Any) -> Any:
 AssetId = Annotated[str, Field(pattern=f"^{ASSET_ID_PATTERN}$")]
 Pages = Annotated[
     str, BeforeValidator(_pages), WithJsonSchema({"type": "string", "pattern": PAGES_PATTERN})
+]
+SelectPages = Annotated[
+    str, BeforeValidator(_select), WithJsonSchema({"type": "string", "pattern": SELECT_PATTERN})
 ]
 Number = BeforeValidator(_number)  # after the bounds: they stay JSON Schema keywords
 SignText = Annotated[str, Field(min_length=1, max_length=MAX_SIGN_TEXT)]

@@ -282,6 +282,11 @@ async def test_what_a_pdfs_job_cannot_use_is_refused_naming_it(api: RunningApp) 
             "data has no 'who.name'",
         ),
         (
+            {"pdfs": [plain], "options": {"select_pages": "2, 0-1"}},
+            "options.select_pages",
+            "must look like 3,1-2 or 2- (pages count from 1)",
+        ),
+        (
             {"pdfs": [plain], "options": {"rotate": {"degrees": 45}}},
             "options.rotate.degrees",
             "multiple of 90",
