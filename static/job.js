@@ -209,7 +209,7 @@ function renderTimeline(story) {
     head.append(el("span", `badge badge-${event.status}`, event.type.replace("job.", "")),
       el("time", "event-at", time(event.at)));
     item.append(head);
-    const detail = [`attempt ${event.attempt}`];
+    const detail = event.attempt ? [`attempt ${event.attempt}`] : [];
     if (event.phase) detail.push(`then ${event.phase} for ${took(event.seconds)}${story.live && event === story.timeline.at(-1) ? " so far" : ""}`);
     if (event.progress !== null && event.progress !== undefined && event.status === "running") detail.push(`${event.progress} %`);
     item.append(el("p", "hint", detail.join(" · ")));

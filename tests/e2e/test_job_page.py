@@ -1,0 +1,127 @@
+"""The job page (/jobs/{id}) in real Chromium, at 1280 px and 390 px: a running job goes live to
+done, its timeline with phases, its PDF in the browser's viewer from the signed URL, its webhook
+deliveries with their status codes, and delivering one again."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page
+from yarl import URL
+
+from tests.browser import browser  # noqa: F401 (fixture)
+from tests.integration.test_webhooks import (  # noqa: F401 (fixtures)
+    SECRET,
+    Receiver,
+    StartHooked,
+    receiver,
+    start_hooked,
+    verify,
+)
+from tests.pdfs import FakeRenderer
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 20_000
+
+
+async def no_sideways_scroll(page: Page) -> None:
+    overflow = await page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0, f"the page scrolls sideways by {overflow} px"
+
+
+async def texts(page: Page, selector: str) -> list[str]:
+    found: list[str] = await page.eval_on_selector_all(
+        selector, "nodes => nodes.map(n => n.textContent.trim())"
+    )
+    return found
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width", [1280, 390])
+async def test_a_running_job_goes_live_to_done_with_its_story(
+    start_hooked: StartHooked,  # noqa: F811
+    receiver: Receiver,  # noqa: F811
+    browser: Browser,  # noqa: F811
+    width: int,
+    tmp_path: Path,
+) -> None:
+    receiver.script = [500]  # the first delivery fails, the retry is delivered
+    renderer = FakeRenderer()
+    renderer.gate = asyncio.Event()
+    hooked = await start_hooked(renderer)
+    options = {"thumbnail": {"width": 200}}
+    job = await hooked.submit(receiver.url, data={"name": "Ana"}, options=options)
+    await asyncio.wait_for(renderer.started.wait(), 10)
+    errors: list[str] = []
+    page = await browser.new_page(viewport={"width": width, "height": 900}, is_mobile=width < 500)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    await page.goto(hooked.app.url(f"/jobs/{job['id']}"))
+    await page.wait_for_selector("body[data-status=running]", timeout=WAIT_MS)
+    await page.wait_for_selector("#conn[data-state=live]", timeout=WAIT_MS)
+    assert await page.inner_text("#job-id") == job["id"]
+    assert await page.get_attribute("tr.attempt", "data-outcome") == "running"
+    assert not await page.is_visible("#pdf")
+
+    renderer.gate.set()  # the render ends: the page follows the stream to done
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    await page.wait_for_selector("#conn[data-state=ended]", timeout=WAIT_MS)
+    types = await page.eval_on_selector_all("#timeline li", "ns => ns.map(n => n.dataset.type)")
+    assert types == ["job.queued", "job.running", "job.done"]
+    phases = await page.eval_on_selector_all("#phases li", "ns => ns.map(n => n.dataset.phase)")
+    assert phases == ["queued", "running"]
+    assert await page.inner_text("#progress-text") == "100 %"
+    assert '"name": "Ana"' in await page.inner_text("#data")
+
+    # The browser's own PDF viewer, from the job's signed URL; and the thumbnail.
+    source = await page.get_attribute("iframe#pdf", "src")
+    assert source is not None
+    signed = URL(source)
+    assert signed.path == f"/v1/jobs/{job['id']}/pdf" and "sig" in signed.query
+    async with hooked.app.http.get(hooked.app.url(signed.path_qs)) as resp:
+        assert resp.status == 200 and resp.content_type == "application/pdf"
+        assert (await resp.read()).startswith(b"%PDF-")
+    assert "sig=" in (await page.get_attribute("#thumbnail", "src") or "")
+
+    # The delivery: refused once, then delivered; the page reads it again while it is pending.
+    delivery = "li.delivery[data-status=delivered]"
+    await page.wait_for_selector(delivery, timeout=WAIT_MS)
+    codes = await page.eval_on_selector_all(
+        f"{delivery} li.try", "ns => ns.map(n => n.dataset.statusCode)"
+    )
+    assert codes == ["500", "200"]
+    await no_sideways_scroll(page)
+
+    # Deliver again: the same message, signed, and its try shown.
+    first = receiver.received[-1]
+    await page.click(f"{delivery} button.redeliver")
+    await page.wait_for_selector(
+        "li.delivery[data-status=delivered] li.try:nth-child(3)", timeout=WAIT_MS
+    )
+    again = receiver.received[-1]
+    assert len(receiver.received) == 3
+    assert again.headers["webhook-id"] == first.headers["webhook-id"]
+    assert verify(SECRET, again.headers, again.body)["type"] == "job.done"
+    assert await texts(page, "li.try strong") == ["500", "200", "200"]
+    assert await page.is_hidden("#notice")
+    assert errors == []
+    if width == 1280:  # what docs/dashboard/job-page.png shows
+        await page.screenshot(path=str(tmp_path / "job-page.png"), full_page=True)
+        assert (tmp_path / "job-page.png").stat().st_size > 0
+
+
+async def test_an_unknown_job_says_so(
+    start_hooked: StartHooked,  # noqa: F811
+    browser: Browser,  # noqa: F811
+) -> None:
+    hooked = await start_hooked(FakeRenderer())
+    page = await browser.new_page()
+    await page.goto(hooked.app.url("/jobs/00000000-0000-0000-0000-000000000000"))
+    await page.wait_for_selector("#notice:not([hidden])", timeout=WAIT_MS)
+    assert "No job 00000000-0000-0000-0000-000000000000" in await page.inner_text("#notice")
+    assert await page.get_attribute("#conn", "data-state") == "ended"
