@@ -19,9 +19,11 @@ from tests.conftest import RunningApp, fresh_database
 from tests.pdfs import FakeRenderer
 
 ROOT = Path(__file__).resolve().parents[2]
-# Served but not part of the JSON API: the dashboard, its files, the browser module,
-# Socket.IO's own protocol, the reference page (/docs) and its files.
-UNDOCUMENTED = re.compile(r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?)$")
+# Served but not part of the JSON API: the dashboard and a job's page (/jobs/{id}), their files,
+# the browser module, Socket.IO's own protocol, the reference page (/docs) and its files.
+UNDOCUMENTED = re.compile(
+    r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?|/jobs/\{job_id\})$"
+)
 
 
 async def test_every_route_is_described(api: RunningApp) -> None:
