@@ -1,14 +1,18 @@
-// Pressroom dashboard: submit jobs, show the job list, keep it live over one stream
-// (/pressroom.js: resume, token renewal and the long-poll fallback are the module's).
+// Pressroom dashboard: submit jobs, show the job list as a table with its counts, filters (all
+// in the URL), pages and bulk actions, and keep it live over one stream (/pressroom.js: resume,
+// token renewal and the long-poll fallback are the module's).
 import { watchChannel } from "/pressroom.js";
 
 const STATUSES = ["queued", "running", "done", "failed", "cancelled"];
 const LIST_LIMIT = 50;
-const MAX_ROWS = 200;
 // If the stream has not opened by then, show the list anyway (it is reloaded once it opens).
 const LIST_FALLBACK_MS = 2500;
+// Events come in bursts; the counts are read again once a burst has passed.
+const COUNTS_AFTER_EVENT_MS = 250;
 const NOTICE_MS = 6000;
 const KEY_STORAGE = "pressroom.apiKey";
+// The filters of GET /v1/jobs, as the URL and the API name them.
+const FILTERS = ["status", "channel", "q", "created_from", "created_to"];
 
 const state = {
   jobs: new Map(),          // job id -> row entry {job, row, ...elements}
@@ -20,7 +24,12 @@ const state = {
   listStale: true,          // the list may have missed events: reload when the stream opens
   reloadAfter: false,       // a load was asked for while another (now outdated) was in flight
   fallbackTried: false,     // the one list load allowed before the stream first opens
-  channel: "",              // the channel shown (list and stream); empty: every job
+  filter: emptyFilter(),    // what the list shows (status, channel, q, created_from/to)
+  cursor: "",               // the page shown: "" for the newest, else a next_cursor
+  newer: [],                // the cursors of the pages before this one (for "Newer")
+  nextCursor: null,         // the next (older) page's cursor; null on the last page
+  countsTimer: null,
+  countsSeq: 0,             // drops counts answers that a later request overtook
 };
 
 const $ = (id) => document.getElementById(id);
@@ -30,6 +39,10 @@ function el(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+function emptyFilter() {
+  return Object.fromEntries(FILTERS.map((name) => [name, ""]));
 }
 
 // ---------------------------------------------------------------- API key
@@ -78,32 +91,121 @@ function startOver() {
   state.listStale = true;
   if (state.pending) state.reloadAfter = true;
   openStream();
+  loadCounts();
 }
 
-// ---------------------------------------------------------------- channel filter
+// ---------------------------------------------------------------- the view and the URL
 
-function setupChannelFilter() {
-  const input = $("channel-filter-input");
+/** The filters and the page a URL names (/?status=failed&channel=user-1&cursor=…). */
+function viewOfUrl() {
+  const params = new URLSearchParams(window.location.search);
+  const filter = emptyFilter();
+  for (const name of FILTERS) filter[name] = (params.get(name) ?? "").trim();
+  if (!STATUSES.includes(filter.status)) filter.status = "";
+  return { filter, cursor: params.get("cursor") ?? "" };
+}
+
+function urlOf(filter, cursor = "") {
+  const params = new URLSearchParams();
+  for (const name of FILTERS) if (filter[name]) params.set(name, filter[name]);
+  if (cursor) params.set("cursor", cursor);
+  const query = params.toString();
+  return query ? `/?${query}` : "/";
+}
+
+/** Show a view: its filters in the form, its page in the table; `push` makes a history entry
+ * (a change by the user), else the URL already says it (the first load, back and forward). */
+function showView(view, { push = false, newer = [] } = {}) {
+  const channelChanged = view.filter.channel !== state.filter.channel;
+  state.filter = { ...view.filter };
+  state.cursor = view.cursor;
+  state.newer = newer;
+  if (push) window.history.pushState(null, "", urlOf(state.filter, state.cursor));
+  fillFilterForm();
+  const { status, channel } = state.filter;
+  $("jobs-heading").textContent = channel ? `Jobs of channel ${channel}` : "Jobs";
+  document.title = status ? `${status} jobs · Pressroom` : "Pressroom";
+  if (channelChanged) {
+    startOver(); // the stream follows the channel: a new one, then the list
+  } else {
+    state.listStale = true;
+    if (state.pending) state.reloadAfter = true;
+    else loadJobs();
+    loadCounts();
+  }
+}
+
+function fillFilterForm() {
+  const { status, channel, q, created_from: from, created_to: to } = state.filter;
+  $("filter-status").value = status;
+  $("channel-filter-input").value = channel;
+  $("filter-q").value = q;
+  $("filter-from").value = localInput(from);
+  $("filter-to").value = localInput(to);
+}
+
+/** An API time (ISO 8601) as a datetime-local input shows it, in this browser's zone. */
+function localInput(iso) {
+  const date = parseTime(iso);
+  if (!date) return "";
+  const shifted = new Date(date.getTime() - date.getTimezoneOffset() * 60_000);
+  return shifted.toISOString().slice(0, 16);
+}
+
+/** A datetime-local input's value (local time) as the API takes it. */
+function apiTime(local) {
+  const date = local ? new Date(local) : null;
+  return date && !Number.isNaN(date.getTime()) ? date.toISOString() : "";
+}
+
+function setupFilters() {
   $("channel-filter").addEventListener("submit", (event) => {
     event.preventDefault();
-    applyChannel(input.value.trim());
+    const filter = {
+      status: $("filter-status").value,
+      channel: $("channel-filter-input").value.trim(),
+      q: $("filter-q").value.trim(),
+      created_from: apiTime($("filter-from").value),
+      created_to: apiTime($("filter-to").value),
+    };
+    showView({ filter, cursor: "" }, { push: true });
   });
+  $("filter-status").addEventListener("change", () => $("channel-filter").requestSubmit());
   $("channel-filter-clear").addEventListener("click", () => {
-    input.value = "";
-    applyChannel("");
+    showView({ filter: emptyFilter(), cursor: "" }, { push: true });
   });
+  $("counts").addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-state]");
+    if (!link || event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+    event.preventDefault();
+    showView({ filter: { ...state.filter, status: link.dataset.state }, cursor: "" }, { push: true });
+  });
+  $("older").addEventListener("click", () => {
+    if (!state.nextCursor) return;
+    const newer = [...state.newer, state.cursor];
+    showView({ filter: state.filter, cursor: state.nextCursor }, { push: true, newer });
+  });
+  $("newer").addEventListener("click", () => {
+    const newer = state.newer.slice(0, -1);
+    const cursor = state.newer.length ? state.newer[state.newer.length - 1] : "";
+    showView({ filter: state.filter, cursor }, { push: true, newer });
+  });
+  window.addEventListener("popstate", () => showView(viewOfUrl()));
 }
 
-function applyChannel(channel) {
-  if (channel === state.channel) return;
-  state.channel = channel;
-  $("jobs-heading").textContent = channel ? `Jobs of channel ${channel}` : "Jobs";
-  startOver();
-}
-
-/** Whether a job belongs in the list as filtered now. */
+/** Whether a job the stream brings belongs in the table as shown now: the newest page, and a
+ * filter the job's JSON can be judged by (a search or an end of the range: the next load). */
 function shown(job) {
-  return !state.channel || job?.channel === state.channel;
+  const { status, channel, q, created_to: to } = state.filter;
+  if (state.cursor || q || to) return false;
+  return (!status || job?.status === status) && (!channel || job?.channel === channel);
+}
+
+/** The filter as the API's bodies and queries take it (the empty ones left out). */
+function filterParams() {
+  const params = {};
+  for (const name of FILTERS) if (state.filter[name]) params[name] = state.filter[name];
+  return params;
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -175,43 +277,8 @@ function parseTime(value) {
   return Number.isNaN(ms) ? null : new Date(ms);
 }
 
-function formatTime(value) {
-  const date = parseTime(value);
-  if (!date) return "";
-  const sameDay = date.toDateString() === new Date().toDateString();
-  return sameDay
-    ? date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })
-    : date.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
-}
-
-function formatBytes(bytes) {
-  if (typeof bytes !== "number" || bytes < 0) return "";
-  if (bytes < 1024) return `${bytes} B`;
-  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
-  return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
-}
-
 function isNumber(value) {
   return typeof value === "number" && Number.isFinite(value);
-}
-
-/** The facts shown under a job's heading, each a short phrase. */
-function metaParts(job) {
-  const parts = [];
-  if (isNumber(job.attempts)) {
-    parts.push(`attempts ${job.attempts}/${isNumber(job.max_attempts) ? job.max_attempts : "?"}`);
-  }
-  const output = outputOf(job);
-  if (output !== "pdf") parts.push(output.toUpperCase());
-  if (isNumber(job.pages)) parts.push(job.pages === 1 ? "1 page" : `${job.pages} pages`);
-  if (isNumber(job.bytes)) parts.push(formatBytes(job.bytes));
-  if (isNumber(job.priority) && job.priority !== 0) parts.push(`priority ${job.priority}`);
-  if (job.channel) parts.push(`channel ${job.channel}`);
-  const runAfter = parseTime(job.run_after);
-  if (job.status === "queued" && runAfter && runAfter > new Date()) {
-    parts.push(`next try ${formatTime(job.run_after)}`);
-  }
-  return parts;
 }
 
 function describeError(error) {
@@ -240,49 +307,89 @@ function downloadUrl(job) {
   return job.url || job.links?.pdf || `/v1/jobs/${encodeURIComponent(job.id)}/pdf`;
 }
 
+/** Date and time, as the list shows a job's creation. */
+function formatDateTime(value) {
+  const date = parseTime(value);
+  return date ? date.toLocaleString([], { dateStyle: "short", timeStyle: "medium" }) : "";
+}
+
+/** How long the job's last attempt took (running: so far), in a unit that reads. */
+function duration(job) {
+  const started = parseTime(job.started_at);
+  if (!started) return "";
+  const ended = parseTime(job.finished_at) ?? (job.status === "running" ? new Date() : null);
+  if (!ended) return "";
+  const ms = Math.max(0, ended - started);
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 3_600_000) return `${Math.round(ms / 60_000)} min`;
+  return `${(ms / 3_600_000).toFixed(1)} h`;
+}
+
 // ---------------------------------------------------------------- job rows
 
+const COPY_MS = 1500;
+
 function createEntry(id) {
+  const cell = (name) => el("td", name);
   const entry = {
     job: null,
-    row: el("li", "job"),
+    row: el("tr", "job"),
+    idCell: cell("job-idcell"),
     idEl: el("a", "job-id"),
+    copy: el("button", "copy-id", "⧉"),
+    stateCell: cell("job-state"),
     badge: el("span", "badge"),
-    created: el("time", "job-created"),
-    meta: el("p", "job-meta"),
-    progressWrap: el("div", "job-progress"),
     progress: el("progress"),
-    progressText: el("span", "job-progress-text"),
-    error: el("p", "job-error"),
-    actions: el("div", "job-actions"),
-    notice: el("p", "job-notice"),
-    download: el("a", "download button", "Download"),
+    error: el("span", "job-error"),
+    source: cell("job-source"),
+    channel: cell("job-channel"),
+    createdCell: cell("job-created"),
+    created: el("time"),
+    duration: cell("job-duration"),
+    pages: cell("job-pages"),
+    attempts: cell("job-attempts"),
+    actions: cell("job-actions"),
+    notice: el("span", "job-notice"),
+    download: el("a", "download", "PDF"),
     thumb: el("a", "job-thumb"),
     thumbImg: el("img"),
-    cancel: el("button", "cancel secondary", "Cancel"),
-    retry: el("button", "retry secondary", "Retry"),
+    cancel: el("button", "cancel", "Cancel"),
+    retry: el("button", "retry", "Retry"),
     noticeTimer: null,
   };
   entry.row.dataset.jobId = id;
+  entry.copy.type = "button";
+  entry.copy.title = "Copy the full id";
+  entry.copy.setAttribute("aria-label", `Copy the id ${id}`);
+  entry.copy.addEventListener("click", () => copyId(entry, id));
+  entry.idCell.append(entry.idEl, entry.copy);
   entry.progress.max = 100;
   entry.progress.setAttribute("aria-label", "Progress");
-  // The bar carries the value; the repeated percentage text would only be noise when read out.
-  entry.progressText.setAttribute("aria-hidden", "true");
-  entry.progressWrap.append(entry.progress, entry.progressText);
+  entry.stateCell.append(entry.badge, entry.progress, entry.error);
+  entry.createdCell.append(entry.created);
   entry.thumbImg.alt = "";
   entry.thumbImg.loading = "lazy";
   entry.thumb.append(entry.thumbImg);
-  entry.thumb.hidden = true;
   entry.cancel.type = "button";
   entry.retry.type = "button";
   entry.cancel.addEventListener("click", () => runAction(id, "cancel", entry.cancel));
   entry.retry.addEventListener("click", () => runAction(id, "retry", entry.retry));
-  const head = el("div", "job-head");
-  head.append(entry.idEl, entry.badge, entry.created);
   entry.row.append(
-    head, entry.meta, entry.thumb, entry.progressWrap, entry.error, entry.actions, entry.notice,
+    entry.idCell, entry.stateCell, entry.source, entry.channel, entry.createdCell,
+    entry.duration, entry.pages, entry.attempts, entry.actions,
   );
   return entry;
+}
+
+async function copyId(entry, id) {
+  try {
+    await navigator.clipboard.writeText(id);
+    entry.copy.textContent = "✓";
+    setTimeout(() => { entry.copy.textContent = "⧉"; }, COPY_MS);
+  } catch {
+    flashNotice(entry, id); // no clipboard (an insecure origin): show it to copy by hand
+  }
 }
 
 function renderEntry(entry) {
@@ -294,42 +401,25 @@ function renderEntry(entry) {
   entry.idEl.title = String(job.id);
   entry.badge.textContent = String(job.status ?? "unknown");
   entry.badge.className = `badge badge-${status}`;
-  entry.created.textContent = formatTime(job.created_at);
-  entry.created.dateTime = job.created_at || "";
-  entry.created.title = job.created_at ? `created ${job.created_at}` : "";
-  entry.meta.replaceChildren(...metaParts(job).map((part) => el("span", "", part)));
-  renderThumbnail(entry, job);
-  renderProgress(entry, job);
+  const running = job.status === "running" && isNumber(job.progress);
+  entry.progress.hidden = !running;
+  if (running) entry.progress.value = Math.max(0, Math.min(100, Math.round(job.progress)));
   const error = errorText(job);
   entry.error.textContent = error;
+  entry.error.title = error;
   entry.error.hidden = !error;
   // After a retry the last error stays on the job; it is history then, not the outcome.
   entry.error.classList.toggle("job-error-past", job.status !== "failed");
+  // A job from the stream carries no source (the list's answers do): keep the one shown.
+  if (job.source) entry.source.textContent = job.source;
+  entry.channel.textContent = job.channel ?? "";
+  entry.created.textContent = formatDateTime(job.created_at);
+  entry.created.dateTime = job.created_at || "";
+  entry.duration.textContent = duration(job);
+  entry.pages.textContent = isNumber(job.pages) ? String(job.pages) : "";
+  const max = isNumber(job.max_attempts) ? job.max_attempts : "?";
+  entry.attempts.textContent = isNumber(job.attempts) ? `${job.attempts}/${max}` : "";
   renderActions(entry, job);
-}
-
-/** The first page of a done job that asked for a thumbnail, linking to its file. */
-function renderThumbnail(entry, job) {
-  const show = job.status === "done" && typeof job.thumbnail_url === "string";
-  entry.thumb.hidden = !show;
-  if (!show) return;
-  // Each answer signs a fresh URL: load the picture once per attempt, not on every event.
-  const attempt = String(job.attempts);
-  if (entry.thumbImg.dataset.attempt !== attempt) {
-    entry.thumbImg.dataset.attempt = attempt;
-    entry.thumbImg.src = job.thumbnail_url;
-  }
-  entry.thumbImg.alt = `First page of job ${shortId(job.id)}`;
-  entry.thumb.href = downloadUrl(job);
-}
-
-function renderProgress(entry, job) {
-  const show = job.status === "running" && isNumber(job.progress);
-  entry.progressWrap.hidden = !show;
-  if (!show) return;
-  const percent = Math.max(0, Math.min(100, Math.round(job.progress)));
-  entry.progress.value = percent;
-  entry.progressText.textContent = `${percent}%`;
 }
 
 function renderActions(entry, job) {
@@ -337,26 +427,36 @@ function renderActions(entry, job) {
   if (job.status === "done") {
     entry.download.href = downloadUrl(job);
     const kind = outputOf(job).toUpperCase();
+    entry.download.textContent = kind;
     entry.download.setAttribute("aria-label", `Download ${kind} of job ${shortId(job.id)}`);
     wanted.push(entry.download);
+    if (typeof job.thumbnail_url === "string") {
+      // Each answer signs a fresh URL: load the picture once per attempt, not on every event.
+      const attempt = String(job.attempts);
+      if (entry.thumbImg.dataset.attempt !== attempt) {
+        entry.thumbImg.dataset.attempt = attempt;
+        entry.thumbImg.src = job.thumbnail_url;
+      }
+      entry.thumbImg.alt = `First page of job ${shortId(job.id)}`;
+      entry.thumb.href = downloadUrl(job);
+      wanted.push(entry.thumb);
+    }
   }
   if (job.status === "queued" || job.status === "running") wanted.push(entry.cancel);
   if (job.status === "failed") wanted.push(entry.retry);
+  wanted.push(entry.notice);
   entry.cancel.setAttribute("aria-label", `Cancel job ${shortId(job.id)}`);
   entry.retry.setAttribute("aria-label", `Retry job ${shortId(job.id)}`);
   // Only touch the DOM when the set changes, so a focused button keeps its focus.
   const current = Array.from(entry.actions.children);
   const same = current.length === wanted.length && current.every((node, i) => node === wanted[i]);
   if (!same) entry.actions.replaceChildren(...wanted);
-  entry.actions.hidden = wanted.length === 0;
 }
 
 function flashNotice(entry, text) {
   clearTimeout(entry.noticeTimer);
   entry.notice.textContent = text;
-  entry.notice.hidden = false;
   entry.noticeTimer = setTimeout(() => {
-    entry.notice.hidden = true;
     entry.notice.textContent = "";
   }, NOTICE_MS);
 }
@@ -379,21 +479,37 @@ function insertRow(entry) {
   list.append(entry.row);
 }
 
+/** A page shows LIST_LIMIT jobs: those pushed off the end are on the next page now. */
 function trimRows() {
   const list = $("jobs");
-  while (list.children.length > MAX_ROWS) {
+  while (list.children.length > LIST_LIMIT) {
     const row = list.lastElementChild;
     state.jobs.delete(row.dataset.jobId);
     row.remove();
+    // The older page starts after the last job shown now.
+    const last = state.jobs.get(list.lastElementChild?.dataset.jobId)?.job;
+    state.nextCursor = last ? cursorOf(last) : state.nextCursor;
   }
+  renderPager();
+}
+
+/** The cursor GET /v1/jobs gives for a page ending with this job: its created_at (with six
+ * digits of the second and a numeric zone, as the server writes it) and id. */
+function cursorOf(job) {
+  const match = /^(.+T\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?(Z|[+-]\d\d:\d\d)$/.exec(job.created_at ?? "");
+  if (!match) return null;
+  const [, seconds, fraction, zone] = match;
+  const micro = fraction ? `.${fraction.padEnd(6, "0")}` : "";
+  return `${seconds}${micro}${zone === "Z" ? "+00:00" : zone}~${job.id}`;
 }
 
 function upsertJob(job) {
   let entry = state.jobs.get(job.id);
   if (entry) {
-    entry.job = job;
+    entry.job = { ...job, source: job.source ?? entry.job?.source };
     renderEntry(entry);
   } else {
+    if (!shown(job)) return;
     entry = createEntry(job.id);
     entry.job = job;
     state.jobs.set(job.id, entry);
@@ -408,8 +524,8 @@ function upsertJob(job) {
 function upsertIfNewer(job) {
   const current = state.jobs.get(job.id)?.job;
   const incoming = parseTime(job.updated_at);
-  const shown = parseTime(current?.updated_at);
-  if (current && (!incoming || (shown && incoming < shown))) return;
+  const shownAt = parseTime(current?.updated_at);
+  if (current && (!incoming || (shownAt && incoming < shownAt))) return;
   upsertJob(job);
 }
 
@@ -437,10 +553,11 @@ function renderSnapshot(items) {
 
 function updateListMessage(text) {
   const message = $("jobs-message");
+  const filtered = FILTERS.some((name) => state.filter[name]);
   if (text) {
     message.textContent = text;
   } else if (state.jobs.size === 0 && state.listLoaded) {
-    message.textContent = "No jobs yet. Submit one with the form.";
+    message.textContent = filtered ? "No job matches these filters." : "No jobs yet. Submit one with the form.";
   } else {
     message.textContent = "";
   }
@@ -448,27 +565,36 @@ function updateListMessage(text) {
   message.classList.toggle("error-text", Boolean(text) && text.startsWith("Could not"));
 }
 
+function renderPager() {
+  $("older").disabled = !state.nextCursor;
+  $("newer").disabled = !state.cursor;
+}
+
 // ---------------------------------------------------------------- list loading
 
-/** Fetch the newest jobs once; events arriving meanwhile wait and are applied on top. */
+/** Fetch the page shown once; events arriving meanwhile wait and are applied on top. */
 async function loadJobs() {
   if (state.pending) return; // a load is in flight; its answer is as fresh as another would be
   state.pending = [];
   const streamWasOpen = state.live;
   if (!state.listLoaded) updateListMessage("Loading jobs…");
   try {
-    const params = new URLSearchParams({ limit: String(LIST_LIMIT) });
-    if (state.channel) params.set("channel", state.channel);
+    const params = new URLSearchParams({ limit: String(LIST_LIMIT), ...filterParams() });
+    if (state.cursor) params.set("cursor", state.cursor);
     const page = await api(`/v1/jobs?${params}`);
     renderSnapshot(Array.isArray(page?.items) ? page.items : []);
+    state.nextCursor = page?.next_cursor ?? null;
     state.listLoaded = true;
     // Loaded before the stream was open: events in between were missed, so load again on open.
     state.listStale = !streamWasOpen;
     updateListMessage();
   } catch (error) {
     state.listStale = true;
+    renderSnapshot([]);
+    state.nextCursor = null;
     updateListMessage(`Could not load jobs: ${problemText(error.problem)}`);
   } finally {
+    renderPager();
     const held = state.pending;
     state.pending = null;
     held.forEach(applyJobEvent);
@@ -477,6 +603,39 @@ async function loadJobs() {
     state.reloadAfter = false;
     loadJobs();
   }
+}
+
+// ---------------------------------------------------------------- counts
+
+/** The counts by state of the jobs the filters (but the state) match, each a link to them. */
+async function loadCounts() {
+  clearTimeout(state.countsTimer);
+  state.countsTimer = null;
+  const seq = ++state.countsSeq;
+  const { status: _status, ...rest } = filterParams();
+  let counts;
+  try {
+    counts = await api(`/v1/jobs/counts?${new URLSearchParams(rest)}`);
+  } catch {
+    return; // the list says what is wrong; the counts keep their last figures
+  }
+  if (seq !== state.countsSeq) return;
+  const links = [["", "all", counts.total], ...STATUSES.map((s) => [s, s, counts[s]])];
+  $("counts").replaceChildren(
+    ...links.map(([value, label, n]) => {
+      const link = el("a", `count count-${label}`);
+      link.href = urlOf({ ...state.filter, status: value });
+      link.dataset.state = value;
+      if (value === state.filter.status) link.setAttribute("aria-current", "page");
+      link.append(el("span", "count-label", label), el("b", "count-n", String(n ?? 0)));
+      return link;
+    }),
+  );
+}
+
+/** An event changed some job: read the counts again once the burst has passed. */
+function countsChanged() {
+  if (state.countsTimer === null) state.countsTimer = setTimeout(loadCounts, COUNTS_AFTER_EVENT_MS);
 }
 
 // ---------------------------------------------------------------- event stream
@@ -503,6 +662,7 @@ function applyJobEvent(payload) {
     state.appliedEvent.set(job.id, eventId);
   }
   upsertJob(job);
+  countsChanged();
 }
 
 /** The server could not resume from our cursor: take the current state as the new start. */
@@ -527,7 +687,7 @@ function closeStream() {
 function openStream() {
   closeStream();
   setConn("reconnecting", "Connecting…");
-  const watch = watchChannel("", state.channel || null, {
+  const watch = watchChannel("", state.filter.channel || null, {
     // In dev mode no token is needed; with a key, a token for the tenant's streams.
     getToken: loadApiKey() ? fetchStreamToken : undefined,
     onEvent: handleEvent,
@@ -580,6 +740,47 @@ async function runAction(id, action, button) {
   } finally {
     button.disabled = false;
   }
+}
+
+// ---------------------------------------------------------------- acting on every matching job
+
+const BULK = {
+  retry: { verb: "Retry", done: "Retried", which: "failed" },
+  cancel: { verb: "Cancel", done: "Cancelled", which: "queued or running" },
+};
+
+/** Retry or cancel every job the filters match: the server counts first (dry_run), the
+ * confirmation names that count, then one request does it all. */
+async function bulkAction(action, button) {
+  const { verb, done, which } = BULK[action];
+  const status = $("bulk-status");
+  const body = filterParams();
+  button.disabled = true;
+  try {
+    const planned = await api(`/v1/jobs/${action}`, { method: "POST", body: { ...body, dry_run: true } });
+    if (planned.applied === 0) {
+      status.textContent = `No ${which} job matches these filters.`;
+      return;
+    }
+    const plural = planned.applied === 1 ? "job" : "jobs";
+    const left = planned.skipped ? ` (${planned.skipped} others match and are left as they are)` : "";
+    if (!window.confirm(`${verb} ${planned.applied} ${which} ${plural}?${left}`)) {
+      status.textContent = "";
+      return;
+    }
+    const result = await api(`/v1/jobs/${action}`, { method: "POST", body });
+    status.textContent = `${done} ${result.applied}; ${result.skipped} left as they are.`;
+    loadCounts();
+  } catch (error) {
+    status.textContent = `${verb} failed: ${problemText(error.problem)}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function setupBulk() {
+  $("bulk-retry").addEventListener("click", (event) => bulkAction("retry", event.currentTarget));
+  $("bulk-cancel").addEventListener("click", (event) => bulkAction("cancel", event.currentTarget));
 }
 
 // ---------------------------------------------------------------- submit form
@@ -735,7 +936,7 @@ async function submitJob(event) {
     const created = await api("/v1/jobs", { method: "POST", body });
     status.textContent = created?.id ? `Job ${shortId(created.id)} ${created.status || "queued"}.` : "Submitted.";
     // The stream may already have shown this job in a later state; the answer is older then.
-    if (created?.id && !state.jobs.has(created.id) && shown(created)) upsertJob(created);
+    if (created?.id && !state.jobs.has(created.id)) upsertJob(created);
   } catch (error) {
     status.textContent = "";
     showProblem(error.problem ?? { title: "Submit failed", detail: String(error), errors: [] });
@@ -759,10 +960,18 @@ function setupForm() {
 
 function start() {
   setupApiKey();
-  setupChannelFilter();
+  setupFilters();
+  setupBulk();
   setupForm();
+  const view = viewOfUrl();
+  state.filter = view.filter;
+  state.cursor = view.cursor;
+  fillFilterForm();
+  if (state.filter.channel) $("jobs-heading").textContent = `Jobs of channel ${state.filter.channel}`;
+  renderPager();
   // Stream first, list on open: events after the snapshot cannot slip between the two.
   openStream();
+  loadCounts();
   setTimeout(streamTrouble, LIST_FALLBACK_MS);
 }
 

@@ -44,11 +44,13 @@ async def insert(
     rows = await pool.fetch(
         """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
                              object_key, bytes, finished_at, created_at, channel, options,
-                             source)
+                             source, started_at, pages)
            SELECT gen_random_uuid(), $1, $7, '{}', 3, $2, 1,
                   CASE WHEN $2 = 'done' THEN 'key' END, CASE WHEN $2 = 'done' THEN 1 END,
-                  now(), now() - make_interval(secs => 1000 - n), $4, $5::jsonb, $6
-           FROM generate_series(1, $3) AS n
+                  at + make_interval(secs => 0.4 + n % 7 * 0.3), at, $4, $5::jsonb, $6,
+                  at + interval '0.1 s', CASE WHEN $2 = 'done' THEN 1 + n % 4 END
+           FROM generate_series(1, $3) AS n,
+                LATERAL (SELECT now() - make_interval(secs => 1000 - n) AS at) AS t
            RETURNING id""",
         tenant,
         status,

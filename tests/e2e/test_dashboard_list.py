@@ -1,0 +1,277 @@
+"""The dashboard's job list in real Chromium: a dense table (50 jobs on a 1,000 px screen, the
+list first on a phone), counts by state that link to their filter and follow the stream, every
+filter and page in the URL (shared links, the back button), search, pages, and a bulk retry
+whose confirmation names its count."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from playwright.async_api import Browser, Page
+from yarl import URL
+
+from tests.browser import browser  # noqa: F401 (fixture)
+from tests.conftest import RunningApp
+from tests.integration.test_job_list import insert
+from tests.pdfs import FakeRenderer
+
+pytestmark = pytest.mark.browser
+
+LIVE = "#conn[data-state=live]"
+ROWS = "#jobs tr.job"
+#: Where the docs' screenshots are written when PRESSROOM_DOC_SCREENSHOTS=1 (docs/dashboard.md).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
+
+
+async def rows(page: Page, count: int) -> list[str]:
+    """The ids of the rows once there are `count` of them."""
+    await page.wait_for_function(
+        f"document.querySelectorAll('{ROWS}').length === {count}", timeout=10_000
+    )
+    ids: list[str] = await page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.jobId)")
+    return ids
+
+
+async def count_of(page: Page, state: str) -> str:
+    return await page.inner_text(f"#counts .count-{state} .count-n")
+
+
+async def wait_count(page: Page, state: str, n: int) -> None:
+    await page.wait_for_function(
+        f"document.querySelector('#counts .count-{state} .count-n')?.textContent === '{n}'",
+        timeout=20_000,
+    )
+
+
+def query_of(page: Page) -> dict[str, str]:
+    return dict(URL(page.url).query)
+
+
+async def keep_screenshot(page: Page, tmp_path: Path, name: str, selector: str = "body") -> None:
+    """A PNG of what a user sees (of one part of the page); kept for the docs when asked to."""
+    shot = tmp_path / name
+    if selector == "body":
+        await page.screenshot(path=str(shot))
+    else:
+        await page.locator(selector).screenshot(path=str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("PRESSROOM_DOC_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, SCREENSHOTS / name)
+
+
+async def some_jobs(pool: asyncpg.Pool) -> None:
+    """Jobs of each source and state, as a tenant's list would hold them."""
+    await insert(pool, 30, "done", channel="user-1")
+    await insert(pool, 20, "done", source="page_url", template="https://shop.example.com/order/7")
+    await insert(pool, 12, "done", source="markdown", template="# Notes")
+    await insert(pool, 3, "failed", channel="user-1")
+    await insert(pool, 2, "cancelled", source="pdfs", template="[]")
+    await insert(pool, 5, "failed", tenant="other")  # never listed nor counted here
+
+
+async def test_fifty_jobs_fit_a_desktop_screen_and_a_phone_shows_the_list_first(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+    pool: asyncpg.Pool,
+    tmp_path: Path,
+) -> None:
+    app: RunningApp = await start_app(render_slots=0)
+    await some_jobs(pool)
+    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    await page.goto(app.url("/"))
+    await page.wait_for_selector(LIVE)
+    await rows(page, 50)
+    last = await page.locator(ROWS).nth(49).bounding_box()
+    top = await page.locator(ROWS).first.bounding_box()
+    assert last is not None and last["y"] + last["height"] <= 1000, (top, last)
+    first = page.locator(ROWS).first
+    assert await first.locator(".badge").inner_text() in ("done", "failed", "cancelled")
+    sources = await page.eval_on_selector_all(
+        f"{ROWS} .job-source", "cells => cells.map(c => c.textContent)"
+    )
+    assert {"Template", "Markdown", "shop.example.com"} <= set(sources), set(sources)
+    created = await first.locator(".job-created time").inner_text()
+    assert ":" in created and any(ch.isdigit() for ch in created.split(",")[0]), created
+    await wait_count(page, "done", 62)
+    await keep_screenshot(page, tmp_path, "list-1280.png", ".jobs-panel")
+
+    phone = await browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    await phone.goto(app.url("/"))
+    await phone.wait_for_selector(LIVE)
+    await rows(phone, 50)
+    jobs_box = await phone.locator("#jobs-heading").bounding_box()
+    form_box = await phone.locator("#new-job-heading").bounding_box()
+    assert jobs_box and form_box and jobs_box["y"] < form_box["y"], "the list comes first"
+    overflow = await phone.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
+    row_box = await phone.locator(ROWS).first.bounding_box()
+    assert row_box is not None and row_box["x"] + row_box["width"] <= 390
+    await wait_count(phone, "done", 62)
+    await keep_screenshot(phone, tmp_path, "list-390.png")
+    assert errors == []
+
+
+async def test_counts_filters_search_and_pages_live_in_the_url(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+    pool: asyncpg.Pool,
+) -> None:
+    app: RunningApp = await start_app(render_slots=0)
+    await some_jobs(pool)
+    [ordered] = await insert(pool, 1, "cancelled")
+    await pool.execute(
+        "UPDATE jobs SET metadata = '{\"order\": \"A-17\"}', idempotency_key = 'inv-1' "
+        "WHERE id = $1",
+        ordered,
+    )
+    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    # A shared link opens its filter.
+    await page.goto(app.url("/?status=failed&channel=user-1"))
+    await page.wait_for_selector(LIVE)
+    failed = await rows(page, 3)
+    assert await page.input_value("#filter-status") == "failed"
+    assert await page.input_value("#channel-filter-input") == "user-1"
+    assert set(await page.eval_on_selector_all(ROWS, "r => r.map(x => x.dataset.status)")) == {
+        "failed"
+    }
+    # The counts ignore the state (each is what its link lists) and never count another tenant.
+    await wait_count(page, "failed", 3)
+    assert await count_of(page, "done") == "30" and await count_of(page, "all") == "33"
+
+    # A count is a link to its filter; the pages go by cursor, all in the URL.
+    await page.click("#counts .count-done")
+    await rows(page, 30)
+    assert query_of(page) == {"status": "done", "channel": "user-1"}
+    await page.click("#channel-filter-clear")
+    await rows(page, 50)
+    assert query_of(page) == {}
+    await page.click("#counts .count-done")
+    first_page = await rows(page, 50)
+    await page.click("#older")
+    older = await rows(page, 12)
+    assert "cursor" in query_of(page) and not set(older) & set(first_page)
+    await page.click("#newer")
+    assert await rows(page, 50) == first_page
+
+    # Back and forward walk the same views.
+    await page.go_back()
+    assert await rows(page, 12) == older
+    await page.go_back()
+    assert await rows(page, 50) == first_page
+    await page.go_back()
+    await rows(page, 50)
+    assert query_of(page) == {}
+    await page.go_back()
+    assert await rows(page, 30) and query_of(page) == {"status": "done", "channel": "user-1"}
+    await page.go_back()
+    assert await rows(page, 3) == failed
+    assert await page.input_value("#filter-status") == "failed"
+
+    # Search: a metadata value, an idempotency key, the start of an id.
+    await page.click("#channel-filter-clear")
+    await rows(page, 50)
+    for text in ("A-17", "inv-1", str(ordered)[:8]):
+        await page.fill("#filter-q", text)
+        await page.click("#channel-filter button[type=submit]")
+        assert await rows(page, 1) == [str(ordered)], text
+        assert query_of(page) == {"q": text}
+    await page.fill("#filter-q", "nothing-like-it")
+    await page.click("#channel-filter button[type=submit]")
+    await rows(page, 0)
+    assert await page.inner_text("#jobs-message") == "No job matches these filters."
+
+    # A time range from the URL; one the server refuses says so.
+    await page.goto(app.url("/?created_from=2999-01-01T00:00:00.000Z"))
+    await rows(page, 0)
+    assert await page.input_value("#filter-from") != ""
+    await page.goto(app.url("/?q=" + "x" * 201))
+    await page.wait_for_function(
+        "document.getElementById('jobs-message').textContent.startsWith('Could not load jobs')"
+    )
+    assert "q" in await page.inner_text("#jobs-message")
+    await page.close()
+
+
+async def test_the_copy_button_copies_the_full_id_and_the_id_opens_its_page(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+    pool: asyncpg.Pool,
+) -> None:
+    app: RunningApp = await start_app(render_slots=0)
+    [job_id] = await insert(pool, 1, "done")
+    context = await browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = await context.new_page()
+    await page.goto(app.url("/"))
+    await rows(page, 1)
+    assert await page.get_attribute(f"{ROWS} a.job-id", "href") == f"/jobs/{job_id}"
+    assert len(await page.inner_text(f"{ROWS} a.job-id")) == 8
+    await page.click(f"{ROWS} button.copy-id")
+    assert await page.evaluate("navigator.clipboard.readText()") == str(job_id)
+    await context.close()
+
+
+async def test_bulk_retry_of_a_filter_confirms_its_count_then_the_rows_and_counts_go_live(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+    pool: asyncpg.Pool,
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
+    failed = await insert(pool, 4, "failed", channel="user-1")
+    await insert(pool, 1, "done", channel="user-1")
+    await insert(pool, 2, "failed", channel="user-2")
+    await insert(pool, 3, "failed", tenant="other")
+    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    await page.goto(app.url("/?status=failed&channel=user-1"))
+    await page.wait_for_selector(LIVE)
+    await rows(page, 4)
+    await wait_count(page, "failed", 4)
+
+    asked: list[str] = []
+
+    async def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await (dialog.accept() if len(asked) > 1 else dialog.dismiss())
+
+    page.on("dialog", lambda dialog: asyncio.ensure_future(answer(dialog)))
+    # Dismissed: nothing changes.
+    await page.click("#bulk-retry")
+    await page.wait_for_function("document.getElementById('bulk-retry').disabled === false")
+    assert asked == ["Retry 4 failed jobs?"]
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 9
+
+    renderer.gate = asyncio.Event()  # the first retried job stays running a while
+    await page.click("#bulk-retry")
+    await page.wait_for_function(
+        "document.getElementById('bulk-status').textContent.startsWith('Retried 4')"
+    )
+    assert asked[1] == "Retry 4 failed jobs?"
+    # Live, from the stream: a retried job running, the counts following it.
+    await page.wait_for_selector(f"{ROWS}[data-status=running]")
+    await wait_count(page, "running", 1)
+    await wait_count(page, "failed", 0)
+    renderer.gate.set()
+    for job_id in failed:
+        await page.wait_for_selector(f'{ROWS}[data-job-id="{job_id}"][data-status=done]')
+    await wait_count(page, "done", 5)
+    others = await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'")
+    assert others == 5, "another channel's and another tenant's failed jobs are left"
+
+    # Nothing left to retry: said so, without asking.
+    await page.click("#bulk-retry")
+    await page.wait_for_function(
+        "document.getElementById('bulk-status').textContent.startsWith('No failed job')"
+    )
+    assert len(asked) == 2
+    await page.close()
