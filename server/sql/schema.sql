@@ -121,7 +121,7 @@ CREATE INDEX jobs_tenant_channel ON jobs (tenant, channel, created_at DESC, id D
 -- The dashboard's search by metadata value (?q=, any key's value: jsonb_ops answers `$.*`)
 -- and its counts by state, read from the index alone (GET /v1/jobs/counts, 0029).
 CREATE INDEX jobs_metadata_values ON jobs USING gin (metadata);
-CREATE INDEX jobs_tenant_tally ON jobs (tenant, channel, status, created_at);
+CREATE INDEX jobs_tenant_tally ON jobs (tenant, status, channel, created_at);
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_idempotency_age ON jobs (created_at) WHERE idempotency_key IS NOT NULL;
