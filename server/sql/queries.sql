@@ -386,18 +386,8 @@ SELECT job_public(j) AS job, j.status, j.object_key, j.data::text AS data, j.sou
                    'progress', (e.payload->>'progress')::int, 'error', e.payload->>'error')
                    ORDER BY e.xid, e.id), '[]'::jsonb)
         FROM job_events e WHERE e.job_id = j.id AND e.tenant = j.tenant) AS events,
-       (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'id', w.id, 'type', w.type, 'url', w.url, 'status', w.status,
-                   'attempts', w.attempts, 'last_status_code', w.last_status_code,
-                   'last_error', w.last_error,
-                   'next_attempt_at', CASE WHEN w.status = 'pending' THEN w.next_attempt_at END,
-                   'created_at', w.created_at, 'delivered_at', w.delivered_at,
-                   'tries', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                                    'attempt', t.attempt, 'status_code', t.status_code,
-                                    'duration_ms', t.duration_ms, 'error', t.error, 'at', t.at)
-                                    ORDER BY t.attempt), '[]'::jsonb)
-                             FROM webhook_attempts t WHERE t.delivery_id = w.id))
-                   ORDER BY w.created_at, w.id), '[]'::jsonb)
+       (SELECT coalesce(jsonb_agg(webhook_delivery_story(w) ORDER BY w.created_at, w.id),
+                         '[]'::jsonb)
         FROM webhook_deliveries w WHERE w.job_id = j.id AND w.tenant = j.tenant) AS deliveries,
        (SELECT coalesce(jsonb_agg(jsonb_build_object('id', b.id, 'key', i.key)
                    ORDER BY b.created_at, b.id), '[]'::jsonb)
@@ -408,8 +398,8 @@ FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 -- redeliver_webhook --
 -- Delivery $2 of job $1 (tenant $3) back in the outbox, due now, unless it is pending already
 -- (due, or in flight). Its attempts go on counting and its webhook-id stays: the same message,
--- signed afresh when it is sent. The NOTIFY wakes every sender (the event trigger's does so for
--- a new delivery). Returns nothing for an unknown delivery, `queued` false for a pending one.
+-- signed afresh when it is sent; webhook_deliveries_requeued wakes the senders. Returns nothing
+-- for an unknown delivery; `delivery` as queued, or NULL for one pending already.
 WITH known AS (
     SELECT w.id, w.status FROM webhook_deliveries w
     WHERE w.id = $2 AND w.job_id = $1 AND w.tenant = $3
@@ -418,11 +408,9 @@ WITH known AS (
     SET status = 'pending', next_attempt_at = now(), delivered_at = NULL
     FROM known k
     WHERE w.id = k.id AND k.status <> 'pending'
-    RETURNING w.id
-), woken AS (
-    SELECT pg_notify('pressroom_webhooks', 'w') FROM again
+    RETURNING w.*
 )
-SELECT EXISTS (SELECT 1 FROM again) AS queued, (SELECT count(*) FROM woken) AS woken
+SELECT (SELECT webhook_delivery_story(a::webhook_deliveries) FROM again a) AS delivery
 FROM known;
 
 -- retention_lock --

@@ -820,6 +820,36 @@ CREATE TABLE webhook_attempts (
     PRIMARY KEY (delivery_id, attempt)
 );
 
+-- A webhook delivery as a job's story shows it (queries.sql: job_story, redeliver_webhook): its
+-- state and every try.
+CREATE FUNCTION webhook_delivery_story(w webhook_deliveries) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', w.id, 'type', w.type, 'url', w.url, 'status', w.status,
+        'attempts', w.attempts, 'last_status_code', w.last_status_code,
+        'last_error', w.last_error,
+        'next_attempt_at', CASE WHEN w.status = 'pending' THEN w.next_attempt_at END,
+        'created_at', w.created_at, 'delivered_at', w.delivered_at,
+        'tries', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                         'attempt', t.attempt, 'status_code', t.status_code,
+                         'duration_ms', t.duration_ms, 'error', t.error, 'at', t.at)
+                         ORDER BY t.attempt), '[]'::jsonb)
+                  FROM webhook_attempts t WHERE t.delivery_id = w.id))
+$$;
+
+-- A delivery due again (POST /v1/jobs/{id}/webhooks/{delivery_id}/redeliver) wakes every
+-- process's sender, as a new one does (job_events_after_insert); no statement notifies itself.
+CREATE FUNCTION webhook_deliveries_due_again() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('pressroom_webhooks', 'w');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER webhook_deliveries_requeued AFTER UPDATE OF status ON webhook_deliveries
+    FOR EACH ROW
+    WHEN (OLD.status <> 'pending' AND NEW.status = 'pending')
+    EXECUTE FUNCTION webhook_deliveries_due_again();
+
 -- Whether an event is one the outbox delivers: a job's final event, or the batch.done of a
 -- batch with combine; either with a webhook_url.
 CREATE FUNCTION event_is_delivered(type text, payload jsonb) RETURNS boolean

@@ -69,11 +69,10 @@ async def redeliver(request: web.Request) -> web.Response:
         delivery_id = uuid.UUID(request.match_info["delivery_id"])
     except ValueError:
         raise not_found("webhook delivery") from None
-    pool = request.app[POOL]
-    row = await pool.fetchrow(query("redeliver_webhook"), job_id, delivery_id, tenant)
+    row = await request.app[POOL].fetchrow(query("redeliver_webhook"), job_id, delivery_id, tenant)
     if row is None:
         raise not_found("webhook delivery")
-    if not row["queued"]:
+    if row["delivery"] is None:
         raise Problem(
             409,
             "Delivery pending",
@@ -81,9 +80,7 @@ async def redeliver(request: web.Request) -> web.Response:
             "deliver it again if you still need to.",
             kind="delivery-pending",
         )
-    shown = await pool.fetchrow(query("job_story"), job_id, tenant)
-    delivery = next(d for d in shown["deliveries"] if d["id"] == str(delivery_id))
-    return json_response(_delivery(job_id, delivery), status=202)
+    return json_response(_delivery(job_id, row["delivery"]), status=202)
 
 
 def timeline_of(

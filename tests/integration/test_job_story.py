@@ -8,10 +8,11 @@ import datetime as dt
 import json
 from typing import Any
 
+import asyncpg
 import pytest
 
 from server.errors import TransientError
-from server.keys import POOL, WORKERS
+from server.keys import DSN, POOL, WORKERS
 from server.render.chromium import RenderResult
 from server.schemas.story import Story
 from server.web.story_api import phase_totals, timeline_of
@@ -109,16 +110,25 @@ async def test_redeliver_sends_the_same_message_again_signed_and_records_its_try
     await delivered(hooked)
     first = await receiver.next()
     [delivery] = (await story_of(hooked.app, job["id"]))["deliveries"]
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listening = await asyncpg.connect(hooked.app.app[DSN])
+    await listening.add_listener("pressroom_webhooks", lambda *args: heard.put_nowait(args[-1]))
 
     async with hooked.app.http.post(hooked.app.url(delivery["redeliver"])) as resp:
         assert resp.status == 202, await resp.text()
         queued = await resp.json()
     assert queued["status"] == "pending" and queued["delivered_at"] is None
+    # Every process's sender is woken, not only this one's at its next poll.
+    assert await asyncio.wait_for(heard.get(), 5) == "w"
+    await listening.close()
 
     again = await receiver.next()
     await delivered(hooked)
     assert again.headers["webhook-id"] == first.headers["webhook-id"] == delivery["id"]
-    assert verify(SECRET, again.headers, again.body) == verify(SECRET, first.headers, first.body)
+    sent, resent = (verify(SECRET, r.headers, r.body) for r in (first, again))
+    # The same event; only its download URL is signed afresh, at send time.
+    assert resent["type"] == sent["type"] == "job.done"
+    assert {**resent["data"]["job"], "url": None} == {**sent["data"]["job"], "url": None}
     [shown] = (await story_of(hooked.app, job["id"]))["deliveries"]
     assert shown["status"] == "delivered" and shown["attempts"] == 2
     assert [t["status_code"] for t in shown["tries"]] == [200, 200]

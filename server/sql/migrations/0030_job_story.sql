@@ -5,8 +5,12 @@
 -- whichever statement ends it (done, failed, retried, rescued, released at shutdown,
 -- cancelled) writes it, and none of them names it. Attempts still running are the job row's.
 --
--- Safe with jobs in flight: a new table and a trigger that only inserts into it; an older
--- process's statements fire it as well, so no attempt that ends after this goes unrecorded.
+-- It also notifies the webhook senders when a delivery is due again (redelivered by hand), and
+-- shows a delivery with its tries as the story does (webhook_delivery_story).
+--
+-- Safe with jobs in flight: a new table, and triggers that only insert into it or notify; an
+-- older process's statements fire them as well, so no attempt that ends after this goes
+-- unrecorded (an older process never puts a delivery back to pending).
 CREATE TABLE job_attempts (
     job_id     uuid        NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     attempt    integer     NOT NULL,
@@ -41,3 +45,33 @@ CREATE TRIGGER jobs_attempt_ended AFTER UPDATE OF status ON jobs
     FOR EACH ROW
     WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION jobs_record_attempt();
+
+-- A delivery due again (POST /v1/jobs/{id}/webhooks/{delivery_id}/redeliver) wakes every
+-- process's sender, as a new one does (job_events_after_insert); no statement notifies itself.
+CREATE FUNCTION webhook_deliveries_due_again() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('pressroom_webhooks', 'w');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER webhook_deliveries_requeued AFTER UPDATE OF status ON webhook_deliveries
+    FOR EACH ROW
+    WHEN (OLD.status <> 'pending' AND NEW.status = 'pending')
+    EXECUTE FUNCTION webhook_deliveries_due_again();
+
+-- A webhook delivery as a job's story shows it (queries.sql: job_story, redeliver_webhook): its
+-- state and every try.
+CREATE FUNCTION webhook_delivery_story(w webhook_deliveries) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', w.id, 'type', w.type, 'url', w.url, 'status', w.status,
+        'attempts', w.attempts, 'last_status_code', w.last_status_code,
+        'last_error', w.last_error,
+        'next_attempt_at', CASE WHEN w.status = 'pending' THEN w.next_attempt_at END,
+        'created_at', w.created_at, 'delivered_at', w.delivered_at,
+        'tries', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                         'attempt', t.attempt, 'status_code', t.status_code,
+                         'duration_ms', t.duration_ms, 'error', t.error, 'at', t.at)
+                         ORDER BY t.attempt), '[]'::jsonb)
+                  FROM webhook_attempts t WHERE t.delivery_id = w.id))
+$$;
