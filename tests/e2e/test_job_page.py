@@ -11,6 +11,7 @@ import pytest
 from playwright.async_api import Browser, Page
 from yarl import URL
 
+from server.keys import POOL
 from tests.browser import browser  # noqa: F401 (fixture)
 from tests.integration.test_webhooks import (  # noqa: F401 (fixtures)
     SECRET,
@@ -21,6 +22,7 @@ from tests.integration.test_webhooks import (  # noqa: F401 (fixtures)
     verify,
 )
 from tests.pdfs import FakeRenderer
+from tests.tenants import bearer, made
 
 pytestmark = pytest.mark.browser
 
@@ -125,3 +127,38 @@ async def test_an_unknown_job_says_so(
     await page.wait_for_selector("#notice:not([hidden])", timeout=WAIT_MS)
     assert "No job 00000000-0000-0000-0000-000000000000" in await page.inner_text("#notice")
     assert await page.get_attribute("#conn", "data-state") == "ended"
+
+
+async def test_with_keys_the_page_uses_the_dashboards_key_and_a_token_for_the_stream(
+    start_hooked: StartHooked,  # noqa: F811
+    browser: Browser,  # noqa: F811
+) -> None:
+    renderer = FakeRenderer()
+    renderer.gate = asyncio.Event()
+    hooked = await start_hooked(renderer)
+    app = hooked.app
+    key, _ = await made(app.app[POOL], "acme")
+    async with app.http.post(
+        app.url("/v1/jobs"), json={"template": "<p>a</p>"}, headers=bearer(key)
+    ) as resp:
+        assert resp.status == 202, await resp.text()
+        job_id = (await resp.json())["id"]
+    await asyncio.wait_for(renderer.started.wait(), 10)
+
+    keyless = await browser.new_page()
+    await keyless.goto(app.url(f"/jobs/{job_id}"))
+    await keyless.wait_for_selector("#notice:not([hidden])", timeout=WAIT_MS)
+    assert "needs an API key" in await keyless.inner_text("#notice")
+
+    context = await browser.new_context()
+    await context.add_init_script(f"localStorage.setItem('pressroom.apiKey', '{key}')")
+    page = await context.new_page()
+    streams: list[URL] = []
+    page.on("request", lambda r: streams.append(URL(r.url)) if "/events" in r.url else None)
+    await page.goto(app.url(f"/jobs/{job_id}"))
+    await page.wait_for_selector("#conn[data-state=live]", timeout=WAIT_MS)
+    renderer.gate.set()
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    assert streams and all("token" in url.query for url in streams), streams
+    assert all(key not in str(url) for url in streams), "the key never goes in a URL"
+    await context.close()
