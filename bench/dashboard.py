@@ -183,7 +183,8 @@ async def row(
         ]
     else:
         sql = query("count_jobs")
-        args = [TENANT, None, None, matching.channel, None, None, None]
+        states = [state.value for state in jobs.JobState]
+        args = [TENANT, None, None, matching.channel, None, None, None, states]
 
     async def straight() -> None:
         await pool.fetch(sql, *args)

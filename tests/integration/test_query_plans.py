@@ -292,11 +292,18 @@ async def test_searching_reads_the_index_of_each_kind_of_match(
 
 async def test_counting_the_lists_jobs_reads_an_index_only(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs/counts counts a tenant's jobs by state from jobs_tenant_tally (0029)."""
-    args = ("default", None, None, None, None, None, None)
+    states = [state.value for state in jobs.JobState]
+    args = ("default", None, None, None, None, None, None, states)
     plan = await explain(many_jobs, query("count_jobs"), *args)
     assert plan == [("Index Only Scan", "jobs")], plan
     counted = {row["status"]: row["n"] for row in await many_jobs.fetch(query("count_jobs"), *args)}
-    assert counted == {"queued": 7, "done": ROWS - ROWS // 100, "failed": ROWS // 100}
+    assert counted == {
+        "queued": 7,
+        "running": 0,
+        "done": ROWS - ROWS // 100,
+        "failed": ROWS // 100,
+        "cancelled": 0,
+    }
 
 
 async def test_the_hub_still_reads_what_follows_its_position(long_log: asyncpg.Connection) -> None:
