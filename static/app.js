@@ -258,9 +258,14 @@ function toProblem(payload, response) {
   };
 }
 
+/** A problem in one line, with the fields it names: what to change is in them. */
 function problemText(problem) {
   if (!problem) return "Something went wrong.";
-  return problem.detail ? `${problem.title}: ${problem.detail}` : problem.title;
+  const text = problem.detail ? `${problem.title}: ${problem.detail}` : problem.title;
+  const fields = (problem.errors ?? [])
+    .filter((error) => error?.field)
+    .map((error) => `${error.field}: ${error.message}`);
+  return fields.length ? `${text} (${fields.join("; ")})` : text;
 }
 
 // ---------------------------------------------------------------- formatting

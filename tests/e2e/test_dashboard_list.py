@@ -199,7 +199,14 @@ async def test_counts_filters_search_and_pages_live_in_the_url(
     await page.wait_for_function(
         "document.getElementById('jobs-message').textContent.startsWith('Could not load jobs')"
     )
-    assert "q" in await page.inner_text("#jobs-message")
+    assert "(q: " in await page.inner_text("#jobs-message")
+    # A bulk action on a filter the server refuses says why, and asks nothing.
+    page.on("dialog", lambda dialog: pytest.fail(f"asked {dialog.message!r}"))
+    await page.click("#bulk-retry")
+    await page.wait_for_function(
+        "document.getElementById('bulk-status').textContent.startsWith('Retry failed')"
+    )
+    assert "(q: " in await page.inner_text("#bulk-status")
     await page.close()
 
 
