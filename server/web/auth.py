@@ -154,10 +154,6 @@ class Authenticator:
         self._secrets: dict[str, tuple[int, tenants.TokenSecret]] = {}
         self._watches: dict[Hold, set[Watch]] = {}
         self._limiter = RateLimiter(settings.rate_limit_rps)
-        # Dev mode's reads of the active keys (open_now): the one under way, and the one that
-        # starts when it ends, which every request arriving meanwhile shares.
-        self._keys_read: asyncio.Task[None] | None = None
-        self._keys_read_next: asyncio.Task[None] | None = None
 
     async def start(self, pool: asyncpg.Pool) -> None:
         """Refuse to serve open beyond loopback; say which mode the server runs in."""
@@ -204,18 +200,8 @@ class Authenticator:
         on every process as soon as its commit is done, not when the notification arrives."""
         if not self._loopback:
             return False
-        if self._keys_read_next is None:
-            self._keys_read_next = asyncio.create_task(self._read_keys_after(self._keys_read))
-        await asyncio.shield(self._keys_read_next)
-        return not self._keys_active
-
-    async def _read_keys_after(self, under_way: asyncio.Task[None] | None) -> None:
-        """Read the active keys once `under_way` (a read that began too early for the requests
-        waiting on this one) has ended."""
-        if under_way is not None:
-            await asyncio.wait([under_way])
-        self._keys_read, self._keys_read_next = self._keys_read_next, None
         await self._read_keys_active()
+        return not self._keys_active
 
     async def _read_keys_active(self) -> None:
         """Read which keys are active, then close the streams of every other key."""
