@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -14,12 +15,15 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from server.access import signing
+from server.errors import backoff_s
 from server.options import outputs
 from server.sql import query
 
 JsonDict = dict[str, Any]
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 
 class JobState(enum.StrEnum):
@@ -433,6 +437,16 @@ async def count(pool: asyncpg.Pool, tenant: str, matching: JobFilter) -> dict[Jo
 
 #: Jobs one statement of a bulk action writes: no transaction holds more rows than this.
 BULK_BATCH = 500
+#: Tries after the first of a batch the database aborted for conflicting writes: a deadlock with
+#: a worker's multi-row writes (done writes, lease renewals), or a serialization failure where
+#: the server's default isolation is stricter than read committed. Those writes lock rows in
+#: the heap order of a bitmap scan, not by id, so no ORDER BY here would avoid the deadlock. A
+#: batch is one statement in its own transaction: an aborted try changed nothing (no job, no
+#: event), and the next acts on the same jobs as if it were the first.
+BULK_RETRIES = 3
+BULK_RETRY_BASE_S = 0.05
+BULK_RETRY_MAX_S = 0.5
+CONFLICTS = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 #: The states each bulk action applies to; the jobs in others are left as they are.
 APPLIES_TO = {
     "retry": (JobState.FAILED,),
@@ -445,6 +459,16 @@ class BulkResult:
     matched: int  # jobs the filter matched when the action began
     applied: int  # retried or cancelled (with dry_run: those it would)
     skipped: int  # matched and left as they are
+
+
+class BulkInterrupted(Exception):
+    """A batch was still aborted for conflicting writes after BULK_RETRIES more tries; the
+    `applied` jobs before it were acted on."""
+
+    def __init__(self, action: str, applied: int) -> None:
+        super().__init__(f"bulk {action} interrupted after {applied} jobs")
+        self.action = action
+        self.applied = applied
 
 
 async def act_on_matching(
@@ -479,12 +503,42 @@ async def act_on_matching(
                 after=after,
                 limit=batch,
             )
-            ids = [item.stored.job["id"] for item in page.items]
-            applied += len(await write(pool, [uuid.UUID(str(i)) for i in ids], tenant))
+            ids = [uuid.UUID(str(item.stored.job["id"])) for item in page.items]
+            try:
+                applied += await _write_batch(write, pool, ids, tenant)
+            except CONFLICTS as exc:
+                raise BulkInterrupted(action, applied) from exc
             if page.next_cursor is None:
                 break
             after = page.next_cursor
     return BulkResult(matched=matched, applied=applied, skipped=max(matched - applied, 0))
+
+
+async def _write_batch(
+    write: Callable[[asyncpg.Pool, list[uuid.UUID], str], Awaitable[list[JsonDict]]],
+    pool: asyncpg.Pool,
+    ids: list[uuid.UUID],
+    tenant: str,
+) -> int:
+    """How many of `ids` one batch's statement acted on, tried again while it is aborted for
+    conflicting writes (CONFLICTS), up to BULK_RETRIES times."""
+    retry = 0
+    while True:
+        try:
+            return len(await write(pool, ids, tenant))
+        except CONFLICTS as exc:
+            retry += 1
+            if retry > BULK_RETRIES:
+                raise
+            log.warning(
+                "bulk batch of %d jobs aborted (%s), retry %d of %d",
+                len(ids),
+                exc.sqlstate,
+                retry,
+                BULK_RETRIES,
+                extra={"tenant": tenant},
+            )
+            await asyncio.sleep(backoff_s(retry, base_s=BULK_RETRY_BASE_S, max_s=BULK_RETRY_MAX_S))
 
 
 async def next_due_at(pool: asyncpg.Pool) -> dt.datetime | None:

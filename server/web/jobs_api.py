@@ -187,6 +187,12 @@ def _source_label(item: jobs.Listed) -> str:
     return SOURCE_LABELS.get(item.source, item.source)
 
 
+#: What each bulk action did to a job, as a 503's detail says it.
+BULK_DONE = {"retry": "retried", "cancel": "cancelled"}
+#: Seconds a client waits before sending an interrupted bulk action again.
+BULK_INTERRUPTED_RETRY_S = 1
+
+
 @routes.post("/v1/jobs/retry")
 async def retry_matching(request: web.Request) -> web.Response:
     """Re-queue every failed job that matches the filter in the body (dry_run: count them)."""
@@ -202,9 +208,28 @@ async def cancel_matching(request: web.Request) -> web.Response:
 async def _act_on_matching(request: web.Request, action: str) -> web.Response:
     tenant = tenant_of(request)
     asked = validated(JobBulkRequest, await optional_body(request), checks(request))
-    result = await jobs.act_on_matching(
-        request.app[POOL], tenant, asked.matching(asked.status), action, dry_run=asked.dry_run
-    )
+    try:
+        result = await jobs.act_on_matching(
+            request.app[POOL], tenant, asked.matching(asked.status), action, dry_run=asked.dry_run
+        )
+    except jobs.BulkInterrupted as stopped:
+        log.warning(
+            "bulk %s interrupted after %d jobs: %s",
+            action,
+            stopped.applied,
+            type(stopped.__cause__).__name__,
+            extra={"tenant": tenant},
+        )
+        done, n = BULK_DONE[action], stopped.applied
+        raise Problem(
+            503,
+            "Bulk action interrupted",
+            f"The bulk {action} was interrupted after {n} {'job' if n == 1 else 'jobs'} {done}: "
+            "the database kept aborting a batch for conflicting writes. Send the same request "
+            f"again: the jobs already {done} no longer match, so it acts on the others only.",
+            kind="bulk-interrupted",
+            headers={"Retry-After": str(BULK_INTERRUPTED_RETRY_S)},
+        ) from stopped
     if not asked.dry_run:
         log.info(
             "bulk %s: %d of %d matched jobs",

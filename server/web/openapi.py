@@ -168,6 +168,12 @@ HEADERS = {"ETag", "Location", "Retry-After", "WWW-Authenticate"}
 NO_JOB = {"404": "No such job (or another tenant's)."}
 NO_ASSET = {"404": "No such asset (or another tenant's)."}
 STORAGE_DOWN = {"503": "The database or the file storage is unreachable."}
+BULK_ERRORS = {
+    **BODY_ERRORS,
+    "503": "The database is unreachable, or it kept aborting a batch for conflicting writes "
+    "(type …/bulk-interrupted; detail says after how many jobs): the jobs before it were acted "
+    "on, and the same request sent again acts on the others.",
+}
 BINARY: JsonSchema = {"schema": {"type": "string", "format": "binary", "minLength": 1}}
 #: A JSON asset is stored as sent, whatever JSON (or bytes) it is.
 ANY_JSON: JsonSchema = {"schema": {}}
@@ -276,11 +282,11 @@ OPERATIONS = (
     Op("get", "/v1/jobs/counts", "Count jobs by state, with the list's filters but the state",
        "jobs", {"200": ("The counts.", JobCounts)}, BAD_QUERY, query=JobCountsQuery),
     Op("post", "/v1/jobs/retry", "Re-queue every failed job the filter matches (dry_run: "
-       "count them)", "jobs", {"200": ("What was done.", JobBulkResult)}, BODY_ERRORS,
+       "count them)", "jobs", {"200": ("What was done.", JobBulkResult)}, BULK_ERRORS,
        body=JobBulkRequest, body_required=False),
     Op("post", "/v1/jobs/cancel", "Cancel every queued or running job the filter matches "
        "(dry_run: count them)", "jobs", {"200": ("What was done.", JobBulkResult)},
-       BODY_ERRORS, body=JobBulkRequest, body_required=False),
+       BULK_ERRORS, body=JobBulkRequest, body_required=False),
     Op("get", "/v1/jobs/{job_id}", "Get a job (long-poll with ?wait=)", "jobs",
        {"200": ("The job.", Job), "304": ("Unchanged since If-None-Match.", None)},
        {**NO_JOB, **BAD_QUERY, **OUT_OF_SCOPE}, query=JobWaitQuery,

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import asyncpg
+import pytest
 
 from server.queue import jobs
 from tests.conftest import RunningApp
@@ -241,3 +242,102 @@ async def test_bulk_actions_refuse_bad_bodies_with_what_to_send(api: RunningApp)
     assert body["status"] == 400
     # No body at all: every job of the tenant, as the unfiltered list.
     assert (await bulk(api, "cancel", None))["matched"] == 0
+
+
+async def held_jobs(pool: asyncpg.Pool, *states: str) -> list[uuid.UUID]:
+    """Jobs of channel `held` in `states`, one each, ids ascending in insertion (heap) order;
+    none due for a worker, the running ones leased by a worker that never renews."""
+    ids = sorted(uuid.uuid4() for _ in states)
+    for job_id, state in zip(ids, states, strict=True):
+        await pool.execute(
+            """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
+                                 run_after, channel, worker_id, lease_expires_at, started_at)
+               VALUES ($1, 'default', '<p>x</p>', '{}', 3, $2, $3,
+                       now() + interval '1 day', 'held',
+                       CASE WHEN $2 = 'running' THEN 'elsewhere' END,
+                       CASE WHEN $2 = 'running' THEN now() + interval '1 day' END,
+                       CASE WHEN $2 = 'running' THEN now() END)""",
+            job_id,
+            state,
+            1 if state == "running" else 0,
+        )
+    return ids
+
+
+async def deadlocked_bulk_cancel(
+    api: RunningApp, dsn: str, first: uuid.UUID, second: uuid.UUID
+) -> tuple[int, dict[str, Any], str | None]:
+    """A bulk cancel of channel `held` deadlocked once: another transaction holds `second`, the
+    bulk statement locks `first` and waits for `second`, then the other updates `first`. Only
+    the bulk statement's session has the default deadlock_timeout (1 s), so PostgreSQL aborts
+    that one; the other then rolls back. Answers the status, body and Retry-After."""
+
+    async def cancel() -> tuple[int, dict[str, Any], str | None]:
+        async with api.http.post(api.url("/v1/jobs/cancel"), json={"channel": "held"}) as resp:
+            body: dict[str, Any] = await resp.json(content_type=None)
+            return resp.status, body, resp.headers.get("Retry-After")
+
+    other = await asyncpg.connect(dsn)
+    try:
+        held = other.transaction()
+        await held.start()
+        await other.execute("SET LOCAL deadlock_timeout = '10s'")
+        await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", second)
+        request = asyncio.create_task(cancel())
+        # PostgreSQL signals no lock wait: its lock table is read until the bulk statement waits.
+        async with asyncio.timeout(10):
+            while not await other.fetchval(  # noqa: ASYNC110
+                "SELECT EXISTS (SELECT FROM pg_stat_activity"
+                " WHERE $1 = ANY (pg_blocking_pids(pid)))",
+                other.get_server_pid(),
+            ):
+                await asyncio.sleep(0.01)
+        # Waits for `first` until the bulk statement is aborted and lets go of it.
+        await other.execute("UPDATE jobs SET updated_at = updated_at WHERE id = $1", first)
+        await held.rollback()
+    finally:
+        await other.close()
+    return await request
+
+
+async def cancelled_events(pool: asyncpg.Pool) -> list[uuid.UUID]:
+    rows = await pool.fetch("SELECT job_id FROM job_events WHERE type = 'job.cancelled'")
+    return sorted(row["job_id"] for row in rows)
+
+
+async def test_bulk_cancel_deadlocked_with_another_transaction_is_retried_to_the_end(
+    api: RunningApp, pool: asyncpg.Pool, dsn: str
+) -> None:
+    first, second = await held_jobs(pool, "queued", "queued")
+    untouched = await insert(pool, 1, "done", channel="held")
+    before = await pool.fetchval("SELECT count(*) FROM job_events")
+
+    status, body, _ = await deadlocked_bulk_cancel(api, dsn, first, second)
+
+    assert status == 200, body
+    assert body == {"action": "cancel", "dry_run": False, "matched": 3, "applied": 2, "skipped": 1}
+    assert await cancelled_events(pool) == [first, second], "each cancelled once, one event"
+    assert await pool.fetchval("SELECT count(*) FROM job_events") == before + 2
+    states = await pool.fetch("SELECT status FROM jobs WHERE id = ANY($1)", [first, second])
+    assert {row["status"] for row in states} == {"cancelled"}
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", untouched[0]) == "done"
+
+
+async def test_bulk_cancel_still_deadlocked_answers_503_and_can_be_sent_again(
+    api: RunningApp, pool: asyncpg.Pool, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "BULK_RETRIES", 0)
+    # The queued jobs' batch comes first and commits; the running jobs' batch deadlocks.
+    queued, first, second = await held_jobs(pool, "queued", "running", "running")
+
+    status, body, retry_after = await deadlocked_bulk_cancel(api, dsn, first, second)
+
+    assert status == 503, body
+    assert body["type"].endswith("/bulk-interrupted")
+    assert body["detail"].startswith("The bulk cancel was interrupted after 1 job cancelled:")
+    assert retry_after is not None and int(retry_after) >= 1
+    assert await cancelled_events(pool) == [queued], "the aborted batch changed nothing"
+
+    again = await bulk(api, "cancel", {"channel": "held"})
+    assert (again["matched"], again["applied"], again["skipped"]) == (3, 2, 1)
+    assert await cancelled_events(pool) == sorted([queued, first, second])
