@@ -26,7 +26,7 @@ pytestmark = pytest.mark.browser
 
 LIVE = "#conn[data-state=live]"
 ROWS = "#jobs tr.job"
-#: Where the docs' screenshots are written when PRESSROOM_DOC_SCREENSHOTS=1 (docs/dashboard.md).
+#: Where the docs' screenshots are written when DOC_SCREENSHOTS=1 (docs/dashboard.md).
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
 
 
@@ -62,7 +62,7 @@ async def keep_screenshot(page: Page, tmp_path: Path, name: str, selector: str =
     else:
         await page.locator(selector).screenshot(path=str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    if os.environ.get("PRESSROOM_DOC_SCREENSHOTS") == "1":
+    if os.environ.get("DOC_SCREENSHOTS") == "1":
         shutil.copyfile(shot, SCREENSHOTS / name)
 
 

@@ -78,6 +78,12 @@ EXAMPLES: dict[str, Any] = {
     "output": "png",
     "screenshot": {"full_page": True},
     "thumbnail": {"width": 120},
+    # The bulk routes' filter (POST /v1/jobs/retry, /cancel): counted only, nothing changed.
+    "status": "failed",
+    "created_from": "2020-01-01T00:00:00Z",
+    "created_to": "2040-01-01T00:00:00+02:00",
+    "q": "walk",
+    "dry_run": True,
     "full_page": True,
     "selector": "main",
     "quality": 75,
