@@ -89,7 +89,8 @@ async def test_a_job_retried_once_then_done_tells_each_attempt_its_events_and_it
     assert timeline[2]["error"] == "browser crashed (test)" and timeline[2]["attempt"] == 1
     assert timeline[-1]["seconds"] is None
     totals = {p["phase"]: p["seconds"] for p in story["phases"]}
-    assert totals["queued"] >= 0.05, "the retry's backoff is time spent queued"
+    # The retry's backoff is time spent queued: half its base at the least (it is jittered).
+    assert totals["queued"] >= 0.05 / 2, "the retry's backoff is time spent queued"
     assert totals["running"] >= 0
 
     [delivery] = story["deliveries"]
