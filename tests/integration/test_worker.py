@@ -125,7 +125,13 @@ async def test_a_job_cancelled_before_it_reaches_chromium_is_never_rendered(
     workers: Workers = app.app[WORKERS]
     created = await submit(app, {"template": SLOW_TEMPLATE})
     await events(app, created["id"], until="job.running")
-    entry = workers.leases.in_flight[uuid.UUID(created["id"])]
+    # The claim's event can reach this stream before the claim's answer reaches the worker,
+    # and no event tells when the worker has taken its lease: look again shortly.
+    key = uuid.UUID(created["id"])
+    async with asyncio.timeout(5):
+        while key not in workers.leases.in_flight:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    entry = workers.leases.in_flight[key]
     assert entry.phase == Phase.PREPARING
     async with app.http.post(app.url(f"/v1/jobs/{created['id']}/cancel")) as resp:
         assert resp.status == 200
