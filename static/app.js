@@ -2,6 +2,7 @@
 // in the URL), pages and bulk actions, and keep it live over one stream (/pressroom.js: resume,
 // token renewal and the long-poll fallback are the module's).
 import { watchChannel } from "/pressroom.js";
+import { api, currentKey, keyed, setKey } from "/static/session.js";
 
 const STATUSES = ["queued", "running", "done", "failed", "cancelled"];
 const LIST_LIMIT = 50;
@@ -10,7 +11,6 @@ const LIST_FALLBACK_MS = 2500;
 // Events come in bursts; the counts are read again once a burst has passed.
 const COUNTS_AFTER_EVENT_MS = 250;
 const NOTICE_MS = 6000;
-const KEY_STORAGE = "pressroom.apiKey";
 // The filters of GET /v1/jobs, as the URL and the API name them.
 const FILTERS = ["status", "channel", "q", "created_from", "created_to"];
 
@@ -47,26 +47,9 @@ function emptyFilter() {
 
 // ---------------------------------------------------------------- API key
 
-function loadApiKey() {
-  try {
-    return localStorage.getItem(KEY_STORAGE) || "";
-  } catch {
-    return "";
-  }
-}
-
-function saveApiKey(key) {
-  try {
-    if (key) localStorage.setItem(KEY_STORAGE, key);
-    else localStorage.removeItem(KEY_STORAGE);
-  } catch {
-    // Storage disabled (private mode): the key simply does not persist.
-  }
-}
-
 function setupApiKey() {
   const input = $("api-key");
-  input.value = loadApiKey();
+  input.value = currentKey();
   $("api-key-status").textContent = input.value ? "A key is set." : "No key: dev mode.";
   $("api-key-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -79,7 +62,7 @@ function setupApiKey() {
 }
 
 function applyApiKey(key) {
-  saveApiKey(key);
+  setKey(key);
   $("api-key-status").textContent = key ? "Key saved." : "Key cleared: dev mode.";
   // Another key may mean another tenant: start over with a fresh list and stream.
   startOver();
@@ -210,53 +193,6 @@ function filterParams() {
 
 // ---------------------------------------------------------------- HTTP
 
-class ProblemError extends Error {
-  constructor(problem) {
-    super(problem.detail || problem.title);
-    this.problem = problem;
-  }
-}
-
-/** JSON request to the API; resolves to the parsed body, rejects with a ProblemError. */
-async function api(path, { method = "GET", body } = {}) {
-  const headers = { Accept: "application/json, application/problem+json" };
-  const key = loadApiKey();
-  if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  let response;
-  try {
-    response = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-      cache: "no-store",
-    });
-  } catch {
-    throw new ProblemError({ title: "Network error", detail: "The server could not be reached.", status: 0 });
-  }
-  const payload = await readJson(response);
-  if (!response.ok) throw new ProblemError(toProblem(payload, response));
-  return payload;
-}
-
-async function readJson(response) {
-  try {
-    const text = await response.text();
-    return text ? JSON.parse(text) : null;
-  } catch {
-    return null;
-  }
-}
-
-function toProblem(payload, response) {
-  const body = payload && typeof payload === "object" ? payload : {};
-  return {
-    title: String(body.title || response.statusText || "Request failed"),
-    status: body.status || response.status,
-    detail: body.detail ? String(body.detail) : "",
-    errors: Array.isArray(body.errors) ? body.errors : [],
-  };
-}
 
 /** A problem in one line, with the fields it names: what to change is in them. */
 function problemText(problem) {
@@ -694,7 +630,7 @@ function openStream() {
   setConn("reconnecting", "Connecting…");
   const watch = watchChannel("", state.filter.channel || null, {
     // In dev mode no token is needed; with a key, a token for the tenant's streams.
-    getToken: loadApiKey() ? fetchStreamToken : undefined,
+    getToken: keyed() ? fetchStreamToken : undefined,
     onEvent: handleEvent,
     onReset: handleReset,
     onState: (streamState, detail) => onStreamState(watch, streamState, detail),

@@ -2,8 +2,8 @@
 // key, follows the job's own stream while it may change (/pressroom.js: resume, token renewal,
 // the end of the stream) and reads the story again at each event; stops at the final event.
 import { watchJob } from "/pressroom.js";
+import { api, keyed } from "/static/session.js";
 
-const KEY_STORAGE = "pressroom.apiKey"; // the dashboard's (static/app.js), kept in this browser
 const FINAL = new Set(["done", "failed", "cancelled"]);
 const STATUSES = ["queued", "running", "done", "failed", "cancelled"];
 const IMAGES = new Set(["png", "jpeg", "webp"]);
@@ -19,49 +19,6 @@ function el(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined && text !== null) node.textContent = String(text);
   return node;
-}
-
-function apiKey() {
-  try {
-    return localStorage.getItem(KEY_STORAGE) || "";
-  } catch {
-    return "";
-  }
-}
-
-class ProblemError extends Error {
-  constructor(problem) {
-    super(problem.detail || problem.title || "Request failed");
-    this.problem = problem;
-  }
-}
-
-async function api(path, { method = "GET", body } = {}) {
-  const headers = { Accept: "application/json, application/problem+json" };
-  const key = apiKey();
-  if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  let response;
-  try {
-    response = await fetch(path, {
-      method, headers, cache: "no-store",
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch {
-    throw new ProblemError({ title: "Network error", detail: "The server could not be reached.", status: 0 });
-  }
-  let payload = null;
-  try {
-    const text = await response.text();
-    payload = text ? JSON.parse(text) : null;
-  } catch {
-    payload = null;
-  }
-  if (!response.ok) {
-    throw new ProblemError(payload && typeof payload === "object"
-      ? payload : { title: response.statusText, status: response.status });
-  }
-  return payload;
 }
 
 function notice(text) {
@@ -328,7 +285,7 @@ async function jobToken() {
 function follow() {
   setConn("reconnecting", "Connecting…");
   const watch = watchJob("", jobId, {
-    getToken: apiKey() ? jobToken : undefined,
+    getToken: keyed() ? jobToken : undefined,
     onEvent: () => load(),
     onReset: () => load(),
     onDone: () => {
