@@ -25,7 +25,7 @@ import aiohttp
 import asyncpg
 
 from bench.common import QUICK, database, machine, percentile, running_app
-from server.queue import db, jobs
+from server.queue import db, jobs, listing
 from server.schemas.jobs import encode_cursor
 from server.sql import query
 
@@ -150,7 +150,7 @@ async def row(
             assert resp.status == 200, await resp.text()
             await resp.read()
 
-    matching = jobs.JobFilter(
+    matching = listing.JobFilter(
         status=jobs.JobState(params["status"]) if "status" in params else None,
         channel=params.get("channel"),
         created_from=dt.datetime.fromisoformat(params["created_from"])

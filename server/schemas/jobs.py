@@ -29,7 +29,7 @@ from server.files.assets import is_id
 from server.options import RenderOptions, layered
 from server.options.finishing import PDF_TYPES
 from server.options.values import FINISHED_BY
-from server.queue import jobs
+from server.queue import listing
 from server.queue.jobs import JobState
 from server.schemas.assets import ASSET_PATH_PATTERN, MAX_JOB_ASSETS, AssetMap
 from server.schemas.common import (
@@ -348,7 +348,7 @@ def _state(value: Any) -> Any:
 
 #: A job state as a filter takes it.
 State = Annotated[JobState, BeforeValidator(_state)]
-#: A search as a filter takes it (queue/jobs.py JobFilter): an id, an idempotency key or a
+#: A search as a filter takes it (queue/listing.py JobFilter): an id, an idempotency key or a
 #: metadata value.
 Search = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -366,12 +366,12 @@ class JobFilterFields(BaseModel):
     q: Search | None = Field(
         None,
         description="Only the jobs found by this text: a job id, whole or its first "
-        f"{jobs.MIN_ID_PREFIX} or more hexadecimal digits; an idempotency key; or the value of "
+        f"{listing.MIN_ID_PREFIX} or more hexadecimal digits; an idempotency key; or the value of "
         "any key of the job's metadata (exactly, as a string).",
     )
 
-    def matching(self, status: JobState | None = None) -> jobs.JobFilter:
-        return jobs.JobFilter(
+    def matching(self, status: JobState | None = None) -> listing.JobFilter:
+        return listing.JobFilter(
             status=status,
             channel=self.channel,
             created_from=self.created_from,

@@ -185,7 +185,7 @@ FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 
 -- list_jobs --
 -- Newest first; the cursor is the (created_at, id) of the last row of the previous page; $8
--- keeps one channel's jobs only; $9 is a search (queue/jobs.py JobFilter): an id from $10 to
+-- keeps one channel's jobs only; $9 is a search (queue/listing.py JobFilter): an id from $10 to
 -- $11 (a prefix of ids; NULL when $9 is none), the idempotency key $9, or any metadata value
 -- $9. Each of the three reads its own index. page_url: the page of a page_url job, for its
 -- source's label.

@@ -20,7 +20,7 @@ from server.events.hub import Subscription, etag, etag_matches
 from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
 from server.pipeline import vault
 from server.problems import Problem, not_found
-from server.queue import admission, jobs
+from server.queue import admission, jobs, listing
 from server.queue.jobs import JobState, StoredJob
 from server.render import sources, templates
 from server.schemas.common import MAX_TEMPLATE_BYTES
@@ -147,7 +147,7 @@ async def issue_token(request: web.Request) -> web.Response:
 async def count_jobs(request: web.Request) -> web.Response:
     """How many of the tenant's jobs match the list's filters (but the state), by state."""
     query = query_of(request, JobCountsQuery)
-    counts = await jobs.count(request.app[POOL], tenant_of(request), query.matching())
+    counts = await listing.count(request.app[POOL], tenant_of(request), query.matching())
     body: dict[str, int] = {state.value: n for state, n in counts.items()}
     return json_response({**body, "total": sum(counts.values())})
 
@@ -156,7 +156,7 @@ async def count_jobs(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     tenant = tenant_of(request)
     query = query_of(request, JobListQuery)
-    page = await jobs.list_page(
+    page = await listing.list_page(
         request.app[POOL],
         tenant,
         query.matching(query.status),
@@ -181,7 +181,7 @@ SOURCE_LABELS = {
 }
 
 
-def _source_label(item: jobs.Listed) -> str:
+def _source_label(item: listing.Listed) -> str:
     if item.page_url is not None:
         return urlsplit(item.page_url).hostname or item.page_url
     return SOURCE_LABELS.get(item.source, item.source)
@@ -209,10 +209,10 @@ async def _act_on_matching(request: web.Request, action: str) -> web.Response:
     tenant = tenant_of(request)
     asked = validated(JobBulkRequest, await optional_body(request), checks(request))
     try:
-        result = await jobs.act_on_matching(
+        result = await listing.act_on_matching(
             request.app[POOL], tenant, asked.matching(asked.status), action, dry_run=asked.dry_run
         )
-    except jobs.BulkInterrupted as stopped:
+    except listing.BulkInterrupted as stopped:
         log.warning(
             "bulk %s interrupted after %d jobs: %s",
             action,

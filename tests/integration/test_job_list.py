@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from server.queue import jobs
+from server.queue import listing
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
@@ -216,8 +216,8 @@ async def test_bulk_cancel_cancels_the_channels_queued_and_running_jobs_only(
 async def test_bulk_actions_write_in_bounded_batches(pool: asyncpg.Pool) -> None:
     """A filter of more jobs than one batch is written batch after batch, every job once."""
     failed = await insert(pool, 23, "failed")
-    result = await jobs.act_on_matching(
-        pool, "default", jobs.JobFilter(), "retry", dry_run=False, batch=5
+    result = await listing.act_on_matching(
+        pool, "default", listing.JobFilter(), "retry", dry_run=False, batch=5
     )
     assert (result.matched, result.applied, result.skipped) == (23, 23, 0)
     events = await pool.fetchval("SELECT count(*) FROM job_events WHERE type = 'job.queued'")
@@ -326,7 +326,7 @@ async def test_bulk_cancel_deadlocked_with_another_transaction_is_retried_to_the
 async def test_bulk_cancel_still_deadlocked_answers_503_and_can_be_sent_again(
     api: RunningApp, pool: asyncpg.Pool, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobs, "BULK_RETRIES", 0)
+    monkeypatch.setattr(listing, "BULK_RETRIES", 0)
     # The queued jobs' batch comes first and commits; the running jobs' batch deadlocks.
     queued, first, second = await held_jobs(pool, "queued", "running", "running")
 

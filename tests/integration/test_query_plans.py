@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from server import events
-from server.queue import db, jobs, retention
+from server.queue import db, jobs, listing, retention
 from server.sql import query
 from tests.newjobs import new_job
 
@@ -280,7 +280,7 @@ async def test_searching_reads_the_index_of_each_kind_of_match(
     )
     await many_jobs.execute("ANALYZE jobs")
     for q in (str(picked["id"])[:8], "inv-9", "A-17"):
-        low, high = jobs.JobFilter(q=q).id_range()
+        low, high = listing.JobFilter(q=q).id_range()
         args = ("default", None, None, None, None, None, 51, None, q, low, high)
         plan = await explain(many_jobs, query("list_jobs"), *args)
         assert ("Seq Scan", "jobs") not in plan, (q, plan)
