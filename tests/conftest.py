@@ -29,12 +29,26 @@ from tests.pdfs import FakeRenderer
 from tests.sio import SioClient
 
 TEMPLATE_DB = f"pressroom_template_{os.getpid()}"
+_OWN_BASETEMP = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before any test process starts: what every one of them would otherwise make at once."""
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
         embedded.ensure_run_as_user()
+        if os.geteuid() == 0 and config.option.basetemp is None:
+            # Each session started as root closes /tmp/pytest-of-root to everyone else, and the
+            # embedded servers of a session already running (their user is not root) lose their
+            # folders: a session's temporary files go in a folder of its own instead.
+            config.option.basetemp = tempfile.mkdtemp(prefix="pytest-pressroom-")
+            config.stash[_OWN_BASETEMP] = Path(config.option.basetemp)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session's own temporary folder goes with it, unless a test failed (kept to look at)."""
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
