@@ -35,8 +35,9 @@ export function keyed() {
   return Boolean(currentKey());
 }
 
-/** JSON request to the API; resolves to the parsed body, rejects with a ProblemError. */
-export async function api(path, { method = "GET", body } = {}) {
+/** JSON request to the API; resolves to the parsed body (with `raw`, to the Response itself, for a
+ * file such as a preview's PDF), rejects with a ProblemError. */
+export async function api(path, { method = "GET", body, raw = false } = {}) {
   const headers = { Accept: "application/json, application/problem+json" };
   const key = currentKey();
   if (key) headers.Authorization = `Bearer ${key}`;
@@ -52,6 +53,7 @@ export async function api(path, { method = "GET", body } = {}) {
   } catch {
     throw new ProblemError({ title: "Network error", detail: "The server could not be reached.", status: 0 });
   }
+  if (raw && response.ok) return response;
   const payload = await readJson(response);
   if (!response.ok) throw new ProblemError(toProblem(payload, response));
   return payload;
