@@ -45,8 +45,9 @@ def read(document: pikepdf.Pdf) -> dict[str, str]:
 
 
 async def apply(pdf: bytes, options: RenderOptions) -> bytes:
-    """The PDF with the metadata the options ask for; unchanged (no copy) when they ask none."""
+    """The PDF with the metadata the options ask for; unchanged (no copy) when they ask none,
+    or when finishing will rewrite the file anyway and sets them there (server/pdf/finishing.py)."""
     fields = options.document_info()
-    if not fields:
+    if not fields or options.finishing:
         return pdf
     return await asyncio.to_thread(with_metadata, pdf, fields)

@@ -141,7 +141,7 @@ def run(work: Work) -> Finished:
             forms.flatten(pdf)
             took("flatten")
         if info := options.document_info():
-            docinfo.set_fields(pdf, info)  # a printed PDF has them already: the same values
+            docinfo.set_fields(pdf, info)  # a render leaves them to this pass (docinfo.apply)
             report["metadata"] = docinfo.read(pdf)
             took("metadata")
         if options.stamp is not None:
