@@ -228,7 +228,8 @@ async def remove(pool: asyncpg.Pool, storage: Storage, tenant: str, asset_id: st
         await conn.execute(query("asset_lock"), tenant)
         if not await find(conn, tenant, [asset_id]):
             return Removal(found=False, users=[])
-        users = [row["id"] for row in await conn.fetch(query("asset_users"), tenant, asset_id)]
+        used = await conn.fetchrow(query("asset_users"), tenant, [asset_id])
+        users: list[uuid.UUID] = used["jobs"] if used is not None else []
         if users:
             return Removal(found=True, users=users)
         await conn.execute(query("asset_delete"), tenant, asset_id)

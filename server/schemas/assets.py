@@ -93,6 +93,40 @@ class AssetLinks(BaseModel):
     content: str = Field(description="Its bytes, with its content type.")
 
 
+MAX_USERS_SHOWN = 20
+
+
+class TemplateUser(BaseModel):
+    name: str = Field(description="The template.")
+    version: Annotated[int, Field(ge=1)] = Field(description="The version whose map names it.")
+    path: str = Field(description="The path it is mapped to there.")
+    link: str = Field(description="That version.")
+
+
+class JobUser(BaseModel):
+    id: str = Field(description="A queued or running job that uses it.")
+    link: str = Field(description="That job.")
+
+
+class AssetUsage(BaseModel):
+    """What uses an asset: the template versions that map it, and the jobs in flight."""
+
+    templates: list[TemplateUser] = Field(
+        description=f"Template versions whose assets map names it (at most {MAX_USERS_SHOWN}, "
+        "by name, newest version first)."
+    )
+    template_versions: Annotated[int, Field(ge=0)] = Field(
+        description="How many template versions name it, all told."
+    )
+    jobs: list[JobUser] = Field(
+        description="The first queued or running jobs that use it (oldest first, at most 5): "
+        "in their asset map, as an attachment, a stamp image or a Factur-X XML."
+    )
+    jobs_in_flight: Annotated[int, Field(ge=0)] = Field(
+        description="How many queued or running jobs use it: while any do, it cannot be deleted."
+    )
+
+
 class Asset(BaseModel):
     """A stored asset: the same bytes are the same asset, for good."""
 
@@ -103,6 +137,7 @@ class Asset(BaseModel):
     content_type: str = Field(description="Its content type, as jobs' pages get it.")
     created_at: dt.datetime = Field(description="First stored at.")
     links: AssetLinks = Field(description="What can be done with it.")
+    used_by: AssetUsage = Field(description="What uses it.")
 
 
 class FormField(BaseModel):

@@ -4,6 +4,7 @@ the batch as GET /v1/batches/{id} shows it."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -12,7 +13,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -20,8 +23,8 @@ from pydantic_core import PydanticCustomError
 
 from server.options import RenderOptions
 from server.queue.jobs import JobState
-from server.schemas.common import REQUEST, Channel, WebhookUrl
-from server.schemas.jobs import JobRequest
+from server.schemas.common import QUERY, REQUEST, Channel, Limit, WebhookUrl, parse_time
+from server.schemas.jobs import CURSOR_PATTERN, JobRequest
 
 MAX_BATCH_ITEMS = 1000
 MAX_KEY_CHARS = 200
@@ -186,3 +189,48 @@ class Batch(BaseModel):
     combined: BatchCombined | None = Field(description="The combined PDF (null without combine).")
     items: list[BatchItemSummary] = Field(description="In submission order.")
     links: BatchLinks = Field(description="What can be done with it.")
+
+
+def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
+    if isinstance(value, str) and re.fullmatch(CURSOR_PATTERN, value):
+        created, _, batch_id = value.partition("~")
+        if (parsed := parse_time(created)) is not None:
+            return parsed, uuid.UUID(batch_id)
+    raise ValueError("is not a cursor this server gave out")
+
+
+class BatchListQuery(BaseModel):
+    """GET /v1/batches: the page."""
+
+    model_config = QUERY
+
+    limit: Limit = Field(50, description="Batches per page.")
+    cursor: (
+        Annotated[
+            tuple[dt.datetime, uuid.UUID],
+            PlainValidator(_cursor),
+            WithJsonSchema({"type": "string", "pattern": f"^{CURSOR_PATTERN}$"}),
+        ]
+        | None
+    ) = Field(None, description="next_cursor of the previous page.")
+
+
+class BatchSummary(BaseModel):
+    """A batch as the list shows it: the batch without its items."""
+
+    id: uuid.UUID = Field(description="The batch's id.")
+    status: Literal["running", "done"] = Field(description="As the batch's own.")
+    total: int = Field(description="Items.")
+    counts: BatchCounts = Field(description="Items by state.")
+    progress: Annotated[int, Field(ge=0, le=100)] = Field(description="Percent final.")
+    webhook_url: str | None = Field(description="The batch's webhook URL.")
+    channel: str | None = Field(description="The batch's channel, as submitted.")
+    created_at: dt.datetime = Field(description="Submitted at.")
+    finished_at: dt.datetime | None = Field(description="As the batch's own.")
+    combined: BatchCombined | None = Field(description="The combined PDF (null without combine).")
+    links: BatchLinks = Field(description="What can be done with it.")
+
+
+class BatchList(BaseModel):
+    items: list[BatchSummary] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")

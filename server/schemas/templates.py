@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -147,4 +147,33 @@ class TemplateSummary(BaseModel):
 
 class TemplateList(BaseModel):
     items: list[TemplateSummary] = Field(description="By name.")
+    next_cursor: str | None = Field(description="The next page's cursor; null on the last.")
+
+
+class TemplateVersionListQuery(BaseModel):
+    """GET /v1/templates/{name}/versions: the page."""
+
+    model_config = QUERY
+
+    limit: Limit = Field(50, description="Versions per page.")
+    cursor: Annotated[str, Field(pattern=r"^[1-9][0-9]{0,8}$")] | None = Field(
+        None, description="next_cursor of the previous page: the last version it showed."
+    )
+
+
+class TemplateVersionLinks(BaseModel):
+    self: str = Field(description="This version, whole.")
+
+
+class TemplateVersionSummary(BaseModel):
+    version: Annotated[int, Field(ge=1)] = Field(description="The version.")
+    template_id: str = Field(description="name@version, for jobs.")
+    kind: Literal["html", "docx"] = Field(description="Jinja2 HTML, or a Word template.")
+    created_at: dt.datetime = Field(description="Stored at.")
+    links: TemplateVersionLinks = Field(description="Where it is.")
+
+
+class TemplateVersionList(BaseModel):
+    name: str = Field(description="The template's name.")
+    items: list[TemplateVersionSummary] = Field(description="Newest version first.")
     next_cursor: str | None = Field(description="The next page's cursor; null on the last.")

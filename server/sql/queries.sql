@@ -613,6 +613,24 @@ WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
 ORDER BY name, version DESC
 LIMIT $3;
 
+-- template_version_list --
+-- A tenant's ($1) template $2, newest version first, below the cursor version $3, at most $4.
+-- kind: html, or docx for a Word template (no HTML).
+SELECT version, created_at, CASE WHEN html IS NULL THEN 'docx' ELSE 'html' END AS kind
+FROM templates
+WHERE tenant = $1 AND name = $2 AND ($3::int IS NULL OR version < $3)
+ORDER BY version DESC
+LIMIT $4;
+
+-- template_asset_users --
+-- The template versions of the tenant ($1) whose asset map names one of the assets $2, as
+-- (asset, name, version, path), newest version first within a name.
+SELECT a.asset_id, t.name, t.version, a.path
+FROM templates t
+CROSS JOIN LATERAL jsonb_each_text(t.assets) AS a (path, asset_id)
+WHERE t.tenant = $1 AND a.asset_id = ANY($2::text[])
+ORDER BY a.asset_id, t.name, t.version DESC;
+
 -- batch_lock --
 -- One batch submission per tenant at a time: keys and batches are checked, then inserted.
 SELECT pg_advisory_xact_lock(hashtextextended($1, 8));
@@ -677,6 +695,15 @@ FROM batch_items i JOIN jobs j ON j.id = i.job_id
 WHERE i.batch_id = $1
 ORDER BY i.position;
 
+-- batch_list --
+-- A tenant's ($1) batches, newest first, after the cursor ($2, $3: the created_at and id of the
+-- previous page's last batch), at most $4, each as the API shows it.
+SELECT batch_public(b) AS batch, b.created_at, b.id
+FROM batches b
+WHERE b.tenant = $1 AND ($2::timestamptz IS NULL OR (b.created_at, b.id) < ($2, $3::uuid))
+ORDER BY b.created_at DESC, b.id DESC
+LIMIT $4;
+
 -- metrics_jobs --
 -- Jobs by state, in two parts that never overlap (a CHECK ties finished_at to the final
 -- states), each read through an index instead of over every row (0007).
@@ -716,17 +743,24 @@ ON CONFLICT (tenant, id) DO NOTHING
 RETURNING id, size, content_type, created_at;
 
 -- asset_users --
--- Queued and running jobs of the tenant ($1) whose page or finishing uses the asset $2 (a
--- few, to name): in its asset map, as an attachment, an image stamp or a Factur-X XML.
-SELECT j.id FROM jobs j
-WHERE j.tenant = $1 AND j.status IN ('queued', 'running')
-  AND (EXISTS (SELECT 1 FROM jsonb_each(coalesce(j.assets, '{}')) AS a (path, ref)
-               WHERE a.ref->>'id' = $2)
-       OR j.options->'stamp'->>'asset' = $2 OR j.options->'facturx'->>'xml' = $2
-       OR jsonb_path_exists(j.options, '$.attachments[*] ? (@.asset == $id)',
-                            jsonb_build_object('id', $2::text)))
-ORDER BY j.created_at
-LIMIT 5;
+-- Queued and running jobs of the tenant ($1) whose page or finishing uses one of the assets $2:
+-- in its asset map, as an attachment, an image stamp or a Factur-X XML. Per asset, how many
+-- (n) and the first few of them (jobs, oldest first, to name). One pass over the jobs in flight.
+WITH used AS (
+    SELECT DISTINCT j.id, j.created_at, u.asset_id
+    FROM jobs j
+    CROSS JOIN LATERAL (
+        SELECT a.ref->>'id' FROM jsonb_each(coalesce(j.assets, '{}')) AS a (path, ref)
+        UNION ALL SELECT j.options->'stamp'->>'asset'
+        UNION ALL SELECT j.options->'facturx'->>'xml'
+        UNION ALL SELECT jsonb_path_query(j.options, '$.attachments[*].asset') #>> '{}'
+    ) AS u (asset_id)
+    WHERE j.tenant = $1 AND j.status IN ('queued', 'running')
+)
+SELECT asset_id, count(*) AS n, (array_agg(id ORDER BY created_at, id))[1:5] AS jobs
+FROM used
+WHERE asset_id = ANY($2::text[])
+GROUP BY asset_id;
 
 -- asset_delete --
 DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING id;

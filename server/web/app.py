@@ -61,6 +61,7 @@ from server.web import (
     sse,
     story_api,
     templates_api,
+    views_api,
 )
 from server.web.auth import Authenticator
 from server.web.cors import Cors
@@ -274,6 +275,7 @@ def create_app(
     if settings.run_web:
         app.add_routes(jobs_api.routes)
         app.add_routes(story_api.routes)  # a job's story, and its page at /jobs/{id}
+        app.add_routes(views_api.routes)  # the batches, templates and assets pages
         app.add_routes(sse.routes)
         app.add_routes(batches_api.routes)
         app.add_routes(assets_api.routes)

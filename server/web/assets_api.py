@@ -4,7 +4,9 @@ GET …/fields (a PDF's form)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import asyncpg
 from aiohttp import web
 
 from server.errors import StorageError
@@ -13,7 +15,7 @@ from server.files.assets import Asset, Upload
 from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
 from server.options.finishing import PDF_TYPES
 from server.problems import Problem, not_found
-from server.schemas.assets import AssetListQuery
+from server.schemas.assets import MAX_USERS_SHOWN, AssetListQuery
 from server.sql import query
 from server.web import uploads
 from server.web.common import json_response, query_of, read_body, tenant_of
@@ -39,6 +41,30 @@ async def _stored(request: web.Request) -> Asset:
     return found[asset_id]
 
 
+async def used_by(
+    conn: asyncpg.Pool | asyncpg.Connection, tenant: str, ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    """What uses each of these assets (the tenant's): template versions and jobs in flight."""
+    usage: dict[str, dict[str, Any]] = {
+        asset_id: {"templates": [], "template_versions": 0, "jobs": [], "jobs_in_flight": 0}
+        for asset_id in ids
+    }
+    for row in await conn.fetch(query("template_asset_users"), tenant, ids):
+        shown = usage[row["asset_id"]]
+        shown["template_versions"] += 1
+        if len(shown["templates"]) < MAX_USERS_SHOWN:
+            template_id = f"{row['name']}@{row['version']}"
+            link = f"/v1/templates/{template_id}"
+            shown["templates"].append(
+                {"name": row["name"], "version": row["version"], "path": row["path"], "link": link}
+            )
+    for row in await conn.fetch(query("asset_users"), tenant, ids):
+        shown = usage[row["asset_id"]]
+        shown["jobs_in_flight"] = row["n"]
+        shown["jobs"] = [{"id": str(job), "link": f"/v1/jobs/{job}"} for job in row["jobs"]]
+    return usage
+
+
 @routes.post("/v1/assets")
 async def upload(request: web.Request) -> web.Response:
     """Store the body as an asset of its Content-Type: 201, or 200 when it is there already."""
@@ -62,8 +88,11 @@ async def upload(request: web.Request) -> web.Response:
         max_total_bytes=settings.tenant_max_asset_bytes,
     )
     shown = asset.public()
+    usage = await used_by(request.app[POOL], tenant_of(request), [asset.id])
     return json_response(
-        shown, status=201 if created else 200, headers={"Location": shown["links"]["self"]}
+        {**shown, "used_by": usage[asset.id]},
+        status=201 if created else 200,
+        headers={"Location": shown["links"]["self"]},
     )
 
 
@@ -76,7 +105,10 @@ async def list_assets(request: web.Request) -> web.Response:
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         rows = await conn.fetch(query("asset_list"), tenant, page.cursor, page.limit + 1)
         total = await conn.fetchval(query("asset_total"), tenant)
-    items = [Asset.from_row(row).public() for row in rows[: page.limit]]
+        items = [Asset.from_row(row).public() for row in rows[: page.limit]]
+        usage = await used_by(conn, tenant, [item["id"] for item in items])
+    for item in items:
+        item["used_by"] = usage[item["id"]]
     next_cursor = items[-1]["id"] if len(rows) > page.limit else None
     return json_response(
         {
@@ -90,8 +122,10 @@ async def list_assets(request: web.Request) -> web.Response:
 
 @routes.get("/v1/assets/{asset_id}")
 async def get_asset(request: web.Request) -> web.Response:
-    """The asset's id, size, content type and links."""
-    return json_response((await _stored(request)).public())
+    """The asset's id, size, content type, links, and what uses it."""
+    shown = (await _stored(request)).public()
+    usage = await used_by(request.app[POOL], tenant_of(request), [shown["id"]])
+    return json_response({**shown, "used_by": usage[shown["id"]]})
 
 
 @routes.get("/v1/assets/{asset_id}/content")

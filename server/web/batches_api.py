@@ -28,13 +28,15 @@ from server.problems import Problem, invalid, not_found
 from server.queue import admission, combine
 from server.queue.jobs import NewJob, job_columns, source_columns
 from server.render import templates
-from server.schemas.batches import BatchItem, BatchRequest, CombineOptions
+from server.schemas.batches import BatchItem, BatchListQuery, BatchRequest, CombineOptions
 from server.schemas.common import MAX_TEMPLATE_BYTES
+from server.schemas.jobs import encode_cursor
 from server.sql import query
 from server.web import auth, files, present, submission
 from server.web.common import (
     checks,
     json_response,
+    query_of,
     read_json,
     tenant_of,
     validated,
@@ -242,13 +244,42 @@ async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) 
         summary.update({name: job[name] for name in ITEM_SUMMARY_FIELDS if name in job})
         items.append(summary)
     shown["items"] = items
-    channel = shown.get("channel")
+    shown["links"] = _links(shown)
+    return shown
+
+
+def _links(shown: dict[str, Any]) -> dict[str, str]:
+    batch_id, channel = shown["id"], shown.get("channel")
     # A query may hold ':', '@' and '/' as they are (RFC 3986).
     events = "/v1/events" + (f"?channel={quote(channel, safe=':@/')}" if channel else "")
-    shown["links"] = {"self": f"/v1/batches/{batch_id}", "events": events}
+    links = {"self": f"/v1/batches/{batch_id}", "events": events}
     if shown.get("combined") is not None:
-        shown["links"]["pdf"] = signing.download_path(str(batch_id), signing.COMBINED)
-    return shown
+        links["pdf"] = signing.download_path(str(batch_id), signing.COMBINED)
+    return links
+
+
+@routes.get("/v1/batches")
+async def list_batches(request: web.Request) -> web.Response:
+    """A page of the tenant's batches, newest first, each without its items."""
+    page = query_of(request, BatchListQuery)
+    tenant = tenant_of(request)
+    created, after = page.cursor or (None, None)
+    rows = await request.app[POOL].fetch(
+        query("batch_list"), tenant, created, after, page.limit + 1
+    )
+    items = []
+    for row in rows[: page.limit]:
+        shown = await downloads.present_batch(
+            dict(row["batch"]),
+            tenant,
+            storage=request.app[STORAGE],
+            settings=request.app[SETTINGS],
+            minted_by=auth.key_id_of(request),
+        )
+        items.append({**shown, "links": _links(shown)})
+    last = rows[page.limit - 1] if len(rows) > page.limit else None
+    next_cursor = encode_cursor(last["created_at"], last["id"]) if last is not None else None
+    return json_response({"items": items, "next_cursor": next_cursor})
 
 
 def _batch_id(request: web.Request) -> uuid.UUID:

@@ -15,9 +15,10 @@ from server.files import assets
 from server.options import outputs
 from server.queue import admission
 from server.schemas.assets import Asset, AssetFields, AssetList, AssetListQuery
-from server.schemas.batches import Batch, BatchRequest
+from server.schemas.batches import Batch, BatchList, BatchListQuery, BatchRequest
 from server.schemas.common import (
     EVENT_ID_PATTERN,
+    NAME_PATTERN,
     TEMPLATE_ID_PATTERN,
     Health,
     Readiness,
@@ -50,6 +51,8 @@ from server.schemas.templates import (
     TemplateList,
     TemplateListQuery,
     TemplateRequest,
+    TemplateVersionList,
+    TemplateVersionListQuery,
 )
 from server.web.openapi_push import SSE, Stream
 
@@ -65,6 +68,10 @@ PATH_PARAMETERS: dict[str, tuple[JsonSchema, str]] = {
     "job_id": (UUID, "The job's id. Another tenant's job answers 404, as an unknown id."),
     "delivery_id": (UUID, "A webhook delivery of the job (its webhook-id)."),
     "batch_id": (UUID, "The batch's id. Another tenant's batch answers 404, as an unknown id."),
+    "name": (
+        {"type": "string", "pattern": f"^{NAME_PATTERN}$"},
+        "A template's name. Another tenant's template answers 404, as an unknown name.",
+    ),
     "template_id": (
         {"type": "string", "pattern": f"^{TEMPLATE_ID_PATTERN}$"},
         "A template name (latest version) or name@version.",
@@ -343,6 +350,8 @@ OPERATIONS = (
        {"202": ("Accepted.", Batch), "200": ("The same request was made before.", Batch)},
        {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},
        body=BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
+    Op("get", "/v1/batches", "The tenant's batches, newest first, with their progress",
+       "batches", {"200": ("A page.", BatchList)}, BAD_QUERY, query=BatchListQuery),
     Op("get", "/v1/batches/{batch_id}", "A batch: progress, counts, its items' jobs and "
        "its combined PDF", "batches", {"200": ("The batch.", Batch)}, {"404": "No such batch."}),
     Op("get", "/v1/batches/{batch_id}/pdf",
@@ -366,9 +375,11 @@ OPERATIONS = (
        media={kind: ANY_JSON if kind == "application/json" else BINARY
               for kind in assets.CONTENT_TYPES},
        headers={"201": ("Location",), "200": ("Location",)}),
-    Op("get", "/v1/assets", "The tenant's assets, by id, with what they take of its quota",
+    Op("get", "/v1/assets", "The tenant's assets, by id, with what uses each and what they "
+       "take of its quota",
        "assets", {"200": ("A page.", AssetList)}, BAD_QUERY, query=AssetListQuery),
-    Op("get", "/v1/assets/{asset_id}", "An asset: its size and content type", "assets",
+    Op("get", "/v1/assets/{asset_id}", "An asset: its size, content type and what uses it",
+       "assets",
        {"200": ("The asset.", Asset)}, NO_ASSET),
     Op("get", "/v1/assets/{asset_id}/content", "An asset's bytes (as a download)", "assets",
        {"200": ("The bytes, with the asset's content type.", tuple(assets.CONTENT_TYPES))},
@@ -394,6 +405,10 @@ OPERATIONS = (
     Op("get", "/v1/templates/{template_id}", "A stored template (latest, or name@version) "
        "and its versions", "templates", {"200": ("The template.", Template)},
        {"404": "No such template."}),
+    Op("get", "/v1/templates/{name}/versions", "A template's versions, newest first",
+       "templates", {"200": ("A page.", TemplateVersionList)},
+       {**BAD_QUERY, "404": "No such template (or another tenant's)."},
+       query=TemplateVersionListQuery),
     Op("post", "/v1/templates/{template_id}/preview", "Render a stored template with its "
        "sample data (or data given) to PDF now", "templates",
        {"200": ("The PDF (header Pressroom-Pages: its pages), or the image options.output "

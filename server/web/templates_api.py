@@ -21,6 +21,7 @@ from server.schemas.templates import (
     PreviewRequest,
     TemplateListQuery,
     TemplateRequest,
+    TemplateVersionListQuery,
 )
 from server.sql import query
 from server.web import submission
@@ -116,6 +117,32 @@ async def get_template(request: web.Request) -> web.Response:
         {"version": row["version"], "created_at": row["created_at"].isoformat()} for row in rows
     ]
     return json_response(shown)
+
+
+@routes.get("/v1/templates/{name}/versions")
+async def list_versions(request: web.Request) -> web.Response:
+    """A page of a template's versions, newest first; `cursor` is the last version of a page."""
+    name = request.match_info["name"]
+    if parse_template_id(name) != (name, None):
+        raise not_found("template")
+    page = query_of(request, TemplateVersionListQuery)
+    pool, tenant = request.app[POOL], tenant_of(request)
+    before = int(page.cursor) if page.cursor is not None else None
+    rows = await pool.fetch(query("template_version_list"), tenant, name, before, page.limit + 1)
+    if not rows and not await library.find(pool, tenant, [(name, None)]):
+        raise not_found("template")
+    items = [
+        {
+            "version": row["version"],
+            "template_id": f"{name}@{row['version']}",
+            "kind": row["kind"],
+            "created_at": row["created_at"].isoformat(),
+            "links": {"self": f"/v1/templates/{name}@{row['version']}"},
+        }
+        for row in rows[: page.limit]
+    ]
+    next_cursor = str(items[-1]["version"]) if len(rows) > page.limit else None
+    return json_response({"name": name, "items": items, "next_cursor": next_cursor})
 
 
 @routes.post("/v1/templates/{template_id}/preview")

@@ -19,10 +19,12 @@ from tests.conftest import RunningApp, fresh_database
 from tests.pdfs import FakeRenderer
 
 ROOT = Path(__file__).resolve().parents[2]
-# Served but not part of the JSON API: the dashboard and a job's page (/jobs/{id}), their files,
+# Served but not part of the JSON API: the dashboard, a job's page (/jobs/{id}), the batches,
+# templates and assets pages, their files,
 # the browser module, Socket.IO's own protocol, the reference page (/docs) and its files.
 UNDOCUMENTED = re.compile(
-    r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?|/jobs/\{job_id\})$"
+    r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?|/jobs/\{job_id\}"
+    r"|/batches(/\{batch_id\})?|/templates(/\{name\})?|/assets)$"
 )
 
 
