@@ -35,19 +35,22 @@ export function keyed() {
   return Boolean(currentKey());
 }
 
-/** JSON request to the API; resolves to the parsed body (with `raw`, to the Response itself, for a
- * file such as a preview's PDF), rejects with a ProblemError. */
+/** JSON request to the API (a FormData body is sent as multipart/form-data); resolves to the
+ * parsed body (with `raw`, to the Response itself, for a file such as a preview's PDF), rejects
+ * with a ProblemError. */
 export async function api(path, { method = "GET", body, raw = false } = {}) {
   const headers = { Accept: "application/json, application/problem+json" };
   const key = currentKey();
   if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // A FormData body: the browser writes its Content-Type, with the boundary.
+  const multipart = body instanceof FormData;
+  if (body !== undefined && !multipart) headers["Content-Type"] = "application/json";
   let response;
   try {
     response = await fetch(path, {
       method,
       headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined || multipart ? body : JSON.stringify(body),
       cache: "no-store",
     });
   } catch {
