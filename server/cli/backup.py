@@ -37,7 +37,7 @@ import shutil
 import sys
 import warnings
 from asyncio.subprocess import DEVNULL, PIPE
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
@@ -402,14 +402,19 @@ def _created(path: Path, mode: int) -> Any:
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb")
 
 
-async def read_cluster(cluster: Path) -> Contents:
-    """Start the cluster in `cluster` on its own, read what it holds, and stop it cleanly."""
+async def read_cluster(
+    cluster: Path, then: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
+) -> Contents:
+    """Start the cluster in `cluster` on its own, read what it holds (then run `then` on it),
+    and stop it cleanly."""
     await asyncio.to_thread(_hand_to_server_user, cluster)
     server = EmbeddedPostgres(cluster)
     try:
         conn = await db.connect(await server.start())
         try:
             contents = await _contents(conn)
+            if then is not None:
+                await then(conn)
         finally:
             await conn.close()
     except EmbeddedPostgresError:

@@ -15,6 +15,7 @@ import os
 import warnings
 from pathlib import Path, PurePosixPath
 
+import asyncpg
 from pydantic import ValidationError
 
 from server import sql
@@ -35,6 +36,16 @@ from server.cli.backup import (
 )
 from server.files.storage import fsync_folder
 from server.settings import Settings
+
+#: How far the event ids jump at a restore: past every id the lost installation may have given
+#: out after its backup (2**40 is over four months at 100,000 events a second), so no id is given
+#: out twice, and a client holding one of those gets a reset, not someone else's events.
+LOST_EVENT_IDS = 2**40
+SKIP_EVENT_IDS = "SELECT setval('job_events_id_seq', job_events_next_id() + $1, false)"
+
+
+async def _past_lost_event_ids(conn: asyncpg.Connection) -> None:
+    await conn.execute(SKIP_EVENT_IDS, LOST_EVENT_IDS)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,7 +88,7 @@ async def restore(settings: Settings, source: Path) -> Manifest:
     try:
         staging.mkdir(parents=True)
         await asyncio.to_thread(_copy_checked, source, staging, manifest)
-        contents = await read_cluster(staging / CLUSTER)
+        contents = await read_cluster(staging / CLUSTER, then=_past_lost_event_ids)
         files = {
             path.removeprefix(FILES + "/"): entry
             for path, entry in manifest.files.items()

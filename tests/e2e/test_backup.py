@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 from yarl import URL
 
-from server.cli import backup
+from server.cli import backup, restore
 from server.files import assets
 from server.files.storage import LocalStorage
 from server.queue import db, retention
@@ -188,6 +188,11 @@ async def test_a_backup_made_while_jobs_render_restores_them_whole(tmp_path: Pat
                 int(cursor),
             )
         ]
+        next_id = int(await conn.fetchval("SELECT job_events_next_id()"))
+    # The ids from the backup's next one on were the lost installation's, and are never given
+    # out again: the restored server's begin past them, and a cursor among them is reset.
+    assert next_id > restore.LOST_EVENT_IDS
+    lost_cursor = str(next_id - restore.LOST_EVENT_IDS + 2)
     assert set(held) == {first, *slow}
     assert held[first]["status"] == "done"
     running = [job for job in slow if held[job]["status"] == "running"]
@@ -217,6 +222,16 @@ async def test_a_backup_made_while_jobs_render_restores_them_whole(tmp_path: Pat
         assert ids[: len(after_cursor)] == after_cursor, "the backup's events after the cursor"
         newest = max(int(event_id) for event_id in [cursor, *after_cursor])
         assert all(int(str(event_id)) > newest for event_id in ids[len(after_cursor) :])
+        assert all(int(str(event_id)) >= next_id for event_id in ids[len(after_cursor) :])
+        async with (
+            aiohttp.ClientSession() as browser,
+            browser.get(
+                f"{base}/v1/events?token={token}", headers={"Last-Event-ID": lost_cursor}
+            ) as resp,
+        ):
+            assert resp.status == 200
+            reset = await anext(messages(resp))
+        assert (reset.event, reset.json["code"]) == ("reset", "pruned"), reset
 
         for job in slow:
             async with http.get(f"{base}/v1/jobs/{job}") as resp:
