@@ -8,11 +8,12 @@ server's), a job cursor naming a real time, a public webhook URL and page URL (w
 cookie domains that are its host, and header names the browser leaves to the page), fresh
 idempotency and batch item keys (a key reused with other content is refused by design), no
 asset map and no finishing option that names an asset (asset ids are the server's), no
-signature (the server has no signing key), no uploaded PDFs (a `pdfs` job becomes a
-template one) and no form to fill (its data paths are the data's), a PDF asset that is a
-whole PDF, an asset of at least one byte (the server refuses an empty one), a multipart job
-whose index part is a page and whose job part is JSON, and a stored template's preview that
-names the output its options are for (the template's own output is the server's)."""
+signature (the server has no signing key), no uploaded PDFs or Word templates (a `pdfs` or
+`docx` job becomes a template one, a Word template version an HTML one) and no form to fill
+(its data paths are the data's), a PDF asset that is a whole PDF, an asset of at least one
+byte (the server refuses an empty one), a multipart job whose index part is a page and whose
+job part is JSON, and a stored template's preview that names the output its options are for
+(the template's own output is the server's)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ def _keep_server_rules(case: Any) -> None:
             # options): the body names the output its own options are for.
             options["output"] = "webp" if options.get("screenshot") is not None else "pdf"
     body.pop("assets", None)
+    if body.pop("docx", None) is not None:  # a Word template is the server's asset: HTML instead
+        body["html"] = PLAIN
     _source(body, "html")
     _job(body)
     for item in body.get("items") or ():
@@ -91,8 +94,9 @@ def _keep_server_rules(case: Any) -> None:
 
 
 def _job(body: dict[str, Any]) -> None:
-    if body.pop("pdfs", None) is not None:  # uploaded PDFs are the server's: a template instead
-        body["template"] = PLAIN
+    for source in ("pdfs", "docx"):  # uploads are the server's: a template instead
+        if body.pop(source, None) is not None:
+            body["template"] = PLAIN
     _source(body, "template")
     _source(body, "markdown")
     if body.get("webhook_url") is not None:

@@ -17,6 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import asyncpg
 
@@ -33,7 +34,7 @@ from server.queue import jobs, lease
 from server.queue.jobs import ClaimedJob, JobState
 from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.queue.metrics import Metrics
-from server.render import images, sources
+from server.render import docx, images, sources
 from server.render.chromium import Assets, Renderer, RenderResult
 from server.render.office import OfficePool
 from server.signkey import SigningKey
@@ -253,7 +254,7 @@ class Workers:
                 _enter(held, Phase.RENDERING, steps)
                 with self._metrics.render_seconds.time():
                     if isinstance(html, sources.OfficeFile):
-                        result = await self._convert(html, page_files, render_options)
+                        result = await self._convert(html, page_files, render_options, job.data)
                     else:
                         result = await self._renderer.render(
                             html,
@@ -306,10 +307,19 @@ class Workers:
         return Outcome.DONE
 
     async def _convert(
-        self, document: sources.OfficeFile, files: Assets | None, given: options.RenderOptions
+        self,
+        document: sources.OfficeFile,
+        files: Assets | None,
+        given: options.RenderOptions,
+        values: dict[str, Any],
     ) -> RenderResult:
-        """An Office file (the job's one asset) converted by LibreOffice, in this slot."""
+        """An Office file (the job's one asset) converted by LibreOffice, in this slot; a Word
+        template filled with the job's data first."""
         _, data = (files or {})[document.name]
+        if isinstance(document, sources.WordTemplate):
+            data = await docx.fill(
+                data, document.name, values, files or {}, timeout_s=self._config.render_timeout_s
+            )
         converted = await self.office.convert(
             data, document.name, given, timeout_s=self._config.render_timeout_s
         )

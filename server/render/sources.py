@@ -1,6 +1,7 @@
 """A job's source → what Chromium loads: HTML (a template, or Markdown, through Jinja2 with the
 job's data) or a page to open (page_url). `options.css` joins any of them. An Office file goes
-to LibreOffice instead (server/render/office.py)."""
+to LibreOffice instead (server/render/office.py), and so does a Word template once filled
+(server/render/docx.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from server.render import markdown, templates
 #: A job's sources, as the jobs_source_known CHECK names them. A `pdfs` job loads nothing here:
 #: its uploads are joined in finishing (server/pdf/finishing.py).
 TEMPLATE, MARKDOWN, PAGE_URL, OFFICE, PDFS = "template", "markdown", "page_url", "office", "pdfs"
+DOCX = "docx"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,8 +38,15 @@ class OfficeFile:
     name: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class WordTemplate(OfficeFile):
+    """A Word template, filled with the job's data before LibreOffice converts it."""
+
+
 def office(source: str, text: str) -> OfficeFile | None:
     """The Office file a job converts (None for a job Chromium prints)."""
+    if source == DOCX:
+        return WordTemplate(text)
     return OfficeFile(text) if source == OFFICE else None
 
 

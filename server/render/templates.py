@@ -163,9 +163,17 @@ def _written(node: nodes.Node) -> str | None:
     return None
 
 
-def render(source: str, data: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-    """Template + data → HTML in this thread. Every template failure is permanent."""
-    return _render_in(Budget(timeout_s), source, data)
+def render(
+    source: str,
+    data: dict[str, Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    budget: Budget | None = None,
+) -> str:
+    """Template + data → HTML in this thread. Every template failure is permanent. A `budget`
+    given is spent instead of a new one of `timeout_s`: the parts of one Word template share
+    one (server/render/docx.py), which its caller can stop (budget.cancelled)."""
+    return _render_in(budget or Budget(timeout_s), source, data)
 
 
 async def check_async(source: str) -> str | None:

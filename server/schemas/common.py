@@ -78,9 +78,13 @@ _EVENT_ID = re.compile(EVENT_ID_PATTERN)
 class StoredSource(Protocol):
     """What validation needs of a stored template (server/files/library.py: StoredTemplate)."""
 
-    html: str
+    html: str | None
     options: dict[str, Any]
     assets: dict[str, str]
+    docx: str | None
+
+    @property
+    def docx_name(self) -> str: ...
 
 
 class NetworkPolicy(Protocol):

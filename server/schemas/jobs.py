@@ -58,7 +58,8 @@ from server.schemas.common import (
 )
 
 #: A job's sources: it names exactly one.
-SOURCES = ("template", "template_id", "page_url", "markdown", "office", "pdfs")
+SOURCES = ("template", "template_id", "page_url", "markdown", "office", "docx", "pdfs")
+_SOURCE_NAMES = ", ".join(SOURCES[:-1])
 MAX_JOB_PDFS = 100
 #: What a `pdfs` job's options may hold: nothing is printed, so only what applies to a PDF.
 PDFS_OPTIONS = frozenset(("title", "author", "subject", "keywords", "thumbnail", *FINISHED_BY))
@@ -67,9 +68,7 @@ _NO_SOURCE = object()  # put in place of a missing template by JobRequest._one_s
 
 def _source_given(value: Any) -> Any:
     if value is _NO_SOURCE:
-        raise PydanticCustomError(
-            "no_source", "give one of template, template_id, page_url, markdown, office or pdfs"
-        )
+        raise PydanticCustomError("no_source", f"give one of {_SOURCE_NAMES} or {SOURCES[-1]}")
     return value
 
 
@@ -90,8 +89,8 @@ def _one_source(schema: dict[str, Any]) -> None:
 
 
 class JobRequest(BaseModel):
-    """A job: exactly one source (template, template_id, page_url, markdown, office or pdfs),
-    with its data and options."""
+    """A job: exactly one source (template, template_id, page_url, markdown, office, docx or
+    pdfs), with its data and options."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_source)
 
@@ -160,6 +159,29 @@ class JobRequest(BaseModel):
         "named office gives). Its own title and author are kept unless the options set them; "
         "page_ranges, landscape (spreadsheets) and outline (its headings as bookmarks) apply.",
     )
+    docx: (
+        Annotated[
+            str,
+            WithJsonSchema(
+                {
+                    "anyOf": [
+                        {"type": "string", "pattern": f"^{stored_assets.ID_PATTERN}$"},
+                        {"type": "string", "pattern": f"^{ASSET_PATH_PATTERN}$"},
+                    ]
+                }
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="A Word template (.docx, told by content) whose text carries Jinja2 "
+        "placeholders, loops and conditions (docxtpl's convention: {%tr for %} repeats a table "
+        "row, {%p if %} a paragraph), filled with data in the templates' sandbox, then "
+        "converted to PDF by LibreOffice like office. An asset id, or the path of the file in "
+        "`assets` (a multipart body's file part named docx). A data value "
+        '{"image": ID_OR_PATH, "width_mm": 40, "height_mm": 20} (sizes optional) is a PNG, '
+        "JPEG or GIF asset placed where the template prints it.",
+    )
     channel: Channel | None = Field(
         None,
         description="The channel the job belongs to (one end user's documents, say): "
@@ -203,7 +225,7 @@ class JobRequest(BaseModel):
                 merged[name] = layered(under, own) if name == "options" else {**under, **own}
         return merged
 
-    @field_validator("template_id", "page_url", "markdown", "office", "pdfs")
+    @field_validator("template_id", "page_url", "markdown", "office", "docx", "pdfs")
     @classmethod
     def _only_one(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
@@ -211,8 +233,7 @@ class JobRequest(BaseModel):
         for other in SOURCES[: SOURCES.index(info.field_name or "")]:
             if info.data.get(other) is not None:
                 raise ValueError(
-                    f"give only one of template, template_id, page_url, markdown, office and pdfs "
-                    f"({other} is given too)"
+                    f"give only one of {_SOURCE_NAMES} and {SOURCES[-1]} ({other} is given too)"
                 )
         return value
 
@@ -271,6 +292,32 @@ class JobRequest(BaseModel):
                 f"be {office_formats.accepted()}"
             )
         return office
+
+    @field_validator("docx")
+    @classmethod
+    def _word_template(cls, docx: str | None, info: ValidationInfo) -> str | None:
+        """An uploaded Word document, by id or by its path in assets (its images and Jinja
+        syntax are checked after validation: server/web/submission.py)."""
+        if docx is None or "assets" not in info.data:  # no file, or a map already refused
+            return docx
+        given = info.data.get("options")
+        if isinstance(given, RenderOptions) and given.image:
+            raise ValueError("a Word template becomes a PDF: leave options.output out")
+        asset_id = office_asset(docx, info.data["assets"])
+        if asset_id is None:
+            raise ValueError(
+                "must be an asset id (sha256: and 64 hexadecimal digits) or a path of assets; "
+                f"{docx!r} is neither"
+            )
+        asset = checks_of(info).assets.get(asset_id)
+        if asset is None:
+            raise ValueError(f"no asset {asset_id}: upload it with POST /v1/assets")
+        if asset.content_type != office_formats.DOCX.content_type:
+            raise ValueError(
+                f"the asset {asset_id} is {asset.content_type}, not a Word document (.docx): "
+                "a Word template is a .docx whose text carries Jinja2"
+            )
+        return docx
 
     @field_validator("pdfs")
     @classmethod
@@ -549,7 +596,7 @@ class Job(BaseModel):
     source: str | None = Field(
         None,
         description="What it is made from, in a word (GET /v1/jobs only): Template, Markdown, "
-        "Office, PDFs, or the host of a page_url.",
+        "Office, Word template, PDFs, or the host of a page_url.",
     )
     reset: StreamReset | None = Field(
         None,

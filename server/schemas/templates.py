@@ -1,5 +1,5 @@
-"""Named, versioned templates: a new version, previews (stored or inline), the list query
-and the template as the routes show it."""
+"""Named, versioned templates (Jinja2 HTML or a Word template): a new version, previews
+(stored or inline), the list query and the template as the routes show it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,19 @@ import datetime as dt
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from server.files import office_formats
+from server.files.assets import ID_PATTERN
 from server.options import RenderOptions
 from server.schemas.assets import AssetMap
 from server.schemas.common import (
@@ -18,9 +29,20 @@ from server.schemas.common import (
     JsonObject,
     Limit,
     TemplateHtml,
+    checks_of,
     no_cookies_or_headers,
     no_page_secrets,
 )
+
+_NO_SOURCE = object()  # put in place of a missing html by TemplateRequest._html_or_docx
+
+
+def _source_given(value: Any) -> Any:
+    if value is _NO_SOURCE:
+        raise PydanticCustomError(
+            "no_source", "give html (Jinja2 HTML) or docx (a Word template's asset id)"
+        )
+    return value
 
 
 class _OpensNoPage(BaseModel):
@@ -40,6 +62,10 @@ def _no_template_secrets(schema: dict[str, Any]) -> None:
     no_page_secrets(schema)
     no_encrypt = {"properties": {"encrypt": {"type": "null"}}}
     schema["allOf"].append({"properties": {"options": {"anyOf": [{"type": "null"}, no_encrypt]}}})
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("html", "docx")
+    ]
 
 
 class TemplateRequest(_OpensNoPage):
@@ -50,7 +76,9 @@ class TemplateRequest(_OpensNoPage):
     name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")] = Field(
         description="1 to 100 letters, digits, '.', '_' or '-', not starting with a symbol."
     )
-    html: TemplateHtml = Field(description="Jinja2 HTML template.")
+    html: Annotated[TemplateHtml, BeforeValidator(_source_given)] | None = Field(
+        None, description="Jinja2 HTML template (or docx)."
+    )
     options: RenderOptions | None = Field(
         None, description="Options for the jobs that name it (all but encrypt)."
     )
@@ -60,6 +88,39 @@ class TemplateRequest(_OpensNoPage):
         description="Relative path → asset id, as a job's assets: the version keeps this map, "
         "and a job's own map lies over it.",
     )
+    docx: Annotated[str, Field(pattern=f"^{ID_PATTERN}$")] | None = Field(
+        None,
+        description="Instead of html: a Word template (.docx) uploaded with POST /v1/assets, "
+        "its text carrying Jinja2 in docxtpl's convention; its jobs are filled with their data "
+        "and converted by LibreOffice, as a job's docx (checked for Jinja syntax when stored).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _html_or_docx(cls, data: Any) -> Any:
+        """A missing source is reported with the other fields' problems."""
+        if isinstance(data, dict) and data.get("html") is None and data.get("docx") is None:
+            return {**data, "html": _NO_SOURCE}
+        return data
+
+    @field_validator("docx")
+    @classmethod
+    def _word_template(cls, docx: str | None, info: ValidationInfo) -> str | None:
+        if docx is None:
+            return None
+        if info.data.get("html") is not None:
+            raise ValueError("give html or docx, not both")
+        given = info.data.get("options")
+        if isinstance(given, RenderOptions) and given.image:
+            raise ValueError("a Word template becomes a PDF: leave options.output out")
+        asset = checks_of(info).assets.get(docx)
+        if asset is None:
+            raise ValueError(f"no asset {docx}: upload it with POST /v1/assets")
+        if asset.content_type != office_formats.DOCX.content_type:
+            raise ValueError(
+                f"the asset {docx} is {asset.content_type}, not a Word document (.docx)"
+            )
+        return docx
 
     @field_validator("options")
     @classmethod
@@ -124,7 +185,9 @@ class Template(BaseModel):
     name: str = Field(description="The template's name.")
     version: Annotated[int, Field(ge=1)] = Field(description="This version.")
     template_id: str = Field(description="name@version, for jobs.")
-    html: str = Field(description="The Jinja2 HTML.")
+    kind: Literal["html", "docx"] = Field(description="Jinja2 HTML, or a Word template.")
+    html: str | None = Field(description="The Jinja2 HTML (null for a Word template).")
+    docx: str | None = Field(description="The Word template's asset id (null for HTML).")
     options: dict[str, Any] = Field(description="Its render options.")
     sample_data: dict[str, Any] = Field(description="Data for previews.")
     assets: dict[str, str] = Field(description="Relative path → asset id, for its jobs.")

@@ -586,16 +586,17 @@ SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 7));
 
 -- template_insert --
 -- The next version of a tenant's template ($1, $2); the first one is version 1.
-INSERT INTO templates (tenant, name, version, html, options, sample_data, assets)
-SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::jsonb
+-- $3 is its HTML, or $7 its Word template's asset id (the other NULL).
+INSERT INTO templates (tenant, name, version, html, options, sample_data, assets, docx)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::jsonb, $7
 FROM templates WHERE tenant = $1 AND name = $2
-RETURNING name, version, html, options, sample_data, assets, created_at;
+RETURNING name, version, html, options, sample_data, assets, docx, created_at;
 
 -- template_find --
 -- Templates by (name, version) pairs ($2, $3; a NULL version means the latest), one row each.
 SELECT DISTINCT ON (r.name, r.version)
        r.name AS wanted_name, r.version AS wanted_version,
-       t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.created_at
+       t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.docx, t.created_at
 FROM unnest($2::text[], $3::int[]) AS r(name, version)
 JOIN templates t ON t.tenant = $1 AND t.name = r.name
                 AND (r.version IS NULL OR t.version = r.version)

@@ -42,7 +42,9 @@ CREATE TABLE jobs (
     status           text        NOT NULL DEFAULT 'queued',
     -- The source's text: the Jinja2 HTML, the Jinja2 Markdown, the page's URL, or the Office
     -- file's name, the file itself in `assets` under that name (`source`, 0027); for `pdfs`,
-    -- the uploaded PDFs as JSON, [{"path", "title"}], each in `assets` under its path (0028).
+    -- the uploaded PDFs as JSON, [{"path", "title"}], each in `assets` under its path (0028);
+    -- for `docx`, the Word template's name, as for an Office file, with the images its data
+    -- places in `assets` too (0031).
     template         text        NOT NULL,
     -- As submitted: json, not jsonb, which would reorder keys and rewrite numbers (0006).
     data             json        NOT NULL DEFAULT '{}',
@@ -105,7 +107,7 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_progress_percent
         CHECK (progress IS NULL OR progress BETWEEN 0 AND 100),
     CONSTRAINT jobs_source_known
-        CHECK (source IN ('template', 'markdown', 'page_url', 'office', 'pdfs'))
+        CHECK (source IN ('template', 'markdown', 'page_url', 'office', 'pdfs', 'docx'))
 );
 
 -- The claim reads only due queued jobs, best first; the rescuer only running ones.
@@ -470,16 +472,20 @@ CREATE TABLE templates (
     tenant      text        NOT NULL,
     name        text        NOT NULL,
     version     integer     NOT NULL,
-    html        text        NOT NULL,
+    -- Jinja2 HTML, or NULL for a Word template (`docx`).
+    html        text,
     options     jsonb       NOT NULL DEFAULT '{}',
     sample_data jsonb       NOT NULL DEFAULT '{}',
     created_at  timestamptz NOT NULL DEFAULT now(),
     -- The assets the version was stored with: {"img/logo.png": "sha256:…"}.
     assets      jsonb       NOT NULL DEFAULT '{}',
+    -- A Word template's asset id (server/render/docx.py), or NULL for HTML (0031).
+    docx        text,
     PRIMARY KEY (tenant, name, version),
     -- No '@': `name@version` names one version in template_id.
     CONSTRAINT templates_name_format CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$'),
-    CONSTRAINT templates_version_positive CHECK (version >= 1)
+    CONSTRAINT templates_version_positive CHECK (version >= 1),
+    CONSTRAINT templates_one_source CHECK ((html IS NULL) <> (docx IS NULL))
 );
 
 -- A version is immutable: jobs and people refer to `name@version` and must get what they saw.

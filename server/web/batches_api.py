@@ -82,6 +82,9 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     await submission.check_pdfs(
         request.app[ASSET_CACHE], tenant, list(batch.items), prefix="items[{index}]."
     )
+    await submission.check_docx(
+        request.app[ASSET_CACHE], tenant, list(batch.items), named, prefix="items[{index}]."
+    )
     jobs = [
         submission.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
     ]

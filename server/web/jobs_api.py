@@ -73,6 +73,7 @@ async def submit(request: web.Request) -> web.Response:
     valid = validated(JobRequest, raw, named)
     await submission.check_invoices(request.app[ASSET_CACHE], tenant, [valid], pending)
     await submission.check_pdfs(request.app[ASSET_CACHE], tenant, [valid], pending)
+    await submission.check_docx(request.app[ASSET_CACHE], tenant, [valid], named, pending)
     new = submission.new_job(valid, tenant, named)
     if multipart is not None and multipart.uploads:
         await uploads.store(
@@ -177,6 +178,7 @@ SOURCE_LABELS = {
     sources.TEMPLATE: "Template",
     sources.MARKDOWN: "Markdown",
     sources.OFFICE: "Office",
+    sources.DOCX: "Word template",
     sources.PDFS: "PDFs",
 }
 

@@ -1,6 +1,6 @@
 """What POST /v1/jobs and POST /v1/batches share: the stored templates and assets a body
-names (looked up before validation, in one query each), its Factur-X invoices checked, and the
-NewJob row a validated request becomes."""
+names (looked up before validation, in one query each), its Factur-X invoices, uploaded PDFs
+and Word templates checked, and the NewJob row a validated request becomes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from server.options.finishing import data_at, page_order
 from server.pipeline import vault
 from server.problems import invalid
 from server.queue.jobs import NewJob
+from server.render import docx
 from server.schemas.common import Checks, parse_template_id
 from server.schemas.jobs import JobRequest, office_asset
 
@@ -49,17 +50,27 @@ class _Stored(Protocol):
     @property
     def options(self) -> Mapping[str, Any]: ...
 
+    @property
+    def name(self) -> str: ...
 
-def _ids(body: Any) -> list[str]:
+    @property
+    def docx(self) -> str | None: ...
+
+
+def _ids(body: Any, word: bool = False) -> list[str]:
     """The asset ids a body (or a stored template) names: in its asset map, as its Office file
-    and in the finishing options (attachments, an image stamp, a Factur-X XML)."""
+    or Word template, in the finishing options (attachments, an image stamp, a Factur-X XML)
+    and, for a Word template (`word`), as images in its data."""
     if not isinstance(body, dict):
         return []
     mapped = body.get("assets")
     ids = list(mapped.values()) if isinstance(mapped, dict) else []
     ids += finishing.asset_ids(body.get("options"))
-    if assets.is_id(office := body.get("office")):
-        ids.append(office)
+    for source in ("office", "docx"):
+        if assets.is_id(file := body.get(source)):
+            ids.append(file)
+    if word or body.get("docx") is not None:
+        ids += [image.ref for image in docx.images(body.get("data"))[0] if assets.is_id(image.ref)]
     pdfs = body.get("pdfs")
     ids += [ref for ref in pdfs if assets.is_id(ref)] if isinstance(pdfs, list) else []
     return [value for value in ids if isinstance(value, str)]
@@ -75,14 +86,24 @@ async def assets_named(
     """The tenant's assets the bodies and the `stored` templates (their assets and options)
     name, in one query, with `pending` uploads counted as stored; unknown ids are missing, and
     validation reports them."""
-    ids = [i for body in bodies for i in _ids(body)]
-    ids += [i for t in stored for i in _ids({"assets": t.assets, "options": t.options})]
+    stored = list(stored)
+    # Only a Word template's data is read for images: an HTML job's data may be large.
+    words = {t.name for t in stored if t.docx is not None}
+    ids = [i for body in bodies for i in _ids(body, _template_name(body) in words)]
+    ids += [
+        i for t in stored for i in _ids({"assets": t.assets, "options": t.options, "docx": t.docx})
+    ]
     found = await assets.find(pool, tenant, ids) if ids else {}
     for upload in pending:
         found.setdefault(
             upload.id, Asset(upload.id, upload.size, upload.content_type, dt.datetime.now(dt.UTC))
         )
     return found
+
+
+def _template_name(body: Any) -> str | None:
+    ref = parse_template_id(body.get("template_id")) if isinstance(body, dict) else None
+    return ref[0] if ref else None
 
 
 def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
@@ -105,6 +126,14 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         # Its file is the job's one asset, under its path or its id: the name its errors give.
         source, text = "office", job.office
         paths = {job.office: office_asset(job.office, job.assets) or job.office}
+    word = _word_template(job, checks)
+    if word is not None:
+        # The file under its name (a stored version's: name@version.docx), the images the data
+        # names by id under their ids, so DELETE /v1/assets keeps them meanwhile.
+        source, (text, asset_id) = "docx", word
+        found, _ = docx.images(job.data)
+        images = {image.ref: image.ref for image in found if assets.is_id(image.ref)}
+        paths = {**job.assets, **images, text: asset_id}
     assert text is not None  # JobRequest requires one source
     job_id = uuid.uuid4()
     shown, sealed = job.options, None
@@ -127,6 +156,65 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         secrets=sealed,
         traceparent=tracing.traceparent(),  # the request's span: the job's attempts go under it
     )
+
+
+def _word_template(job: JobRequest, checks: Checks) -> tuple[str, str] | None:
+    """A Word template job's file: its name and asset id (None for another job)."""
+    if job.docx is not None:
+        return job.docx, office_asset(job.docx, job.assets) or job.docx
+    ref = parse_template_id(job.template_id)
+    stored = checks.templates[ref] if ref else None
+    if stored is None or stored.docx is None:
+        return None
+    return stored.docx_name, stored.docx
+
+
+async def check_docx(
+    cache: AssetCache,
+    tenant: str,
+    jobs: list[JobRequest],
+    checks: Checks,
+    pending: Iterable[Upload] = (),
+    prefix: str = "",
+) -> None:
+    """422 naming what keeps each Word template job from being filled: an image its data names
+    that is unknown or not an image Word takes (by data path), a Jinja syntax error in an
+    uploaded template (read off the event loop; a stored one was checked when stored), a stored
+    template's file no longer stored, an image output."""
+    problems: list[tuple[str, str]] = []
+    uploads = {upload.id: upload.data for upload in pending}
+    for index, job in enumerate(jobs):
+        word = _word_template(job, checks)
+        if word is None:
+            continue
+        where = prefix.format(index=index)
+        name, asset_id = word
+        problems += [
+            (f"{where}{f}", m) for f, m in docx.image_problems(job.data, job.assets, checks.assets)
+        ]
+        if job.docx is None:  # a stored version
+            if job.options is not None and job.options.image:
+                problems.append(
+                    (f"{where}options.output", "a Word template becomes a PDF: leave it out")
+                )
+            if asset_id not in checks.assets:
+                problems.append(
+                    (
+                        f"{where}template_id",
+                        f"the Word file of {name} ({asset_id}) is no longer stored: store a "
+                        "new version of the template",
+                    )
+                )
+            continue
+        try:
+            data = uploads.get(asset_id) or await cache.get(tenant, asset_id)
+        except FileNotFoundError:
+            problems.append((f"{where}docx", f"the bytes of {name} are gone: upload it again"))
+            continue
+        if (problem := await docx.check(data, name, asset_id)) is not None:
+            problems.append((f"{where}docx", problem))
+    if problems:
+        raise invalid(problems, "The Word template cannot be filled.")
 
 
 def _part(ref: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """Stored templates: named, immutable versions that jobs name as `template_id` (`name` for the
-latest, `name@version` for one), and a preview that renders one to PDF synchronously."""
+latest, `name@version` for one), Jinja2 HTML or Word templates, and a preview that renders one
+to PDF synchronously."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from aiohttp import web
 from server import options
 from server.errors import PageLimitError, PermanentError, RenderError
 from server.files import assets, library
-from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS
+from server.keys import ASSET_CACHE, POOL, RENDERER, SETTINGS, WORKERS
 from server.options import outputs
 from server.problems import Problem, invalid, not_found
-from server.render import sources, templates
+from server.render import docx, sources, templates
 from server.schemas.common import MAX_TEMPLATE_BYTES, parse_template_id
 from server.schemas.templates import (
     InlinePreviewRequest,
@@ -55,8 +56,12 @@ async def create_template(request: web.Request) -> web.Response:
     body = await read_json(request)
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
-    new = validated(TemplateRequest, body, checks(request, {}, await _named(request, body)))
+    new = validated(
+        TemplateRequest, body, checks(request, {}, known := await _named(request, body))
+    )
     tenant = tenant_of(request)
+    if new.docx is not None:
+        await _check_word(request, new.name, new.docx, new.sample_data, new.assets, known)
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("template_lock"), tenant, new.name)
         row = await conn.fetchrow(
@@ -67,6 +72,7 @@ async def create_template(request: web.Request) -> web.Response:
             options.to_json(new.options) if new.options else {},
             new.sample_data,
             new.assets,
+            new.docx,
         )
     stored = library.StoredTemplate.from_row(row)
     shown = stored.public()
@@ -163,6 +169,9 @@ async def preview_stored(request: web.Request) -> web.Response:
         except options.OptionsError as exc:
             raise invalid(exc.errors) from None
     name = f"{stored.name}-v{stored.version}-preview"
+    if stored.docx is not None:
+        return await _preview_word(request, stored, stored.docx, data, render_options, name)
+    assert stored.html is not None  # a version is HTML or a Word template
     return await _preview(request, stored.html, data, render_options, name, stored.assets)
 
 
@@ -178,9 +187,34 @@ async def preview_inline(request: web.Request) -> web.Response:
 
 
 async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
-    """The assets a preview's finishing options name (a preview shows Chromium's print: its
+    """The assets a body names: a new version's (its Word template, and the images its sample
+    data places), a preview's finishing options (a preview shows Chromium's print: its
     finishing steps are a job's), so that its options validate as a job's do."""
-    return await submission.assets_named(request.app[POOL], tenant_of(request), [body])
+    bodies = [body]
+    if isinstance(body, dict) and body.get("docx") is not None:
+        bodies.append({"docx": body["docx"], "data": body.get("sample_data")})
+    return await submission.assets_named(request.app[POOL], tenant_of(request), bodies)
+
+
+async def _check_word(
+    request: web.Request,
+    name: str,
+    asset_id: str,
+    sample: dict[str, Any],
+    mapped: dict[str, str],
+    known: dict[str, assets.Asset],
+) -> None:
+    """422 for a Word template that does not compile, or sample data whose images are wrong."""
+    problems = docx.image_problems(sample, mapped, known, root="sample_data")
+    try:
+        data = await request.app[ASSET_CACHE].get(tenant_of(request), asset_id)
+    except FileNotFoundError:
+        problems.append(("docx", f"the bytes of {asset_id} are gone: upload it again"))
+    else:
+        if (problem := await docx.check(data, f"{name}.docx", asset_id)) is not None:
+            problems.append(("docx", problem))
+    if problems:
+        raise invalid(problems, "The Word template cannot be filled.")
 
 
 async def _preview(
@@ -204,12 +238,7 @@ async def _preview(
             kind="no-renderer",
         )
     timeout_s = settings.render_timeout_s
-    previews = app[PREVIEWS]
-    try:
-        async with asyncio.timeout(timeout_s):
-            await previews.acquire()
-    except TimeoutError:
-        raise _try_again(f"no render slot came free within {timeout_s:g} s") from None
+    previews = await _slot(app)
     try:
         # The template meets its own deadline (its sandbox's): a template that runs too long
         # is then the template limit its job would fail with, not a timeout worth retrying.
@@ -236,6 +265,71 @@ async def _preview(
     if result.pages is not None:
         headers["Pressroom-Pages"] = str(result.pages)
     return web.Response(body=result.data, content_type=output.content_type, headers=headers)
+
+
+async def _slot(app: web.Application) -> asyncio.Semaphore:
+    """A preview's turn (release it when done), within the render time limit."""
+    timeout_s = app[SETTINGS].render_timeout_s
+    previews = app[PREVIEWS]
+    try:
+        async with asyncio.timeout(timeout_s):
+            await previews.acquire()
+    except TimeoutError:
+        raise _try_again(f"no render slot came free within {timeout_s:g} s") from None
+    return previews
+
+
+async def _preview_word(
+    request: web.Request,
+    stored: library.StoredTemplate,
+    asset_id: str,
+    data: dict[str, Any],
+    render_options: options.RenderOptions,
+    name: str,
+) -> web.Response:
+    """A stored Word template (its file `asset_id`) filled with `data` and converted by this
+    process's LibreOffice, as its jobs are (without their finishing, like an HTML preview)."""
+    app = request.app
+    settings = app[SETTINGS]
+    if WORKERS not in app:
+        raise Problem(
+            503,
+            "No renderer",
+            "This process converts nothing (PRESSROOM_RENDER_SLOTS=0); preview on one that does.",
+            kind="no-renderer",
+        )
+    if render_options.image:
+        raise invalid([("options.output", "a Word template becomes a PDF: leave it out")])
+    word = stored.docx_name
+    mapped = {**stored.assets, word: asset_id}
+    found, _ = docx.images(data)
+    mapped |= {image.ref: image.ref for image in found if assets.is_id(image.ref)}
+    known = await assets.find(app[POOL], tenant_of(request), mapped.values())
+    if problems := docx.image_problems(data, stored.assets, known):
+        raise invalid(problems, "The Word template cannot be filled.")
+    timeout_s = settings.render_timeout_s
+    previews = await _slot(app)
+    try:
+        files = await _files(request, mapped)
+        filled = await docx.fill(files[word][1], word, data, files, timeout_s=timeout_s)
+        converted = await app[WORKERS].office.convert(
+            filled, word, render_options, timeout_s=timeout_s
+        )
+    except PermanentError as exc:
+        raise Problem(422, "Cannot render", str(exc), kind="render-failed") from None
+    except RenderError as exc:
+        raise _try_again(str(exc)) from None
+    finally:
+        previews.release()
+    if converted.pages > settings.max_pages:
+        detail = str(PageLimitError(settings.max_pages))
+        raise Problem(422, "Cannot render", detail, kind="render-failed")
+    headers = {
+        "Content-Disposition": f'inline; filename="{name}.pdf"',
+        "Cache-Control": "no-store",
+        "Pressroom-Pages": str(converted.pages),
+    }
+    return web.Response(body=converted.pdf, content_type="application/pdf", headers=headers)
 
 
 async def _files(request: web.Request, mapped: dict[str, str]) -> dict[str, tuple[str, bytes]]:

@@ -1,8 +1,8 @@
 """What every upload shares, as a file of POST /v1/assets or of a multipart job: its limits and
 refusals, its storing under the tenant's quota, and multipart/form-data jobs (an index.html or
-index.md part, or an Office file in a part named office; files by their names, an optional
-`job` part of JSON) read into the JSON body they stand for; nothing is stored until that body
-is valid."""
+index.md part, an Office file in a part named office or a Word template in one named docx;
+files by their names, an optional `job` part of JSON) read into the JSON body they stand for;
+nothing is stored until that body is valid."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ from server.web.common import READ_CHUNK_BYTES, check_encoding, parse_json, read
 JOB_PART = "job"
 #: The part holding an Office file to convert (with its file name: curl -F office=@report.docx).
 OFFICE_PART = "office"
+#: The part holding a Word template to fill (curl -F docx=@letter.docx).
+DOCX_PART = "docx"
 #: A job part naming file parts as its uploaded PDFs (a `pdfs` job) needs no index part.
 PDFS_FIELD = "pdfs"
 #: The index part's file name → the field of the job body it becomes.
 INDEX_PARTS = {"index.html": "template", "index.md": "markdown"}
-SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url", "office", "pdfs")
+SOURCE_FIELDS = ("template", "template_id", "markdown", "page_url", "office", "docx", "pdfs")
 #: Files plus the index and the job part.
 MAX_PARTS = MAX_JOB_ASSETS + 2
 STORAGE_RETRY_S = 2
@@ -179,7 +181,8 @@ async def read_multipart(request: web.Request) -> MultipartJob:
         ) from None
     job: dict[str, Any] = {}
     index: tuple[str, bytes] | None = None
-    office: str | None = None
+    # The Office file or Word template: its part's name and its file name.
+    office: tuple[str, str] | None = None
     files: dict[str, tuple[bytes, str]] = {}
     for name, filename, kind, data in parts:
         if name == JOB_PART:  # with a file name too: curl -F job=@job.json
@@ -207,21 +210,22 @@ async def read_multipart(request: web.Request) -> MultipartJob:
                     f"The file {filename} is empty: send its bytes in its part, or leave the "
                     "part out.",
                 )
-            if name == OFFICE_PART:
+            if name in (OFFICE_PART, DOCX_PART):
                 if office is not None:
-                    raise _part_problem(OFFICE_PART, f"is given twice; {office} came first")
-                office = filename
-                files[filename] = (data, _office_type(filename, data, settings))
+                    twice = "is given twice" if name == office[0] else "a job has one source"
+                    raise _part_problem(name, f"{twice}; {office[1]} came first")
+                office = (name, filename)
+                files[filename] = (data, _office_type(name, filename, data, settings))
             else:
                 files[filename] = (data, _file_type(filename, kind, data, settings))
     if index is not None and office is not None:
-        raise _part_problem(OFFICE_PART, f"a job has one source; {index[0]} is given too")
+        raise _part_problem(office[0], f"a job has one source; {index[0]} is given too")
     if index is None and office is None and PDFS_FIELD not in job:
         raise _part_problem(
             "index.html",
             "is required: a part with the file name index.html (or index.md), an Office "
-            f"file in a part named {OFFICE_PART}, or the job part's {PDFS_FIELD} naming PDF "
-            "parts by their file names",
+            f"file in a part named {OFFICE_PART}, a Word template in a part named {DOCX_PART}, "
+            f"or the job part's {PDFS_FIELD} naming PDF parts by their file names",
         )
     uploads = {name: await Upload.of(data, kind) for name, (data, kind) in files.items()}
     mapped = {name: upload.id for name, upload in uploads.items()}
@@ -231,17 +235,21 @@ async def read_multipart(request: web.Request) -> MultipartJob:
 def _body(
     job: dict[str, Any],
     index: tuple[str, bytes] | None,
-    office: str | None,
+    office: tuple[str, str] | None,
     files: dict[str, str],
 ) -> dict[str, Any]:
-    what = f"the {index[0]} part is the page" if index else f"the {office} part is the document"
+    if index is not None:
+        what = f"the {index[0]} part is the page"
+    else:
+        what = f"the {office[1] if office else ''} part is the document"
     for name in SOURCE_FIELDS if index is not None or office is not None else ():
         if name in job:
             raise _part_problem(f"{JOB_PART}.{name}", f"{what}: leave it out")
     if index is None and office is None:
         body = dict(job)  # uploaded PDFs: the job part's pdfs names the file parts
     elif index is None:
-        body = {**job, OFFICE_PART: office}
+        assert office is not None
+        body = {**job, office[0]: office[1]}
     else:
         filename, data = index
         try:
@@ -273,11 +281,19 @@ def _job_part(data: bytes) -> dict[str, Any]:
     return body
 
 
-def _office_type(filename: str, data: bytes, settings: Settings) -> str:
-    """An Office file's type, by its content whatever its name or part say."""
+def _office_type(part: str, filename: str, data: bytes, settings: Settings) -> str:
+    """An Office file's type (a Word template's: .docx), by its content whatever its name or
+    part say."""
     if len(data) > settings.max_asset_bytes:
         raise asset_too_large(f"The file {filename}", settings)
     kind = office_formats.detect(data)
+    if part == DOCX_PART and kind is not office_formats.DOCX:
+        what = "not an Office file" if kind is None else kind.label
+        raise _part_problem(
+            DOCX_PART,
+            f"the file {filename} is {what} by its content; a Word template is a Word "
+            "document (.docx) whose text carries Jinja2",
+        )
     if kind is None:
         raise _part_problem(
             OFFICE_PART,

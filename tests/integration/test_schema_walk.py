@@ -120,6 +120,7 @@ EXAMPLES: dict[str, Any] = {
     "page_url": PAGE_URL,
     "markdown": "# {{ name | default('you') }}",
     "office": None,  # filled in with a Word file of this tenant
+    "docx": None,  # the same Word file, a Word template without placeholders
     "pdfs": None,  # filled in with a PDF of this tenant
     "select_pages": "1, 1",
     "degrees": 90,
@@ -175,6 +176,8 @@ EXCLUDES = {
     "markdown": "template",
     "office": "template",
     "pdfs": "template",
+    # A job's source, or a template version's (instead of its html).
+    "docx": "template html",
     "asset": "text",
 }
 # Options that go with a page_url only: a job's body carries one instead of its template.
@@ -263,7 +266,8 @@ class Walk:
             values = [_example(name, model), *(_bounds(prop))]
             for value in values:
                 body = {**_base(model), **_together(name, model), name: value}
-                body.pop(EXCLUDES.get(name, ""), None)
+                for excluded in EXCLUDES.get(name, "").split():
+                    body.pop(excluded, None)
                 yield f"{self.at}{name}={str(value)[:40]!r}", self.wrap(body), True
         for name in [*sorted(set(EXAMPLES) - set(documented)), "undocumented"]:
             body = {**_base(model), name: _example(name) if name in EXAMPLES else 1}
@@ -340,7 +344,7 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
     docx.Document().save(word)
     async with app.http.post(app.url("/v1/assets"), data=word.getvalue(), headers=DOCX) as r:
         assert r.status == 201, await r.text()
-        EXAMPLES["office"] = (await r.json())["id"]
+        EXAMPLES["office"] = EXAMPLES["docx"] = (await r.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:
         EXAMPLES["job_id"] = (await resp.json())["id"]
     async with app.http.post(app.url("/v1/jobs"), json={"template": HTML}) as resp:

@@ -56,13 +56,13 @@ async def policed(start_app: Callable[..., Any], fake_renderer: FakeRenderer) ->
         (
             {"data": {}},
             "template",
-            "give one of template, template_id, page_url, markdown, office or pdfs",
+            "give one of template, template_id, page_url, markdown, office, docx or pdfs",
         ),
         (
             {"template": "<p>x</p>", "page_url": PAGE},
             "page_url",
-            "give only one of template, template_id, page_url, markdown, office and pdfs "
-            "(template is given too)",
+            "give only one of template, template_id, page_url, markdown, office, docx and "
+            "pdfs (template is given too)",
         ),
         (
             {"markdown": "# x", "page_url": PAGE},

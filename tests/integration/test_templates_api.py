@@ -146,8 +146,8 @@ async def test_unknown_or_conflicting_template_ids_are_refused(api: RunningApp) 
         ({"template_id": 5}, "must be a template name, or name@version"),
         (
             {"template_id": "invoice", "template": "<p></p>"},
-            "give only one of template, template_id, page_url, markdown, office and pdfs (template "
-            "is given too)",
+            "give only one of template, template_id, page_url, markdown, office, docx and pdfs "
+            "(template is given too)",
         ),
     ]
     for body, message in cases:
