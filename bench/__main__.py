@@ -6,7 +6,7 @@ BENCH_QUICK=1 runs reduced sizes; --tiny the smallest that still run every path 
 smoke test, tests/integration/test_bench_quick.py). A benchmark that fails is reported and the
 others still run; the exit status says whether any failed.
 
-    python -m bench [--only accept,queue,render,latency,soak,push] [--tiny]
+    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard] [--tiny]
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ TINY = {
     "latency": "--docs 2 --rounds 1",
     "soak": "--jobs 10 --every 5 --from-job 5 --slots 1",
     "push": "--events 3 --subscribers 10 --sio-subscribers 10",
+    "office": "--docs 1 --peers soffice",
+    "pdfops": "--pages 2 --rounds 1",
+    "dashboard": "--jobs 500 --requests 3",
 }
 
 

@@ -84,7 +84,8 @@ async def timed(n: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
     return out
 
 
-async def run(count: int, requests: int) -> None:
+async def run(args: argparse.Namespace) -> None:
+    count, requests = args.jobs, args.requests
     async with database() as dsn:
         conn = await db.connect(dsn)
         try:
@@ -197,13 +198,12 @@ async def row(
     print(f"{name:26} {p50:9.2f} {p95:7.2f} {base50:8.2f} {p50 / base50:6.1f}  {', '.join(plan)}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=10_000 if QUICK else 100_000)
-    parser.add_argument("--requests", type=int, default=30 if QUICK else 200)
-    args = parser.parse_args()
-    asyncio.run(run(args.jobs, args.requests))
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.dashboard", description=__doc__)
+    p.add_argument("--jobs", type=int, default=10_000 if QUICK else 100_000)
+    p.add_argument("--requests", type=int, default=30 if QUICK else 200)
+    return p
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(run(parser().parse_args()))

@@ -7,7 +7,7 @@ engine is warmed with one document first (its start is not counted; Pressroom's 
 Also printed: the resident memory of each LibreOffice after the run (a per-file soffice: the
 largest any of them reached).
 
-    python -m bench.office [--docs 20]
+    python -m bench.office [--docs 20] [--peers soffice,unoserver]
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -218,23 +217,31 @@ def unoserver(data: bytes, docs: int) -> dict[str, Any] | None:
             server.wait()
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--docs", type=int, default=5 if QUICK else 20)
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.office", description=__doc__)
+    p.add_argument("--docs", type=int, default=5 if QUICK else 20)
+    p.add_argument(
+        "--peers", default="soffice,unoserver", help="the baselines run: soffice, unoserver"
+    )
+    return p
+
+
+async def run(args: argparse.Namespace) -> None:
     data = three_pages()
     print(f"bench.office: a 3-page DOCX ({len(data)} bytes), {args.docs} documents each")
     print(f"  {machine()}")
     ours = await pressroom(data, args.docs)
-    peers = [per_file(data, args.docs)]
-    if (other := unoserver(data, args.docs)) is not None:
+    chosen = args.peers.split(",")
+    peers = [per_file(data, args.docs)] if "soffice" in chosen else []
+    if "unoserver" in chosen and (other := unoserver(data, args.docs)) is not None:
         peers.append(other)
     for peer in peers:
         print(
             f"  Pressroom / {peer['engine']}: {ours['pdfs_per_s'] / peer['pdfs_per_s']:.1f}x "
-            f"the PDFs per second, p50 {ours['p50_ms']:.0f} vs {peer['p50_ms']:.0f} ms"
+            f"the PDFs per second, p50 {ours['p50_ms']:.0f} vs {peer['p50_ms']:.0f} ms",
+            flush=True,
         )
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    asyncio.run(run(parser().parse_args()))
