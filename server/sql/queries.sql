@@ -624,11 +624,15 @@ ORDER BY version DESC
 LIMIT $4;
 
 -- template_asset_users --
--- The template versions of the tenant ($1) whose asset map names one of the assets $2, as
--- (asset, name, version, path), newest version first within a name.
+-- The template versions of the tenant ($1) whose asset map names one of the assets $2, or
+-- that are that Word template (its path: name@version.docx, the name its jobs give the file),
+-- as (asset, name, version, path), newest version first within a name.
 SELECT a.asset_id, t.name, t.version, a.path
 FROM templates t
-CROSS JOIN LATERAL jsonb_each_text(t.assets) AS a (path, asset_id)
+CROSS JOIN LATERAL (
+    SELECT e.path, e.asset_id FROM jsonb_each_text(t.assets) AS e (path, asset_id)
+    UNION ALL SELECT t.name || '@' || t.version || '.docx', t.docx WHERE t.docx IS NOT NULL
+) AS a (path, asset_id)
 WHERE t.tenant = $1 AND a.asset_id = ANY($2::text[])
 ORDER BY a.asset_id, t.name, t.version DESC;
 

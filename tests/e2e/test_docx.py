@@ -172,6 +172,11 @@ async def test_a_stored_docx_template_keeps_versions_and_jobs_send_data_only(
         shown = await resp.json()
     assert shown["kind"] == "docx" and shown["docx"] == first
     assert [v["version"] for v in shown["versions"]] == [1, 2]
+    async with word_app.http.get(word_app.url(f"/v1/assets/{first}")) as resp:
+        used = (await resp.json())["used_by"]["templates"]
+    assert [(t["name"], t["version"], t["path"]) for t in used] == [
+        ("invoice", 1, "invoice@1.docx")
+    ]
 
     job, pdf = await convert(word_app, {"template_id": "invoice@1", "data": DATA})
     assert pdf is not None, job["error"]
