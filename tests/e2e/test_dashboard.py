@@ -41,7 +41,12 @@ class NetworkLog:
         self.requests.append((request.method, URL(request.url)))
 
     def list_loads(self) -> int:
-        return sum(1 for method, url in self.requests if method == "GET" and url.path == "/v1/jobs")
+        """Reads of the list (not the look-up of a job just submitted, for its source)."""
+        return sum(
+            1
+            for method, url in self.requests
+            if method == "GET" and url.path == "/v1/jobs" and "q" not in url.query
+        )
 
     def job_reads(self) -> list[URL]:
         """GETs of one job's JSON: what a polling page would do."""
@@ -209,6 +214,8 @@ async def test_phone_sized_screen_has_no_sideways_scroll_and_works(
     page = await browser.new_page(viewport={"width": 375, "height": 740}, is_mobile=True)
     await page.goto(app.url("/"))
     await page.wait_for_selector(LIVE)
+    assert await page.is_hidden("#job-form"), "folded below the list"
+    await page.click("#new-job-link")
     job_id = await submitted_id(page)
     link = page.locator(row(job_id, "done") + " a.download")
     await link.wait_for()

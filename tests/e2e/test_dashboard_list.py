@@ -1,7 +1,7 @@
 """The dashboard's job list in real Chromium: a dense table (50 jobs on a 1,000 px screen, the
 list first on a phone), counts by state that link to their filter and follow the stream, every
 filter and page in the URL (shared links, the back button), search, pages, and a bulk retry
-whose confirmation names its count."""
+whose confirmation names its count; the stored-template filter, with the bulk actions."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ import pytest
 from playwright.async_api import Browser, Page
 from yarl import URL
 
+from server.errors import PermanentError
 from tests.browser import browser  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
 from tests.integration.test_job_list import insert
 from tests.pdfs import FakeRenderer
+from tests.sse import collect
 
 pytestmark = pytest.mark.browser
 
@@ -282,3 +284,75 @@ async def test_bulk_retry_of_a_filter_confirms_its_count_then_the_rows_and_count
     )
     assert len(asked) == 2
     await page.close()
+
+
+async def test_the_template_filter_from_the_url_lists_counts_and_retries_one_template(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    renderer = FakeRenderer()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
+    for name, html in (("invoice", "<p>1</p>"), ("invoice", "<p>2</p>"), ("receipt", "<p>r</p>")):
+        async with app.http.post(app.url("/v1/templates"), json={"name": name, "html": html}) as r:
+            assert r.status == 201, await r.text()
+
+    async def submit(template_id: str) -> str:
+        async with app.http.post(app.url("/v1/jobs"), json={"template_id": template_id}) as r:
+            assert r.status == 202, await r.text()
+            job_id: str = (await r.json())["id"]
+        await collect(app.http, app.url(f"/v1/jobs/{job_id}/events"))  # ends once it is final
+        return job_id
+
+    renderer.fail_with = PermanentError("the printer is out of paper")
+    failed_invoice, failed_receipt = await submit("invoice@1"), await submit("receipt")
+    renderer.fail_with = None
+    first, latest = await submit("invoice@1"), await submit("invoice")
+    await submit("receipt")
+
+    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    await page.goto(app.url("/?template=invoice"))
+    await page.wait_for_selector(LIVE)
+    assert set(await rows(page, 3)) == {failed_invoice, first, latest}
+    assert await page.input_value("#filter-template") == "invoice"
+    await wait_count(page, "done", 2)
+    assert await count_of(page, "failed") == "1" and await count_of(page, "all") == "3"
+    sources = await page.eval_on_selector_all(
+        f"{ROWS} .job-source", "cells => cells.map(c => c.textContent)"
+    )
+    assert sorted(sources) == ["invoice@1", "invoice@1", "invoice@2"]
+
+    # The filter goes with the bulk action: only this template's failed job is retried.
+    asked: list[str] = []
+
+    async def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", lambda dialog: asyncio.ensure_future(answer(dialog)))
+    async with page.expect_request(
+        lambda r: r.method == "POST" and URL(r.url).path == "/v1/jobs/retry"
+    ) as sent:
+        await page.click("#bulk-retry")
+    assert (await sent.value).post_data_json == {"template": "invoice", "dry_run": True}
+    await page.wait_for_function(
+        "document.getElementById('bulk-status').textContent.startsWith('Retried 1')"
+    )
+    assert asked == ["Retry 1 failed job? (2 others match and are left as they are)"]
+    await page.wait_for_selector(f'{ROWS}[data-job-id="{failed_invoice}"][data-status=done]')
+    assert await _status_of(app, failed_receipt) == "failed", "another template's is left"
+
+    # One version, typed into the box: in the URL like the other filters.
+    await page.fill("#filter-template", "invoice@2")
+    await page.click("#channel-filter button[type=submit]")
+    assert await rows(page, 1) == [latest]
+    assert query_of(page) == {"template": "invoice@2"}
+    await page.go_back()
+    await rows(page, 3)
+    assert await page.input_value("#filter-template") == "invoice"
+    await page.close()
+
+
+async def _status_of(app: RunningApp, job_id: str) -> str:
+    async with app.http.get(app.url(f"/v1/jobs/{job_id}")) as resp:
+        status: str = (await resp.json())["status"]
+        return status
