@@ -51,7 +51,8 @@ def join(parts: Sequence[Part], output: Path, *, outline: bool) -> int:
     """Write the parts' pages, in order, to `output`; with `outline`, one outline entry per
     part (its title, at its first page) holding the part's own outline, if it has one. What
     each part holds for its pages (named destinations of its links, form fields, layers, its
-    outline) comes along with them (pikepdf's add_pages_from). Returns the page count."""
+    outline) comes along with them (pikepdf's add_pages_from), but signatures. Returns the page
+    count."""
     with pikepdf.new() as joined:
         add(joined, parts, outline=outline)
         joined.save(output)
@@ -80,6 +81,35 @@ def add(joined: pikepdf.Pdf, parts: Sequence[Part], *, outline: bool) -> None:
             lasts.append(_last_top_level(joined))
     if outline:
         _outline_by_part(joined, titles, firsts, lasts)
+    _drop_signatures(joined)
+
+
+def _drop_signatures(pdf: pikepdf.Pdf) -> None:
+    """The parts' signature fields, and their widgets, taken out: a signature covers the bytes
+    of the file it was made in, so in a joined file every reader would show it broken. What is
+    joined is signed anew, if at all (a job's `sign`, a batch's `combine.sign`)."""
+    form = pdf.Root.get("/AcroForm")
+    if not isinstance(form, pikepdf.Dictionary) or "/Fields" not in form:
+        return
+    dropped: set[tuple[int, int]] = set()
+    kept = pikepdf.Array()
+    for field in form.Fields:
+        if field.get("/FT") == pikepdf.Name.Sig:
+            dropped.add(field.objgen)
+            dropped.update(kid.objgen for kid in field.get("/Kids", ()))
+        else:
+            kept.append(field)
+    if not dropped:
+        return
+    form.Fields = kept
+    if "/SigFlags" in form:
+        del form["/SigFlags"]
+    for page in pdf.pages:
+        annots = page.obj.get("/Annots")
+        if isinstance(annots, pikepdf.Array):
+            page.obj.Annots = pikepdf.Array(
+                annot for annot in annots if annot.objgen not in dropped
+            )
 
 
 def _last_top_level(pdf: pikepdf.Pdf) -> tuple[int, int] | None:

@@ -23,18 +23,23 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
-from server.errors import DB_OR_QUERY_ERRORS, StorageError
+from server.errors import DB_OR_QUERY_ERRORS, PermanentError, StorageError, TransientError
 from server.events import JobEvent
 from server.files.storage import Storage
+from server.options import RenderOptions
 from server.pdf import join
+from server.pdf.finishing import FinishPool, Work
 from server.queue import combine, lease
 from server.queue.combine import Claimed, CombineState
 from server.queue.lease import Consumer, Failed, Lease, Outcome, Queries, Stage
 from server.queue.metrics import Metrics
+from server.signkey import SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +82,16 @@ class Combiner:
         time_limit_s: float,
         worker_id: str,
         metrics: Metrics | None = None,
+        signing: SigningKey | None = None,
+        max_mb: int = 0,
     ) -> None:
         self._pool = pool
         self._storage = storage
         self._time_limit_s = time_limit_s
+        self._signing = signing
+        # The process a combined file is signed in (a finishing process, started at the first
+        # signed join): pyHanko never runs on the event loop, nor in this process.
+        self._signer = FinishPool(SLOTS, max_mb=max_mb)
         self._metrics = metrics or Metrics()
         self.worker_id = worker_id
         self.leases: Consumer[Claimed] = Consumer(
@@ -154,7 +165,12 @@ class Combiner:
                 filename=combine.filename(claimed.batch_id),
                 outline=claimed.outline,
                 time_limit_s=self._time_limit_s,
+                finish=self._signed(claimed.sign) if claimed.sign is not None else None,
             )
+        except PermanentError as exc:
+            raise JoinError(str(exc), retryable=False) from None
+        except TransientError as exc:
+            raise JoinError(str(exc), retryable=True) from None
         except TRANSIENT as exc:
             raise Failed(str(exc)) from exc
         self._metrics.combine_seconds.observe(time.perf_counter() - started)
@@ -189,6 +205,20 @@ class Combiner:
         )
         return Outcome.DONE
 
+    def _signed(self, sign: dict[str, Any]) -> Callable[[bytes], Awaitable[bytes]]:
+        """The combined file signed as `sign` asks, in a finishing process."""
+        options = RenderOptions.model_validate({"sign": sign})
+
+        async def signed(data: bytes) -> bytes:
+            work = Work(data, options, signing=self._signing)
+            finished = await self._signer.run(work, timeout_s=self._time_limit_s)
+            return finished.pdf
+
+        return signed
+
+    async def close(self) -> None:
+        await self._signer.close()
+
     async def _delete(self, keys: list[str]) -> None:
         """Files nobody will download; one that cannot be deleted is retention's to remove."""
         for key in keys:
@@ -204,10 +234,11 @@ async def join_stored(
     filename: str,
     outline: bool,
     time_limit_s: float,
+    finish: Callable[[bytes], Awaitable[bytes]] | None = None,
 ) -> Joined:
     """Join the stored PDFs of `items`, in order, and store the result at `key`: the items are
     copied into a temporary folder a few at a time, joined there by a child process, and the
-    folder is removed whatever happens."""
+    folder is removed whatever happens. `finish` makes the joined file what is stored (signs it)."""
     folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="pressroom-join-"))
     try:
         parts = await _fetch(storage, items, folder)
@@ -216,6 +247,8 @@ async def join_stored(
             parts, output, outline=outline, time_limit_s=time_limit_s
         )
         data = await asyncio.to_thread(output.read_bytes)
+        if finish is not None:
+            data = await finish(data)
         await storage.put(key, data, filename=filename)
         return Joined(pages, len(data), max_rss_kb)
     finally:

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 
@@ -59,6 +60,8 @@ class Claimed:
     attempt: int
     max_attempts: int
     outline: bool
+    #: The combined file's signature options (combine.sign), None: not signed.
+    sign: dict[str, Any] | None = None
 
     @property
     def key(self) -> uuid.UUID:
@@ -83,10 +86,16 @@ class Item:
 
 
 async def create(
-    conn: asyncpg.Connection, batch_id: uuid.UUID, tenant: str, *, outline: bool, max_attempts: int
+    conn: asyncpg.Connection,
+    batch_id: uuid.UUID,
+    tenant: str,
+    *,
+    outline: bool,
+    max_attempts: int,
+    sign: dict[str, Any] | None = None,
 ) -> None:
     """The combined file of a new batch, waiting for its items (inserted after it)."""
-    await conn.execute(query("combine_insert"), batch_id, tenant, outline, max_attempts)
+    await conn.execute(query("combine_insert"), batch_id, tenant, outline, max_attempts, sign)
 
 
 async def claim(pool: asyncpg.Pool, *, limit: int, worker_id: str, lease_s: float) -> list[Claimed]:
@@ -99,6 +108,7 @@ async def claim(pool: asyncpg.Pool, *, limit: int, worker_id: str, lease_s: floa
             attempt=row["attempts"],
             max_attempts=row["max_attempts"],
             outline=row["outline"],
+            sign=row["sign"],
         )
         for row in rows
     ]

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from server.options import RenderOptions
+from server.options.finishing import Sign
 from server.queue.jobs import JobState
 from server.schemas.common import QUERY, REQUEST, Channel, Limit, WebhookUrl, parse_time
 from server.schemas.jobs import CURSOR_PATTERN, JobRequest
@@ -81,6 +82,11 @@ class CombineOptions(BaseModel):
         True,
         description="One outline entry (bookmark) per item, titled with its key, at its first "
         "page; the item's own outline (options.outline) goes below it.",
+    )
+    sign: Sign | None = Field(
+        None,
+        description="Sign the combined file, as options.sign signs a job's. The items' own "
+        "signatures cover their own files only and are left out of it.",
     )
 
 
@@ -164,6 +170,7 @@ class BatchCombined(BaseModel):
         "item failed or was cancelled (retrying it joins again) or the join itself failed."
     )
     outline: bool = Field(description="One outline entry per item, titled with its key.")
+    signed: bool = Field(False, description="Whether it is signed (combine.sign).")
     attempts: Annotated[int, Field(ge=0)] = Field(description="Joins started.")
     error: str | None = Field(description="Why it failed: the item's key and error, or the join's.")
     pages: int | None = Field(description="Pages, once done.")

@@ -775,9 +775,10 @@ DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING id;
 SELECT tenant FROM batches WHERE id = $1;
 
 -- combine_insert --
--- A batch that asks for one combined PDF ($3: an outline entry per item); before its items,
--- so that their first batch event already follows it.
-INSERT INTO batch_combines (batch_id, tenant, outline, max_attempts) VALUES ($1, $2, $3, $4);
+-- A batch that asks for one combined PDF ($3: an outline entry per item; $5: its signature's
+-- options, or NULL); before its items, so that their first batch event already follows it.
+INSERT INTO batch_combines (batch_id, tenant, outline, max_attempts, sign)
+VALUES ($1, $2, $3, $4, $5);
 
 -- combine_claim --
 -- One statement: pick due joins without waiting on rows others hold, mark them running under
@@ -794,7 +795,7 @@ UPDATE batch_combines c
 SET status = 'running', attempts = c.attempts + 1, worker_id = $2,
     lease_expires_at = now() + make_interval(secs => $3), started_at = now()
 WHERE c.batch_id = ANY (ARRAY(SELECT batch_id FROM picked))
-RETURNING c.batch_id, c.tenant, c.attempts, c.max_attempts, c.outline;
+RETURNING c.batch_id, c.tenant, c.attempts, c.max_attempts, c.outline, c.sign;
 
 -- combine_items --
 -- A batch's items in order, with what each job recorded of its file.

@@ -559,6 +559,8 @@ CREATE TABLE batch_combines (
     bytes            bigint,
     started_at       timestamptz,
     finished_at      timestamptz,
+    -- The combined file's signature (combine.sign, as requested); NULL: not signed (0034).
+    sign             jsonb,
     CONSTRAINT batch_combines_status_known CHECK (status IN (
         'waiting', 'items_failed', 'pending', 'running', 'done', 'failed')),
     CONSTRAINT batch_combines_attempts_bounded
@@ -602,6 +604,7 @@ CREATE FUNCTION batch_combine_public(c batch_combines) RETURNS jsonb LANGUAGE sq
                                 WHEN 'items_failed' THEN 'failed'
                                 ELSE c.status END,
         'outline', c.outline,
+        'signed', c.sign IS NOT NULL,
         'attempts', c.attempts,
         'error', c.error,
         'pages', c.pages,

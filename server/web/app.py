@@ -237,11 +237,14 @@ def create_app(
             time_limit_s=settings.render_timeout_s,
             worker_id=worker_id,
             metrics=metrics,
+            signing=settings.signing,
+            max_mb=settings.render_max_mb,
         )
         app[COMBINER] = joins
         app[HUB].add_listener(joins.on_event)
         async with joins.leases.running():
             yield
+        await joins.close()
 
     async def webhooks(app: web.Application) -> AsyncIterator[None]:
         if not settings.run_background:

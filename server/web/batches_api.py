@@ -94,7 +94,7 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     if batch.channel is not None:  # the hash of a batch without a channel stays as it was
         asked["channel"] = batch.channel
     if batch.combine is not None:  # the hash of a batch without combine stays as it was
-        asked["combine"] = batch.combine.model_dump()
+        asked["combine"] = batch.combine.model_dump(exclude_none=True)  # one without sign too
     return NewBatch(
         keys=[item.key for item in batch.items],
         jobs=jobs,
@@ -200,8 +200,14 @@ async def _insert(
         batch.channel,
     )
     if batch.combine is not None:
+        sign = batch.combine.sign
         await combine.create(
-            conn, batch_id, tenant, outline=batch.combine.outline, max_attempts=max_attempts
+            conn,
+            batch_id,
+            tenant,
+            outline=batch.combine.outline,
+            max_attempts=max_attempts,
+            sign=sign.model_dump(mode="json") if sign is not None else None,
         )
     job_ids = [
         known[key]["id"] if key in known else job.id for key, job in zip(keys, new, strict=True)

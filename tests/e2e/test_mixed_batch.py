@@ -1,8 +1,8 @@
 """One batch of every kind of source, on real Chromium and LibreOffice: an HTML template, Markdown,
-a Word file (made with python-docx) and uploaded PDFs, each signed, joined into one PDF whose
-pages, outline entries and text pypdf reads back part by part. The combined file is not signed:
-a batch signs nothing of its own (docs/batches.md), so each item's signature is checked on the
-item's PDF with pyHanko's validator."""
+a Word file (made with python-docx) and uploaded PDFs, each signed, joined into one signed PDF
+whose pages, outline entries and text pypdf reads back part by part. pyHanko's validator checks
+each item's signature on the item's PDF, and the combined file's own, the only one it holds (the
+items' signatures cover their own files, and would show broken in it)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import docx
+import pikepdf
 import pytest
 from pypdf import PdfReader
 
@@ -68,7 +69,9 @@ async def test_a_batch_of_html_markdown_office_and_pdfs_items_is_joined_into_one
         {"key": "receipts", "pdfs": [scans], "options": signed},
     ]
     async with all_events(app) as stream:
-        status, batch = await post_batch(app, {"combine": True, "items": items})
+        status, batch = await post_batch(
+            app, {"combine": {"sign": {"reason": "combined", "field": "Batch"}}, "items": items}
+        )
         assert status == 202, batch
         await read_until(stream, batch_done(batch["id"]), timeout_s=180)
     async with app.http.get(app.url(f"/v1/batches/{batch['id']}")) as resp:
@@ -78,6 +81,7 @@ async def test_a_batch_of_html_markdown_office_and_pdfs_items_is_joined_into_one
     assert [item["pages"] for item in done["items"]] == [1, 1, 2, 2]
     combined = done["combined"]
     assert combined["status"] == "done" and combined["pages"] == 6, combined
+    assert combined["signed"] is True
 
     data = await download(app, combined["url"])
     texts = page_texts(data)
@@ -102,3 +106,15 @@ async def test_a_batch_of_html_markdown_office_and_pdfs_items_is_joined_into_one
             item["key"],
             status_.pretty_print_details(),
         )
+    status_ = await signature_status(data, ca.root)
+    assert status_.intact and status_.valid and status_.trusted, status_.pretty_print_details()
+    with pikepdf.open(io.BytesIO(data)) as pdf:
+        fields = [str(field.T) for field in pdf.Root.AcroForm.Fields]
+        widgets = [
+            str(annot.get("/T", ""))
+            for page in pdf.pages
+            for annot in page.obj.get("/Annots", ())
+            if annot.get("/FT") == pikepdf.Name.Sig
+        ]
+    assert fields == ["Batch"], fields
+    assert widgets == ["Batch"], widgets

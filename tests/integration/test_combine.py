@@ -297,6 +297,8 @@ async def test_combine_is_refused_for_images_and_bad_values_and_nothing_is_store
         (1, "combine", "must be true, false or an object"),
         ({"outline": "no"}, "combine.outline", "valid boolean"),
         ({"colour": "red"}, "combine.colour", "is not a known field"),
+        ({"sign": {}}, "combine.sign", "this server has no signing key"),
+        ({"sign": {"field": "a b"}}, "combine.sign.field", "should match pattern"),
     ]
     for value, field, message in cases:
         status, problem = await post_batch(api, {"items": items[:1], "combine": value})
