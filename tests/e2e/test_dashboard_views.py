@@ -18,13 +18,17 @@ import pytest
 from playwright.async_api import Browser, Page
 from yarl import URL
 
+from server.keys import POOL
 from server.render.sources import Document
 from tests.assetfiles import png
 from tests.browser import browser  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
 from tests.e2e.test_dashboard_list import keep_screenshot
+from tests.e2e.test_docx import one_line
 from tests.e2e.test_job_page import no_sideways_scroll, texts
+from tests.e2e.test_office import DOCX
 from tests.pdfs import FakeRenderer
+from tests.tenants import bearer, made
 
 pytestmark = pytest.mark.browser
 
@@ -329,3 +333,73 @@ async def test_the_assets_with_what_uses_them(
     await keep_screenshot(page, tmp_path, f"assets-{suffix(width)}")
     renderer.gate.set()
     assert errors == [], errors
+
+
+async def test_a_word_templates_version_shows_its_kind_and_no_html_editor(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(text_of=page_text), render_slots=1)
+    await post(app, "/v1/templates", {"name": "letter", "html": "<p>Dear {{who}}</p>",
+                                      "sample_data": {"who": "Ana"}})  # fmt: skip
+    async with app.http.post(
+        app.url("/v1/assets"), data=one_line("Dear {{ who }}"), headers={"Content-Type": DOCX}
+    ) as resp:
+        assert resp.status == 201
+        word = (await resp.json())["id"]
+    await post(app, "/v1/templates", {"name": "letter", "docx": word, "sample_data": {"who": "Bo"}})
+
+    page, errors = await open_page(browser, 1280)
+    await page.goto(app.url("/templates/letter"))
+    await page.wait_for_selector("#docx-note:not([hidden])", timeout=WAIT_MS)
+    assert await page.get_attribute("tr.version[data-version='2']", "data-kind") == "docx"
+    assert await page.inner_text("tr.version[data-version='2'] .kind") == "DOCX"
+    assert word in await page.inner_text("#docx-note")
+    assert await page.is_hidden("#editor")
+    html_diff = "#diff [data-part=html]"
+    await page.wait_for_selector(f"{html_diff} .diff", timeout=WAIT_MS)
+    assert await texts(page, f"{html_diff} li.line-added .text") == [f"(Word template {word})"]
+    # The HTML version before it opens in the editor, with its preview.
+    await page.click("tr.version[data-version='1'] button.edit-version")
+    await page.wait_for_selector("#preview[data-state=shown]", timeout=WAIT_MS)
+    assert await page.is_hidden("#docx-note")
+    assert "Dear Ana" in await preview_text(page)
+    assert errors == [], errors
+
+
+@pytest.mark.timeout(120)
+async def test_with_a_key_the_views_send_it_and_take_a_token_for_the_stream(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    renderer = OneAtATime()
+    app: RunningApp = await start_app(renderer=renderer, render_slots=1)
+    key, _ = await made(app.app[POOL], "acme")
+    async with app.http.post(
+        app.url("/v1/batches"),
+        json={"items": [{"key": "k-1", "template": "<p>one</p>"}]},
+        headers=bearer(key),
+    ) as resp:
+        assert resp.status == 202, await resp.text()
+        batch = await resp.json()
+
+    keyless, _ = await open_page(browser, 1280)
+    await keyless.goto(app.url(f"/batches/{batch['id']}"))
+    await keyless.wait_for_selector("#notice:not([hidden])", timeout=WAIT_MS)
+    assert "needs an API key" in await keyless.inner_text("#notice")
+
+    context = await browser.new_context()
+    await context.add_init_script(f"localStorage.setItem('pressroom.apiKey', '{key}')")
+    page = await context.new_page()
+    streams: list[URL] = []
+    page.on("request", lambda r: streams.append(URL(r.url)) if "/events" in r.url else None)
+    await page.goto(app.url(f"/batches/{batch['id']}"))
+    await page.wait_for_selector(LIVE, timeout=WAIT_MS)
+    renderer.allowed.release()
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    assert streams and all("token" in url.query for url in streams), streams
+    assert all(key not in str(url) for url in streams), "the key never goes in a URL"
+    await page.goto(app.url("/assets"))
+    await page.wait_for_selector("#assets-empty:not([hidden])", timeout=WAIT_MS)
+    assert await page.is_hidden("#notice")
+    await context.close()
