@@ -178,9 +178,9 @@ class _Part:
     def render(self, context: dict[str, Any]) -> str:
         try:
             return templates.render(self._source, context, budget=self._fill.budget)
+        except _Unplaceable:
+            raise
         except PermanentError as exc:
-            if str(exc).startswith(self._fill.name):  # an image's own error, already named
-                raise
             message = _described(str(exc), self._fill.name, self._where, self._source)
             raise PermanentError(message) from None
 
@@ -214,6 +214,10 @@ class _Fill:
 
 class _Invalid(Exception):
     """A Word template that does not compile; the message says where and why."""
+
+
+class _Unplaceable(PermanentError):
+    """An image python-docx cannot place; the message names it by its data path."""
 
 
 def _open(template: bytes, name: str) -> Any:
@@ -260,8 +264,9 @@ def _placed(
             try:
                 placed: str = super()._insert_image()
             except Exception as exc:  # python-docx's image errors have no common base
-                raise PermanentError(
-                    f"{name}: the image at {self.image.where} cannot be placed: {exc}"
+                why = str(exc) or f"its bytes are not a readable image ({type(exc).__name__})"
+                raise _Unplaceable(
+                    f"{name}: the image at {self.image.where} cannot be placed: {why}"
                 ) from None
             return placed
 
