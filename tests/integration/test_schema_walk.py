@@ -354,6 +354,7 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
     async with app.http.get(app.url("/v1/assets?limit=1")) as resp:
         PATH_QUERY_EXAMPLES["/v1/assets", "cursor"] = (await resp.json())["next_cursor"]
     PATH_QUERY_EXAMPLES["/v1/templates", "cursor"] = "walk"  # a page's last template name
+    PATH_QUERY_EXAMPLES["/v1/templates/walk/versions", "cursor"] = "2"  # a page's last version
     return app, document
 
 
@@ -363,9 +364,9 @@ def _operations(document: Json) -> Iterator[tuple[str, str, Json]]:
             if method != "parameters":
                 yield (
                     method,
-                    path.replace("{job_id}", str(EXAMPLES["job_id"])).replace(
-                        "{template_id}", "walk"
-                    ),
+                    path.replace("{job_id}", str(EXAMPLES["job_id"]))
+                    .replace("{template_id}", "walk")
+                    .replace("{name}", "walk"),
                     operation,
                 )
 
