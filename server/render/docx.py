@@ -295,8 +295,12 @@ def _fill(
         document.render(context, jinja_env=_Fill(document, name, budget))
         out = io.BytesIO()
         document.save(out)
-    except (ValueError, KeyError, SyntaxError) as exc:
-        raise PermanentError(f"{name}: the filled document is not valid Word XML: {exc}") from None
+    except PermanentError:
+        raise
+    except Exception as exc:  # docxtpl and python-docx on a file of the client's: its fault
+        raise PermanentError(
+            f"{name} cannot be filled as a Word template: {type(exc).__name__}: {exc}"
+        ) from None
     return out.getvalue()
 
 
@@ -335,8 +339,8 @@ def _check(template: bytes, name: str) -> str | None:
         return str(exc)
     except PermanentError as exc:
         return str(exc)
-    except (ValueError, KeyError, SyntaxError) as exc:
-        return f"{name} cannot be read as a Word document: {exc}"
+    except Exception as exc:  # as _fill: a file of the client's, refused rather than a 500
+        return f"{name} cannot be filled as a Word template: {type(exc).__name__}: {exc}"
     return None
 
 

@@ -20,7 +20,7 @@ from PIL import Image
 
 from server.files import office_formats
 from tests.conftest import RunningApp
-from tests.e2e.test_office import DOCX, convert, finished, upload, workbook
+from tests.e2e.test_office import DOCX, convert, corrupt_word, finished, upload, workbook
 from tests.e2e.test_render import pdf_text
 from tests.integration.test_batches import all_events, post_batch, read_until
 from tests.integration.test_combine import batch_done, download
@@ -255,6 +255,11 @@ async def test_a_file_that_is_not_a_docx_is_refused(word_app: RunningApp) -> Non
     form.add_field("docx", b"plain text", filename="notes.docx")
     async with word_app.http.post(word_app.url("/v1/jobs"), data=form) as resp:
         assert "is not an Office file" in fields(await problem_of(resp))["docx"]
+    form = FormData()
+    form.add_field("docx", corrupt_word(), filename="minutes.docx")
+    async with word_app.http.post(word_app.url("/v1/jobs"), data=form) as resp:
+        problem = fields(await problem_of(resp))
+    assert problem["docx"].startswith("minutes.docx cannot be read as a Word document")
 
     sheet = await upload(word_app, workbook(), office_formats.XLSX.content_type)
     async with word_app.http.post(word_app.url("/v1/jobs"), json={"docx": sheet}) as resp:
