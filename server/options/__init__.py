@@ -66,6 +66,8 @@ from server.options.values import (
     OutputName,
     PageRanges,
     PaperFormat,
+    Preflight,
+    PreflightOption,
     Side,
     Text,
     UserAgent,
@@ -290,6 +292,11 @@ class RenderOptions(BaseModel):
     fail_on: FailOn = Field(
         default=_NO_FAILURES, description="What fails the job instead of printing."
     )
+    preflight: PreflightOption = Field(
+        default=None,
+        description="Check the printed PDF for overflow, missing glyphs, low-resolution and "
+        "broken images and blank pages, each a warning (PDF only; also when fail_on names one).",
+    )
     cookies: Annotated[list[Cookie], Field(max_length=MAX_COOKIES)] | None = Field(
         default=None,
         description="Cookies for the page_url's own origin only (page_url jobs); values are "
@@ -380,6 +387,15 @@ class RenderOptions(BaseModel):
             raise ValueError(f"applies to a PDF only, and output is {output}")
         return value
 
+    @field_validator("fail_on")
+    @classmethod
+    def _preflight_for_pdf(cls, fail_on: FailOn, info: ValidationInfo) -> FailOn:
+        output = info.data.get("output")
+        kinds = fail_on.preflight_kinds()
+        if kinds and output not in (None, "pdf"):
+            raise ValueError(f"{kinds[0]} is a check of a printed PDF, and output is {output}")
+        return fail_on
+
     @field_validator("screenshot")
     @classmethod
     def _for_image(cls, shot: Screenshot | None, info: ValidationInfo) -> Screenshot | None:
@@ -435,6 +451,15 @@ class RenderOptions(BaseModel):
     def finishing(self) -> bool:
         """Whether the printed PDF goes through a finishing step (server/pdf/finishing.py)."""
         return any(getattr(self, name) not in (None, False) for name in FINISHED_BY)
+
+    def preflight_checks(self) -> Preflight | None:
+        """How the preflight checks run, or None when they do not (server/render/preflight.py):
+        asked for, or a kind of theirs named in fail_on; a PDF only."""
+        if self.image:
+            return None
+        if self.preflight is None and self.fail_on.preflight_kinds():
+            return _DEFAULT_PREFLIGHT
+        return self.preflight
 
     def screenshot_or_default(self) -> Screenshot:
         """How to take the screenshot (an image output)."""
@@ -551,6 +576,7 @@ def capped_ranges(ranges: str, pages: int) -> str:
 #: Frozen, so one instance serves every job that asks for nothing else.
 _DEFAULT = RenderOptions()
 _DEFAULT_SCREENSHOT = Screenshot()
+_DEFAULT_PREFLIGHT = Preflight()
 
 
 def parse(raw: Any) -> RenderOptions:

@@ -124,6 +124,7 @@ PDF_ONLY = (
     "stamp",
     "encrypt",
     "sign",
+    "preflight",
 )
 _TOKEN = re.compile(TOKEN_PATTERN)
 _HEADER_VALUE = re.compile(HEADER_VALUE_PATTERN)
@@ -333,6 +334,80 @@ class FailOn(BaseModel):
         description="A subresource that failed or was blocked fails the job (otherwise it is "
         "listed in the job's warnings).",
     )
+    # The preflight kinds (server/render/preflight.py): each one true runs the checks and
+    # fails the job, at once and naming what it found, instead of warning.
+    overflow: bool = Field(
+        default=False,
+        description="Content wider than the page, or cut off by its box, fails the job "
+        "(preflight).",
+    )
+    missing_glyph: bool = Field(
+        default=False,
+        description="Text that no installed or uploaded font can draw fails the job, naming "
+        "the characters (preflight).",
+    )
+    low_resolution_image: bool = Field(
+        default=False,
+        description="An image printed below preflight.min_dpi fails the job, naming it "
+        "(preflight).",
+    )
+    broken_image: bool = Field(
+        default=False, description="An image that cannot be shown fails the job (preflight)."
+    )
+    blank_page: bool = Field(
+        default=False, description="A page with nothing drawn on it fails the job (preflight)."
+    )
+
+    def preflight_kinds(self) -> tuple[str, ...]:
+        """The preflight kinds that fail the job."""
+        return tuple(kind for kind in PREFLIGHT_KINDS if getattr(self, kind))
+
+
+#: The kinds of preflight warning, each a FailOn field of its own.
+PREFLIGHT_KINDS = (
+    "overflow",
+    "missing_glyph",
+    "low_resolution_image",
+    "broken_image",
+    "blank_page",
+)
+#: An image printed at fewer pixels per inch than this is a low_resolution_image.
+DEFAULT_MIN_DPI = 150
+
+
+def _preflight(value: Any) -> Any:
+    """`true` runs the checks with their defaults, `false` (or null) runs them only when
+    fail_on names a kind."""
+    if value is True:
+        return {}
+    if value is False:
+        return None
+    return value
+
+
+class Preflight(BaseModel):
+    """How the preflight checks judge a printed page (server/render/preflight.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    min_dpi: Annotated[int, Field(ge=1, le=2400), BeforeValidator(integral_of)] = Field(
+        default=DEFAULT_MIN_DPI,
+        description="An image printed at fewer pixels per inch than this is a "
+        "low_resolution_image.",
+    )
+
+
+PreflightOption = Annotated[
+    Preflight | None,
+    BeforeValidator(_preflight),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "boolean"}, Preflight.model_json_schema()],
+            "description": "Run the preflight checks (true, or their settings); they also run "
+            "when fail_on names one of their kinds.",
+        }
+    ),
+]
 
 
 def _text_matching(

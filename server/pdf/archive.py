@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import struct
 
 import pikepdf
 from PIL import ImageCms
@@ -29,13 +30,19 @@ SRGB = "sRGB IEC61966-2.1"
 _PRINT_FLAG = 4
 _HIDING_FLAGS = 2 | 32 | 256  # Hidden, NoView, ToggleNoView: PDF/A wants every annotation shown
 _INFO_FIELDS = {"/Title": "title", "/Author": "author", "/Subject": "subject"}
+# The ICC header's creation date: six big-endian 16-bit numbers at byte 24 (ICC.1 7.2.1).
+_ICC_DATE = 24
+_ICC_FIXED_DATE = struct.pack(">6H", 1999, 10, 18, 0, 0, 0)  # any fixed date: the sRGB standard's
 
 
 @functools.lru_cache(maxsize=1)
 def srgb_profile() -> bytes:
-    """An sRGB ICC profile (Little CMS's, via Pillow)."""
+    """An sRGB ICC profile (Little CMS's, via Pillow), the same bytes in every process: Little
+    CMS writes the time it made the profile into its header, which is set to a fixed date
+    here (the profile has no ID, which would be a digest over that date), so that the same
+    inputs give the same PDF/A (server/pdf/provenance.py)."""
     data: bytes = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
-    return data
+    return data[:_ICC_DATE] + _ICC_FIXED_DATE + data[_ICC_DATE + len(_ICC_FIXED_DATE) :]
 
 
 def unembedded_font(pdf: pikepdf.Pdf) -> tuple[str, int] | None:

@@ -38,6 +38,7 @@ from typing import Any
 from server.errors import PermanentError, TransientError
 from server.options import RenderOptions
 from server.pdf.join import Part
+from server.pdf.provenance import Provenance
 from server.signkey import SigningKey
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class Work:
     signing: SigningKey | None = None
     parts: tuple[Part, ...] = ()
     form_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: What made the PDF, for its XMP (server/pdf/provenance.py); None: none recorded.
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,7 +102,7 @@ def run(work: Work) -> Finished:
     by tests and benchmarks). PermanentError when the document or options make one impossible."""
     # Each step's library is imported when a job first needs it (fpdf2 and pyHanko take
     # seconds to import on a slow machine; a PDF/A job needs neither), before the clock starts.
-    from server.pdf import archive, docinfo
+    from server.pdf import archive, docinfo, provenance
 
     options = work.options
     if options.select_pages is not None or options.rotate is not None:
@@ -141,7 +144,7 @@ def run(work: Work) -> Finished:
             forms.flatten(pdf)
             took("flatten")
         if info := options.document_info():
-            docinfo.set_fields(pdf, info)  # a render leaves them to this pass (docinfo.apply)
+            docinfo.set_fields(pdf, info)  # a render leaves them to this pass
             report["metadata"] = docinfo.read(pdf)
             took("metadata")
         if options.stamp is not None:
@@ -160,17 +163,20 @@ def run(work: Work) -> Finished:
             archive.facturx(pdf, invoice)
             took("facturx")
         level = options.pdfa or ("3b" if options.facturx is not None else None)
+        if work.provenance is not None:
+            # Before PDF/A reads the metadata, after Factur-X wrote its XMP; signed over later.
+            provenance.write(pdf, work.provenance, pdfa=level is not None)
         if level is not None:
             archive.pdfa(pdf, level)
             took("pdfa")
-        saving: dict[str, Any] = {}
+        saving = provenance.save_arguments(options)
         if options.compress is not None:
             before = io.BytesIO()
             pdf.save(before)
             report["compress"] = {"bytes_before": before.getbuffer().nbytes}
             del before
             compress.compress(pdf, options.compress)
-            saving = compress.save_arguments()
+            saving |= compress.save_arguments()
             took("compress")
         if options.sign is not None:
             protect.before_signing(pdf)

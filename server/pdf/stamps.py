@@ -98,8 +98,10 @@ def apply(pdf: pikepdf.Pdf, stamp: Stamp, image: bytes | None) -> None:
         page = pdf.pages[index]
         box = [float(v) for v in page.mediabox]
         matrix = _placement(box, width, height, stamp.rotate)
-        name = page.add_resource(form, pikepdf.Name.XObject, prefix="Stamp")
-        gs = page.add_resource(alpha, pikepdf.Name.ExtGState, prefix="StampAlpha")
+        name = page.add_resource(form, pikepdf.Name.XObject, _free(page, "XObject", "Stamp"))
+        gs = page.add_resource(
+            alpha, pikepdf.Name.ExtGState, _free(page, "ExtGState", "StampAlpha")
+        )
         placed = " ".join(f"{v:.4f}" for v in matrix)
         content = f"/Artifact BMC q {gs} gs {placed} cm {name} Do Q EMC\n".encode()
         if under:
@@ -108,6 +110,18 @@ def apply(pdf: pikepdf.Pdf, stamp: Stamp, image: bytes | None) -> None:
             # The page's own content may leave its graphics state changed: wrap it first.
             page.contents_add(b"q\n", prepend=True)
             page.contents_add(b"Q\n" + content)
+
+
+def _free(page: pikepdf.Page, kind: str, prefix: str) -> pikepdf.Name:
+    """The first of /{prefix}1, /{prefix}2, … the page has no resource of `kind` by: the
+    same names for the same document (pikepdf's own prefix adds random letters, and the
+    same inputs must give the same bytes, server/pdf/provenance.py)."""
+    resources = page.obj.get("/Resources")
+    taken = resources.get(f"/{kind}") if isinstance(resources, pikepdf.Dictionary) else None
+    number = 1
+    while isinstance(taken, pikepdf.Dictionary) and f"/{prefix}{number}" in taken:
+        number += 1
+    return pikepdf.Name(f"/{prefix}{number}")
 
 
 def _placement(box: list[float], width: float, height: float, degrees: float) -> tuple[float, ...]:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
+import pikepdf
 
 from server import options, tracing
 from server.errors import PageLimitError, PermanentError, RenderError
@@ -27,6 +28,7 @@ from server.events import JobEvent
 from server.files import assets
 from server.files.assets import AssetCache
 from server.files.storage import Storage
+from server.pdf import provenance
 from server.pdf.finishing import FinishPool, Work
 from server.pdf.join import Part
 from server.pipeline import vault
@@ -236,7 +238,9 @@ class Workers:
                 render_options = vault.reveal(
                     render_options, job.secrets, secret=self._config.secret, job_id=job.id
                 )
+            engine = getattr(self._renderer, "engine_version", "") or "Chromium"
             if job.source == sources.PDFS:  # no Chromium: the uploads are joined in finishing
+                engine = f"pikepdf {pikepdf.__version__}"
                 finish = await self._finish_work(job, render_options)
                 result = RenderResult(data=b"", pages=None, warnings=[])
             else:
@@ -263,16 +267,24 @@ class Workers:
                             assets=page_files,
                         )
                 warnings = result.warnings
+                if isinstance(html, sources.OfficeFile):
+                    engine = "LibreOffice"
                 if result.pages is not None:
                     steps.set(tracing.PAGES, result.pages)
                     if result.pages > self._config.max_pages:
                         raise PageLimitError(self._config.max_pages)
             report: dict[str, object] = {}
+            made = None if render_options.image else self._provenance(job, render_options, engine)
             if finish is not None:
                 _enter(held, Phase.FINISHING, steps)
+                finish = dataclasses.replace(finish, provenance=made)
                 result, report = await self._finished(result, finish, steps)
                 if result.pages is not None and result.pages > self._config.max_pages:
                     raise PageLimitError(self._config.max_pages)
+            elif made is not None:  # the PDF's one pass: document information, provenance
+                result = dataclasses.replace(
+                    result, data=await provenance.seal(result.data, render_options, made)
+                )
             steps.set(tracing.BYTES, len(result.data))
             _enter(held, Phase.STORING, steps)
             files, contents = job.files(), [result.data]
@@ -283,8 +295,16 @@ class Workers:
                 await self._storage.put(
                     file.key, data, filename=file.filename, content_type=file.output.content_type
                 )
-            if report:
-                await jobs.record_finishing(self._pool, job, report, worker_id=self.worker_id)
+            if report or made is not None:
+                checked = render_options.preflight_checks() is not None
+                await jobs.record_finishing(
+                    self._pool,
+                    job,
+                    report or None,
+                    worker_id=self.worker_id,
+                    provenance=None if made is None else made.to_json(),
+                    preflight=[f.to_json() for f in result.preflight] if checked else None,
+                )
         except RenderError as exc:
             raise RenderFailed(str(exc), retryable=exc.retryable, warnings=warnings) from exc
         except options.OptionsError as exc:
@@ -305,6 +325,21 @@ class Workers:
         for attempt in range(1, job.attempt):
             await self._delete(job.files(attempt))
         return Outcome.DONE
+
+    def _provenance(
+        self, job: ClaimedJob, given: options.RenderOptions, engine: str
+    ) -> provenance.Provenance:
+        """What makes this job's PDF (server/pdf/provenance.py), `engine` printed it."""
+        name = getattr(job, "template_name", None)
+        version = getattr(job, "template_version", None)
+        return provenance.Provenance(
+            pressroom=provenance.pressroom_version(),
+            engine=engine,
+            template=f"{name}@{version}" if name is not None else None,
+            data_sha256=provenance.data_sha256(job.data),
+            assets={**provenance.page_assets(job.assets), **provenance.finishing_assets(given)},
+            finishing=provenance.steps(given),
+        )
 
     async def _convert(
         self,

@@ -274,11 +274,26 @@ async def finish_failed(
 
 
 async def record_finishing(
-    pool: asyncpg.Pool, job: ClaimedJob, report: dict[str, Any], *, worker_id: str
+    pool: asyncpg.Pool,
+    job: ClaimedJob,
+    report: dict[str, Any] | None,
+    *,
+    worker_id: str,
+    provenance: dict[str, Any] | None = None,
+    preflight: list[dict[str, Any]] | None = None,
 ) -> None:
-    """What the job shows of its finishing (`finishing` on its JSON), written by the attempt
-    that holds it, before its done write: that write's event carries it."""
-    await pool.execute(query("job_record_finishing"), job.id, worker_id, job.attempt, report)
+    """What the job shows of its finishing (`finishing` on its JSON), of what made its PDF
+    (`provenance`) and of its preflight checks (`preflight`), written by the attempt that holds
+    it, before its done write: that write's event carries it."""
+    await pool.execute(
+        query("job_record_finishing"),
+        job.id,
+        worker_id,
+        job.attempt,
+        report,
+        provenance,
+        preflight,
+    )
 
 
 async def heartbeat(

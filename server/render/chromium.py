@@ -28,7 +28,7 @@ from playwright.async_api import Error as PlaywrightError
 from server.errors import PermanentError, TransientError
 from server.netpolicy import NetworkPolicy
 from server.options import RenderOptions
-from server.pdf import docinfo
+from server.render import preflight
 from server.render.browsers import (
     CHROMIUM_ARGS,
     browser_memory_mb,
@@ -40,6 +40,7 @@ from server.render.browsers import (
 from server.render.cgroups import Leaf, RenderCgroups
 from server.render.dropuser import Launcher, launcher
 from server.render.egress import Gate, Site, loads_relative
+from server.render.preflight import Finding
 from server.render.printing import PRINT_VIEWPORT, SCREEN_VIEWPORT, Slot, print_in
 from server.render.sources import Document, PageUrl
 
@@ -64,6 +65,8 @@ class RenderResult:
     data: bytes  # the PDF, or the image options.output asks for
     pages: int | None  # None for an image
     warnings: list[str]
+    #: The preflight checks' findings (server/render/preflight.py), each in `warnings` too.
+    preflight: list[Finding] = dataclasses.field(default_factory=list)
 
 
 #: A job's files by the path its page names them with → (content type, bytes).
@@ -120,6 +123,8 @@ class ChromiumRenderer:
         self.sandbox = False
         #: The browser's version and executable, once launched (start log, /readyz, /metrics).
         self.engine = ""
+        #: The engine a PDF's provenance names: the browser and its version, once launched.
+        self.engine_version = ""
         self._cgroups: RenderCgroups | None = None
         self._stale_leaves: list[Leaf] = []
         self._slot_lock = asyncio.Lock()
@@ -227,6 +232,9 @@ class ChromiumRenderer:
             self.sandbox = False
         kind = "headless shell" if "headless" in os.path.basename(self._executable) else "Chromium"
         self.engine = f"{kind} {browser.version} ({self._executable})"
+        self.engine_version = f"Chromium {browser.version}" + (
+            " (headless shell)" if kind == "headless shell" else ""
+        )
         self._browser = browser
         self._generation += 1
         self._idle = []
@@ -475,6 +483,7 @@ class ChromiumRenderer:
         async with slots as slot:
             slot.gate.site = site
             slot.served = site is not None
+            slot.facts = None
             try:
                 data = await print_in(
                     slot, html, options, timeout_s=timeout_s, max_pages=self._max_pages
@@ -490,9 +499,15 @@ class ChromiumRenderer:
                 slot.gate.site = None
             pages = None if options.image else count_pages(data)
             warnings = list(dict.fromkeys(slot.warnings))  # a file asked for twice: once
-        # Outside the slot: the page takes the next job while the metadata is written.
-        data = await docinfo.apply(data, options)
-        return RenderResult(data=data, pages=pages, warnings=warnings)
+            facts, slot.facts = slot.facts, None
+        # Outside the slot: the page takes the next job while the PDF is checked. Its document
+        # information, dates and provenance are the worker's to write, with the job's
+        # finishing or in one pass of their own (server/pdf/provenance.py).
+        found: list[Finding] = []
+        if facts is not None:
+            found = await preflight.check(data, facts, options)
+            warnings += [finding.warning() for finding in found]
+        return RenderResult(data=data, pages=pages, warnings=warnings, preflight=found)
 
 
 async def _blank(page: Page) -> None:

@@ -30,8 +30,9 @@ from server.options import RenderOptions, Screenshot
 
 #: Chromium draws larger images, but one side past this is a page nobody meant to capture whole.
 MAX_IMAGE_SIDE_PX = 16384
-# PDFium is not thread-safe: one rasterisation at a time in this process (a few ms each).
-_PDFIUM = threading.Lock()
+# PDFium is not thread-safe: one use at a time in this process (a rasterisation takes a few ms;
+# server/render/preflight.py reads PDFs with it too).
+PDFIUM = threading.Lock()
 _UNDER_PX = 0.001
 _TRANSPARENT = {"color": {"r": 0, "g": 0, "b": 0, "a": 0}}
 # What to capture, in CSS pixels of the document: the first element the selector matches, the
@@ -118,7 +119,7 @@ async def screenshot(page: Page, output: str, shot: Screenshot) -> bytes:
 
 def rasterise_first_page(pdf: bytes, width_px: int) -> bytes:
     """A PNG of the PDF's first page, `width_px` wide, as printed (white paper)."""
-    with _PDFIUM:
+    with PDFIUM:
         document = pypdfium2.PdfDocument(pdf)
         try:
             page = document[0]

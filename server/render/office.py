@@ -34,7 +34,6 @@ import psutil
 from server.errors import PermanentError, TransientError
 from server.files import office_formats
 from server.options import RenderOptions
-from server.pdf import docinfo
 from server.render.cgroups import Leaf, RenderCgroups
 
 log = logging.getLogger(__name__)
@@ -283,7 +282,6 @@ class OfficePool:
                     self.converting.clear()
                 self._running.discard(office)
                 await self._give_back(office, healthy)
-        pdf = await docinfo.apply(pdf, options)
         return Converted(pdf, await asyncio.to_thread(_pages, pdf, name))
 
     async def _take(self) -> OfficeProcess:

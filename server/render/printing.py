@@ -21,7 +21,7 @@ from playwright.async_api import BrowserContext, Page, ViewportSize
 
 from server.errors import PageLimitError
 from server.options import RenderOptions
-from server.render import images, navigation
+from server.render import images, navigation, preflight
 from server.render.cgroups import Leaf
 from server.render.egress import DOCUMENT_URL, Gate
 from server.render.sources import Document, PageUrl
@@ -73,6 +73,7 @@ class Slot:
     oom_kills: int = 0
     served: bool = False  # the page is at the gate's reserved origin (assets, relative URLs)
     measured: bool = False  # laid out at the paper's width for the page limit (_check_length)
+    facts: preflight.PageFacts | None = None  # measured for the preflight checks, if they run
 
     def out_of_memory(self) -> bool:
         return sum(leaf.oom_kills() for leaf in self.leaves) > self.oom_kills
@@ -140,6 +141,9 @@ async def print_in(
         await _check_length(
             page, options, max_pages, at_paper=not scripts, screen_first=isinstance(html, PageUrl)
         )
+    if options.preflight_checks() is not None:
+        # What the printed PDF cannot tell: the layout's widths, broken images, the text.
+        slot.facts = await preflight.measure(page, options)
     return await images.capture(page, options, max_pages)
 
 

@@ -552,6 +552,31 @@ class JobFinishing(BaseModel):
     compress: CompressReport | None = Field(None, description="The sizes compress made.")
 
 
+class PreflightFinding(BaseModel):
+    """One finding of the preflight checks (docs/documents.md, "Preflight")."""
+
+    kind: Literal["overflow", "missing_glyph", "low_resolution_image", "broken_image", "blank_page"]
+    page: Annotated[int, Field(ge=1)] | None = Field(
+        description="Its page (1 is the first), as printed; null for what is measured in the "
+        "page before it is paginated (overflow, broken_image, missing_glyph)."
+    )
+    detail: str = Field(description="What was found, naming the element, image or characters.")
+
+
+class JobProvenance(BaseModel):
+    """What made the job's PDF, as its XMP metadata records it."""
+
+    pressroom: str = Field(description="Pressroom's version.")
+    engine: str = Field(description="The engine that printed it, and its version.")
+    template: str | None = Field(description="The stored template, name@version; null: none.")
+    data_sha256: str = Field(description="SHA-256 of the job's data as sorted, compact JSON.")
+    assets: dict[str, str] = Field(
+        description="Each asset it used, by its path (or the option naming it): its id, "
+        "sha256:… of its bytes."
+    )
+    finishing: list[str] = Field(description="The finishing steps, in the order they ran.")
+
+
 class Job(BaseModel):
     """A job as every route and stream shows it."""
 
@@ -584,6 +609,14 @@ class Job(BaseModel):
         None,
         description="What its finishing reports once done: the document information it set "
         "(metadata) and the sizes before and after compress; null when it reports nothing.",
+    )
+    provenance: JobProvenance | None = Field(
+        None, description="What made its PDF, once done (as in the PDF's XMP); null otherwise."
+    )
+    preflight: list[PreflightFinding] | None = Field(
+        None,
+        description="What the preflight checks found, once done (each also in warnings); null "
+        "when they did not run.",
     )
     links: JobLinks = Field(description="What can be done with it.")
     url: str | None = Field(None, description="Signed, expiring download URL (once done).")

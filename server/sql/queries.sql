@@ -92,9 +92,9 @@ SELECT f.id, f.status FROM failed f;
 
 -- job_record_finishing --
 -- What the finishing of attempt $3 of job $1, held by worker $2, reports ($4: the document
--- information it set, the sizes before and after compress); no event: the done write's
--- carries it.
-UPDATE jobs SET finishing = $4::jsonb
+-- information it set, the sizes before and after compress), what made its PDF ($5) and what
+-- its preflight checks found ($6, 0033); no event: the done write's carries it.
+UPDATE jobs SET finishing = $4::jsonb, provenance = $5::jsonb, preflight = $6::jsonb
 WHERE id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3;
 
 -- heartbeat --

@@ -92,6 +92,10 @@ CREATE TABLE jobs (
     -- What its finishing reports: the document information set, the sizes before and after
     -- compress (server/pdf/finishing.py); NULL when it reports nothing (0028).
     finishing        jsonb,
+    -- What made its PDF (server/pdf/provenance.py) and what its preflight checks found
+    -- ([{kind, page, detail}], server/render/preflight.py; NULL when they did not run) (0033).
+    provenance       jsonb,
+    preflight        jsonb,
     -- The state machine (DESIGN.md, "Job states"); jobs_check_transition refuses the moves.
     CONSTRAINT jobs_status_known
         CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),
@@ -228,7 +232,9 @@ CREATE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
         'started_at', j.started_at,
         'finished_at', j.finished_at,
         'trace_id', split_part(j.traceparent, '-', 2),
-        'finishing', j.finishing
+        'finishing', j.finishing,
+        'provenance', j.provenance,
+        'preflight', j.preflight
     )
 $$;
 
