@@ -257,7 +257,7 @@ async function preview() {
   try {
     const response = await api("/v1/templates/preview", {
       method: "POST",
-      body: { ...body, options: state.base.options },
+      body: { ...body, options: state.base.options, assets: state.base.assets },
       raw: true,
     });
     const pages = response.headers.get("Pressroom-Pages");

@@ -157,6 +157,10 @@ class InlinePreviewRequest(_OpensNoPage):
     html: TemplateHtml = Field(description="Jinja2 HTML template.")
     data: JsonObject = Field(default_factory=dict, description="Template variables.")
     options: RenderOptions | None = Field(None, description="How to print.")
+    assets: AssetMap = Field(
+        default_factory=dict,
+        description="Relative path → asset id, as a stored template's: the files its page loads.",
+    )
 
 
 class TemplateListQuery(BaseModel):

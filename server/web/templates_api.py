@@ -183,7 +183,8 @@ async def preview_inline(request: web.Request) -> web.Response:
         await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
     asked = validated(InlinePreviewRequest, body, checks(request, {}, await _named(request, body)))
     render_options = asked.options or options.parse(None)
-    return await _preview(request, asked.html, asked.data, render_options, "preview")
+    mapped = asked.assets or None
+    return await _preview(request, asked.html, asked.data, render_options, "preview", mapped)
 
 
 async def _named(request: web.Request, body: Any) -> dict[str, assets.Asset]:
@@ -227,7 +228,7 @@ async def _preview(
 ) -> web.Response:
     """Template + data → PDF (or the image options.output asks for) through this process's
     renderer, within the render time limit; the file is called `name` and its extension.
-    `mapped` are a stored template's assets, path → id."""
+    `mapped` are the template's assets (a stored one's, or the body's), path → id."""
     app = request.app
     settings = app[SETTINGS]
     if RENDERER not in app:

@@ -239,3 +239,27 @@ async def test_an_asset_says_which_template_versions_and_jobs_in_flight_use_it(
             await asyncio.sleep(0.05)
             used = (await acme.get(f"/v1/assets/{asset['id']}"))[1]["used_by"]
     assert used["jobs"] == [] and used["template_versions"] == 3
+
+
+async def test_an_inline_preview_maps_the_assets_it_names_and_only_the_tenants_own(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    acme, other = await tenants(api)
+    logo = png((10, 120, 10))
+    asset = await acme.upload(logo, "image/png")
+    body = {"html": '<img src="img/logo.png">', "assets": {"img/logo.png": asset["id"]}}
+    async with api.http.post(
+        api.url("/v1/templates/preview"), json=body, headers=acme.headers
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.read()).startswith(b"%PDF-")
+    files = fake_renderer.assets[-1]
+    assert files is not None and files["img/logo.png"] == ("image/png", logo)
+
+    # Another tenant's id is unknown there, as an id never uploaded.
+    async with api.http.post(
+        api.url("/v1/templates/preview"), json=body, headers=other.headers
+    ) as resp:
+        assert resp.status == 422 and resp.content_type == PROBLEM
+        problem = await resp.json(content_type=None)
+    assert [e["field"] for e in problem["errors"]] == ["assets.img/logo.png"]
