@@ -360,6 +360,12 @@ class Settings(BaseSettings):
     token_ttl_s: PositiveInt = setting(
         3600, "lifetime of the subscription tokens Pressroom mints, and the longest `ttl_s` gets"
     )
+    dashboard_token_ttl_s: PositiveInt = setting(
+        900, "lifetime of a dashboard token (renewed before it ends, without the key)"
+    )
+    dashboard_session_s: PositiveInt = setting(
+        43200, "how long the dashboard's renewals go on after its API key was given"
+    )
     max_body_bytes: PositiveInt = setting(2 * 1024 * 1024, "largest request body (413 above)")
     max_pages: PositiveInt = setting(1000, "pages a PDF may have; a longer one fails its job")
     max_asset_bytes: PositiveInt = setting(

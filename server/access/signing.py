@@ -9,11 +9,16 @@ header: `alg` HS256 means the secret, whatever `kid` says; any other `alg` needs
 one of the tenant's token keys, and must be that key's algorithm. The claims are the same:
 
     {"sub": TENANT, "iat": …, "exp": …, "pressroom": {"scope": "tenant" | "job" | "channel" |
-     "channels", "job_id": …, "channel": …, "channels": [… up to 20], "key": …}}
+     "channels" | "dashboard", "job_id": …, "channel": …, "channels": [… up to 20], "key": …,
+     "since": …}}
 
 `scope` names what the token opens, with `job_id` for a job's, `channel` for a channel's,
 `channels` for several; `key`, only in the tokens Pressroom mints, is the id of the API key
-that asked for it, which the token then needs to stay active.
+that asked for it, which the token then needs to stay active. A `dashboard` token is the one
+kind that calls the API (as `Authorization: Bearer`): Pressroom alone mints it, for an API
+key, signed with a key derived from both PRESSROOM_SECRET and the tenant's token secret (so
+neither the tenant's backend nor a token key can make one); `since` is when that key was
+exchanged, which bounds its renewals.
 
 Download links carry `expires`, `key` (the minting key's id) and `sig` in their query; `sig` is
 an HMAC-SHA256 made by itsdangerous with PRESSROOM_SECRET, so that a link stays about as short
@@ -27,6 +32,7 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import hmac
 import secrets
 import time
 import uuid
@@ -70,13 +76,17 @@ def new_token_secret() -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scope:
     """What a token opens: every stream of its tenant (neither field), one job's stream and
-    long-poll (`job_id`), or the streams of 1-20 channels and the jobs in them (`channels`)."""
+    long-poll (`job_id`), the streams of 1-20 channels and the jobs in them (`channels`), or,
+    for the dashboard (`dashboard`), the tenant's API as its key would, and every stream."""
 
     job_id: str | None = None
     channels: frozenset[str] = frozenset()
+    dashboard: bool = False
 
     @property
     def name(self) -> str:
+        if self.dashboard:
+            return DASHBOARD
         if self.job_id is not None:
             return "job"
         # One channel keeps the claim it had before tokens could name several.
@@ -92,6 +102,8 @@ class Scope:
         return True
 
     def describe(self) -> str:
+        if self.dashboard:
+            return "the dashboard's API calls and every stream of the tenant"
         if self.job_id is not None:
             return f"the stream of job {self.job_id}"
         names = [repr(name) for name in sorted(self.channels)]
@@ -106,8 +118,10 @@ class Scope:
             return f"channels {listed} (their streams and their jobs)"
         return "every stream of the tenant"
 
-    def claim(self, key_id: int | None) -> dict[str, Any]:
+    def claim(self, key_id: int | None, since: int | None = None) -> dict[str, Any]:
         claim: dict[str, Any] = {"scope": self.name}
+        if since is not None:
+            claim["since"] = since
         if self.job_id is not None:
             claim["job_id"] = self.job_id
         if len(self.channels) == 1:
@@ -119,12 +133,15 @@ class Scope:
         return claim
 
 
+DASHBOARD = "dashboard"
 TENANT_SCOPE = Scope()
+DASHBOARD_SCOPE = Scope(dashboard=True)
 _CLAIM_KEYS = {
     "tenant": {"scope"},
     "job": {"scope", "job_id"},
     "channel": {"scope", "channel"},
     "channels": {"scope", "channels"},
+    DASHBOARD: {"scope", "since"},
 }
 
 
@@ -137,6 +154,10 @@ def _channels_of(names: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
     """The scope and minting key of a `pressroom` claim, None when it is not one."""
     if not isinstance(claim, dict) or claim.get("scope") not in _CLAIM_KEYS:
@@ -145,10 +166,13 @@ def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
     key_id = claim.get("key")
     if set(claim) - {"key"} != _CLAIM_KEYS[name]:
         return None
-    if key_id is not None and (isinstance(key_id, bool) or not isinstance(key_id, int)):
+    if key_id is not None and not _is_count(key_id):
         return None
-    if key_id is not None and key_id < 0:
-        return None
+    if name == DASHBOARD:
+        # Minted for an API key only, with when that key was exchanged.
+        if key_id is None or key_id == NO_KEY or not _is_count(claim["since"]):
+            return None
+        return DASHBOARD_SCOPE, key_id
     if name == "job":
         try:
             return Scope(job_id=str(uuid.UUID(claim["job_id"]))), key_id
@@ -175,6 +199,8 @@ class TokenClaims:
     scope: Scope
     expires_at: int
     key_id: int | None  # the API key it was minted for; None: minted by the tenant's backend
+    #: A dashboard token's: when its API key was exchanged (unix s); renewals keep it.
+    since: int | None = None
 
 
 def make_token(
@@ -184,15 +210,16 @@ def make_token(
     *,
     ttl_s: int,
     key_id: int | None = None,
+    since: int | None = None,
 ) -> tuple[str, int]:
-    """A signed subscription token, and its expiry (unix s)."""
+    """A signed token, and its expiry (unix s); `since` for a dashboard token."""
     issued_at = int(time.time())
     expires_at = issued_at + ttl_s
     claims = {
         "sub": tenant,
         "iat": issued_at,
         "exp": expires_at,
-        TOKEN_CLAIM: scope.claim(key_id),
+        TOKEN_CLAIM: scope.claim(key_id, since),
     }
     return jwt.encode(claims, secret, algorithm=TOKEN_ALGORITHM), expires_at
 
@@ -205,6 +232,17 @@ class Signer:
     tenant: str
     algorithm: str
     kid: str | None
+    #: Whether it says it is a dashboard token (checked with the dashboard key, see above).
+    dashboard: bool = False
+
+
+def dashboard_secret(server_secret: str, token_secret: str) -> str:
+    """The key that signs a tenant's dashboard tokens: PRESSROOM_SECRET's HMAC of its token
+    secret, so that a rotated secret ends them too and the secret alone cannot make one."""
+    mac = hmac.new(
+        server_secret.encode(), b"pressroom.dashboard." + token_secret.encode(), "sha256"
+    )
+    return mac.hexdigest()
 
 
 def token_signer(token: str) -> Signer | None:
@@ -222,7 +260,9 @@ def token_signer(token: str) -> Signer | None:
         return None
     if kid is not None and not isinstance(kid, str):
         return None
-    return Signer(tenant, algorithm, kid)
+    claim = claims.get(TOKEN_CLAIM)
+    dashboard = isinstance(claim, dict) and claim.get("scope") == DASHBOARD
+    return Signer(tenant, algorithm, kid, dashboard)
 
 
 def check_token(
@@ -256,7 +296,8 @@ def check_token(
     if scoped is None:
         return None
     scope, key_id = scoped
-    return TokenClaims(tenant=tenant, scope=scope, expires_at=expires_at, key_id=key_id)
+    since = claims[TOKEN_CLAIM].get("since") if scope.dashboard else None
+    return TokenClaims(tenant, scope, expires_at, key_id, since)
 
 
 def secret_digest(secret: str) -> str:

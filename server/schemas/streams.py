@@ -93,10 +93,17 @@ class TokenRequest(BaseModel):
         description=f"Limit the token to these channels (1-{MAX_TOKEN_CHANNELS}, each once): "
         "their streams and their jobs.",
     )
+    scope: Literal["dashboard"] | None = Field(
+        None,
+        description='"dashboard": a dashboard token, which calls the API as the key would (as '
+        "`Authorization: Bearer`) and opens every stream; asked with an API key, or with a "
+        "dashboard token still valid to renew it. Alone, or with ttl_s.",
+    )
     ttl_s: Annotated[int, Field(ge=1), Integral] | None = Field(
         None,
-        description="Seconds the token lasts, up to PRESSROOM_TOKEN_TTL_S (the default): a "
-        "longer one lasts that long; expires_at says when it ends.",
+        description="Seconds the token lasts, up to PRESSROOM_TOKEN_TTL_S (the default; "
+        "PRESSROOM_DASHBOARD_TOKEN_TTL_S for a dashboard token): a longer one lasts that long; "
+        "expires_at says when it ends.",
     )
 
     @field_validator("channels")
@@ -112,6 +119,8 @@ class TokenRequest(BaseModel):
         given = [f'"{name}"' for name in _TOKEN_SCOPES if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of {', '.join(given)}, not several")
+        if given and self.scope is not None:
+            raise ValueError(f"a dashboard token opens the whole tenant: give no {given[0]}")
         return self
 
     @property
@@ -208,8 +217,16 @@ class EventPoll(BaseModel):
 
 
 class Token(BaseModel):
-    token: str = Field(description="A JWT for ?token= (SSE) or the Socket.IO auth.")
+    token: str = Field(
+        description="A JWT for ?token= (SSE) or the Socket.IO auth; a dashboard token also "
+        "for `Authorization: Bearer`."
+    )
     expires_at: dt.datetime = Field(description="It stops working then.")
+    renewable_until: dt.datetime | None = Field(
+        None,
+        description="A dashboard token's: renewals go on until then "
+        "(PRESSROOM_DASHBOARD_SESSION_S after its key was given); then the key is needed again.",
+    )
 
 
 #: Models in components.schemas though no path names them (Socket.IO, streams).

@@ -886,3 +886,31 @@ FOR UPDATE OF b SKIP LOCKED;
 -- delete_batches --
 -- Their items and combined rows go with them (ON DELETE CASCADE); their jobs stay.
 DELETE FROM batches WHERE id = ANY($1::uuid[]);
+
+-- job_stats_hour --
+-- The tenant's ($1) jobs done and failed in each of the last $2 minutes (the current one and
+-- those before it), with the submit→done seconds' p50 and p95 of those done; the row whose
+-- minute is NULL is the whole span (GROUPING SETS: one pass). Served by jobs_finished (the
+-- hour's finished jobs of every tenant) or jobs_tenant_state_created, as the planner finds.
+WITH span AS (SELECT date_trunc('minute', now()) - make_interval(mins => $2 - 1) AS since)
+SELECT date_bin('1 minute', j.finished_at, s.since) AS minute,
+       count(*) FILTER (WHERE j.status = 'done') AS done,
+       count(*) FILTER (WHERE j.status = 'failed') AS failed,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.finished_at - j.created_at))
+           FILTER (WHERE j.status = 'done') AS p50_s,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM j.finished_at - j.created_at))
+           FILTER (WHERE j.status = 'done') AS p95_s
+FROM span s JOIN jobs j
+  ON j.tenant = $1 AND j.finished_at >= s.since AND j.status IN ('done', 'failed')
+GROUP BY GROUPING SETS ((date_bin('1 minute', j.finished_at, s.since)), ())
+ORDER BY minute NULLS FIRST;
+
+-- job_stats_queue --
+-- The tenant's ($1) queue now: its queued jobs, those due (not waiting for a run_at or a
+-- retry's backoff), and when the oldest due one was submitted. jobs_tenant_state_created.
+SELECT now() AS at,
+       count(*) AS depth,
+       count(*) FILTER (WHERE run_after <= now()) AS due,
+       min(created_at) FILTER (WHERE run_after <= now()) AS oldest_due_at
+FROM jobs
+WHERE tenant = $1 AND status = 'queued';

@@ -59,6 +59,7 @@ from server.web import (
     reference,
     sockets,
     sse,
+    stats_api,
     story_api,
     templates_api,
     views_api,
@@ -279,6 +280,7 @@ def create_app(
         app.add_routes(jobs_api.routes)
         app.add_routes(story_api.routes)  # a job's story, and its page at /jobs/{id}
         app.add_routes(views_api.routes)  # the batches, templates and assets pages
+        app.add_routes(stats_api.routes)  # GET /v1/stats and its page, /health
         app.add_routes(sse.routes)
         app.add_routes(batches_api.routes)
         app.add_routes(assets_api.routes)

@@ -40,7 +40,9 @@ from server.access.signing import (
     NO_KEY,
     TOKEN_ALGORITHM,
     Scope,
+    TokenClaims,
     check_token,
+    dashboard_secret,
     secret_digest,
     token_signer,
 )
@@ -78,6 +80,10 @@ REVOKED_TOKEN = (
     "keys were required); get a new one."
 )
 CLOSED_TENANT_TOKEN = "The subscription token's tenant has no active API key."
+SUBSCRIPTION_NOT_KEY = (
+    "A subscription token opens streams only (as ?token=), not the API: send an API key, or "
+    'a dashboard token (POST /v1/tokens {"scope": "dashboard"}).'
+)
 UNKNOWN_KEY_TOKEN = (
     "The subscription token's kid names no token key of its tenant (or one since removed); get "
     "a new one."
@@ -92,7 +98,11 @@ VIA = web.RequestKey("auth", str)
 KEY_ID = web.RequestKey("key_id", int)
 SCOPE = web.RequestKey("scope", Scope)
 CREDENTIAL = web.RequestKey("credential", Credential)
+#: A dashboard token's claims, for its renewal (POST /v1/tokens).
+CLAIMS = web.RequestKey("claims", TokenClaims)
 VIA_KEY, VIA_TOKEN, VIA_SIGNATURE, VIA_DEV = "key", "token", "signature", "dev"
+#: A dashboard token as `Authorization: Bearer`: the API as its key, until the token expires.
+VIA_DASHBOARD = "dashboard"
 
 # Reachable without credentials: health, metrics, the dashboard's files, the API description.
 OPEN_V1_PATHS = frozenset({"/v1/openapi.json"})
@@ -292,7 +302,14 @@ class Authenticator:
         tenant = signer.tenant
         known = await self.token_secret(tenant)
         held: tuple[str, str] | TokenKeyHold
-        if signer.algorithm != TOKEN_ALGORITHM and signer.kid is not None:
+        if signer.dashboard:
+            # Pressroom's own (HS256, its dashboard key): no backend or token key makes one.
+            if signer.algorithm != TOKEN_ALGORITHM or known.secret is None:
+                return INVALID_TOKEN
+            key = dashboard_secret(self._settings.secret, known.secret)
+            claims = check_token(key, token)
+            held = (tenant, secret_digest(known.secret))
+        elif signer.algorithm != TOKEN_ALGORITHM and signer.kid is not None:
             # Signed with a private key of the tenant's backend: the tenant's key of that kid
             # checks it, by its one algorithm. HS256 is the secret's, whatever its kid says.
             token_key = known.keys.get(signer.kid)
@@ -305,7 +322,7 @@ class Authenticator:
             held = (tenant, secret_digest(known.secret))
         else:
             return await self._verify_dev_token(tenant, token)
-        if claims is None:
+        if claims is None or claims.scope.dashboard != signer.dashboard:
             return INVALID_TOKEN
         if not known.active:
             return CLOSED_TENANT_TOKEN
@@ -468,7 +485,10 @@ class Authenticator:
         return await handler(request)
 
     def _check_rate(self, known: apikeys.KnownKey) -> None:
-        wait_s = self._limiter.take(known.id)
+        self._limit(known.id)
+
+    def _limit(self, key_id: int) -> None:
+        wait_s = self._limiter.take(key_id)
         if wait_s > 0:
             raise Problem(
                 429,
@@ -496,6 +516,9 @@ class Authenticator:
                 raise _unauthorized(
                     "Send the API key as `Authorization: Bearer KEY`.", error="invalid_request"
                 )
+            if keyed and token_signer(credential) is not None:
+                await self._authenticate_dashboard(request, credential)
+                return
             if keyed:
                 raise _unauthorized("The API key is unknown or revoked.", error="invalid_token")
         stream = _TOKEN_PATH.fullmatch(request.path)
@@ -526,6 +549,24 @@ class Authenticator:
             + (" or a subscription token as ?token=." if stream is not None else ".")
         )
 
+    async def _authenticate_dashboard(self, request: web.Request, token: str) -> None:
+        """A token as `Authorization: Bearer`: a dashboard token acts as its key (rate limit
+        included) until it expires; any other token is refused."""
+        verified = await self.verify_token(token)
+        if not isinstance(verified, Verified):
+            raise _unauthorized(verified, error="invalid_token")
+        claims, proved = verified.claims, verified.credential
+        if not claims.scope.dashboard or claims.key_id is None:
+            raise _unauthorized(SUBSCRIPTION_NOT_KEY, error="invalid_token")
+        self._limit(claims.key_id)
+        request[TENANT], request[VIA], request[KEY_ID] = (
+            claims.tenant,
+            VIA_DASHBOARD,
+            proved.minted_by,
+        )
+        request[CREDENTIAL], request[SCOPE] = proved, claims.scope
+        request[CLAIMS] = claims
+
 
 def key_id_of(request: web.Request) -> int:
     """The id of the key behind a request (its own, or its token's minter), else NO_KEY."""
@@ -554,6 +595,15 @@ def check_scope(request: web.Request, *, job_id: uuid.UUID | None, channel: str 
     scope = request.get(SCOPE)
     if scope is not None and not scope.opens(job_id=job_id, channel=channel):
         raise forbidden(scope)
+
+
+def session_ended() -> Problem:
+    """The 401 of a dashboard token renewed past its session (PRESSROOM_DASHBOARD_SESSION_S)."""
+    return _unauthorized(
+        "The dashboard's session has ended (its renewals last PRESSROOM_DASHBOARD_SESSION_S "
+        "from when its API key was given): exchange the API key again.",
+        error="invalid_token",
+    )
 
 
 def revoked(detail: str = f"The wait ended: {REVOKED_REASON}.") -> Problem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -128,19 +129,61 @@ async def issue_token(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     tenant = tenant_of(request)
     asked = validated(TokenRequest, await optional_body(request), checks(request))
+    if asked.scope == signing.DASHBOARD:
+        return await _dashboard_token(request, asked)
     if asked.job_id is not None and await jobs.get(request.app[POOL], asked.job_id, tenant) is None:
         raise not_found()
     scope = signing.Scope(
         job_id=None if asked.job_id is None else str(asked.job_id), channels=asked.scope_channels
     )
+    ttl_s = asked.lifetime_s(settings.token_ttl_s)
+    dashboard = request.get(auth.CLAIMS)
+    if dashboard is not None:
+        # Asked with a dashboard token: it outlives the token it was asked with by nothing.
+        ttl_s = max(1, min(ttl_s, dashboard.expires_at - int(time.time())))
     token, expires_at = signing.make_token(
         await request.app[AUTH].signing_secret(tenant),
         tenant,
         scope,
         key_id=auth.key_id_of(request),
-        ttl_s=asked.lifetime_s(settings.token_ttl_s),
+        ttl_s=ttl_s,
     )
     return json_response(signing.token_response(token, expires_at))
+
+
+async def _dashboard_token(request: web.Request, asked: TokenRequest) -> web.Response:
+    """A dashboard token for an API key (its session starts now) or, renewed, for a dashboard
+    token still valid (the session it started goes on, up to PRESSROOM_DASHBOARD_SESSION_S)."""
+    settings, now = request.app[SETTINGS], int(time.time())
+    via, tenant = request.get(auth.VIA), tenant_of(request)
+    renewed = request.get(auth.CLAIMS)
+    if via == auth.VIA_KEY:
+        since = now
+    elif via == auth.VIA_DASHBOARD and renewed is not None and renewed.since is not None:
+        since = renewed.since
+    else:
+        raise Problem(
+            400,
+            "Dashboard token needs a key",
+            "A dashboard token is exchanged for an API key (or renewed with a dashboard token) "
+            "sent as `Authorization: Bearer`; in dev mode, with no key, the dashboard needs none.",
+            kind="dashboard-token-needs-key",
+        )
+    ends_at = since + settings.dashboard_session_s
+    ttl_s = min(asked.lifetime_s(settings.dashboard_token_ttl_s), ends_at - now)
+    if ttl_s <= 0:
+        raise auth.session_ended()
+    secret = signing.dashboard_secret(
+        settings.secret, await request.app[AUTH].signing_secret(tenant)
+    )
+    key_id = auth.key_id_of(request)
+    scope = signing.DASHBOARD_SCOPE
+    token, expires_at = signing.make_token(
+        secret, tenant, scope, key_id=key_id, ttl_s=ttl_s, since=since
+    )
+    body = signing.token_response(token, expires_at)
+    body["renewable_until"] = signing.expiry_text(ends_at)
+    return json_response(body)
 
 
 # Before /v1/jobs/{job_id}: "counts" is not a job id.

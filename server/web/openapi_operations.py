@@ -35,6 +35,7 @@ from server.schemas.jobs import (
     JobWaitQuery,
     StreamReset,
 )
+from server.schemas.stats import Stats
 from server.schemas.story import Story, StoryDelivery
 from server.schemas.streams import (
     EVENT_TYPE,
@@ -216,7 +217,8 @@ SECURITY_SCHEMES: dict[str, JsonSchema] = {
         "type": "http",
         "scheme": "bearer",
         "description": "An API key from `pressroom keys create --tenant NAME`, as "
-        "`Authorization: Bearer KEY`.",
+        "`Authorization: Bearer KEY`; or a dashboard token (POST /v1/tokens "
+        '{"scope": "dashboard"}), which acts as its key until it expires.',
     },
     "subscriptionToken": {
         "type": "apiKey",
@@ -341,11 +343,17 @@ OPERATIONS = (
        query=EventPollQuery, parameters=(*STREAM_PARAMETERS, CHANNEL_PARAMETER),
        security=TOKEN),
     Op("post", "/v1/tokens", "A short-lived subscription token for browsers (EventSource, "
-       "Socket.IO, long-poll): the tenant's streams, one job's or one channel's", "auth",
+       "Socket.IO, long-poll): the tenant's streams, one job's or one channel's; or a "
+       "dashboard token, made or renewed", "auth",
        {"200": ("The token.", Token)},
-       {**BODY_ERRORS, **NO_JOB, "422": "Invalid fields (see errors), or both job_id and "
-        "channel."},
+       {**BODY_ERRORS, **NO_JOB, "400": "A dashboard token asked without an API key or "
+        "dashboard token (type …/dashboard-token-needs-key).", "401": "No, unknown or revoked "
+        "credentials, or a dashboard token renewed past PRESSROOM_DASHBOARD_SESSION_S.",
+        "422": "Invalid fields (see errors), or both job_id and channel."},
        body=TokenRequest, body_required=False),
+    Op("get", "/v1/stats", "The tenant's last hour minute by minute (jobs done, failed, "
+       "submit→done p50 and p95) and its queue now (depth, the oldest due job)", "jobs",
+       {"200": ("The figures.", Stats)}),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
        {"202": ("Accepted.", Batch), "200": ("The same request was made before.", Batch)},
        {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},

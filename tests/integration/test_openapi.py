@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the browser module, Socket.IO's own protocol, the reference page (/docs) and its files.
 UNDOCUMENTED = re.compile(
     r"^(/|/static(/.*)?|/pressroom\.js|/socket\.io/?.*|/docs(/.*)?|/jobs/\{job_id\}"
-    r"|/batches(/\{batch_id\})?|/templates(/\{name\})?|/assets)$"
+    r"|/batches(/\{batch_id\})?|/templates(/\{name\})?|/assets|/health)$"
 )
 
 
