@@ -239,6 +239,14 @@ async def test_a_refused_field_shows_its_error_beside_that_field(
     assert "not an Office file" in await refused("#office-error")
     assert await page.is_hidden("#page-url-error"), "another source's error is gone"
 
+    # A file of the PDFs that is not one: named by its file name, beside the PDFs' input.
+    await choose(page, "pdfs")
+    not_pdf = upload("scan.pdf", "application/pdf", b"not a PDF at all")
+    await page.set_input_files(
+        "#pdfs", files=[upload("terms.pdf", "application/pdf", minimal_pdf()), not_pdf]
+    )
+    assert "scan.pdf is not a PDF" in await refused("#pdfs-error")
+
     # Markdown whose Jinja2 does not parse: beside the Markdown.
     await choose(page, "markdown")
     await page.fill("#markdown", "# {% if %}")
