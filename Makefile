@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_DEPS    := $(VENV)/.stamp-deps
 STAMP_BROWSER := $(VENV)/.stamp-browser
+STAMP_AXE     := tests/js/node_modules/.stamp-axe
 # The suite runs on this many pytest-xdist workers (docs/decisions/020-test-suite-in-parallel.md);
 # on one shared server (DATABASE_URL set), one: tests that hold a transaction open on purpose
 # would hold back the others' event reads, PostgreSQL's snapshot horizon being the server's.
@@ -29,7 +30,7 @@ test-faults: install
 test-fast: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 -m "not slow and not browser"
 
-install: $(STAMP_DEPS) $(STAMP_BROWSER)
+install: $(STAMP_DEPS) $(STAMP_BROWSER) $(STAMP_AXE)
 
 # uv installs in seconds what pip takes minutes for; pip remains when uv cannot be had.
 $(STAMP_DEPS): pyproject.toml
@@ -48,6 +49,12 @@ $(STAMP_BROWSER): $(STAMP_DEPS) scripts/install-browser.sh
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n") && $$sudo apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends qpdf >/dev/null; } || \
 	  echo "make: could not install qpdf; tests/integration/test_pdf_operations.py needs its qpdf --check"
+	@touch $@
+
+# axe-core, pinned by tests/js/package-lock.json, which the accessibility tests load into pages.
+$(STAMP_AXE): tests/js/package.json tests/js/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm is needed for tests/js (axe-core); install Node.js"; exit 1; }
+	@cd tests/js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	@touch $@
 
 lint: install
