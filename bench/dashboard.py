@@ -5,7 +5,8 @@ route adds), with the indexes each plan reads (EXPLAIN ANALYZE).
 
 The tenant holds --jobs jobs (inserted with generate_series), another tenant a fifth as many:
 mostly done, 3% failed, 1% cancelled; one in 50 in one of 200 channels; each with an `order`
-in its metadata and one in ten with an idempotency key; created over 30 days.
+in its metadata and one in ten with an idempotency key; one in four made from the stored
+template `invoice` (12 versions), one in eight from `receipt`; created over 30 days.
 
     python -m bench.dashboard [--jobs 100000] [--requests 200]
 """
@@ -26,6 +27,7 @@ import asyncpg
 
 from bench.common import QUICK, database, machine, percentile, running_app
 from server.queue import db, jobs, listing
+from server.schemas.common import parse_template_id
 from server.schemas.jobs import encode_cursor
 from server.sql import query
 
@@ -38,7 +40,8 @@ async def fill(conn: asyncpg.Connection, count: int) -> None:
         await conn.execute(
             """INSERT INTO jobs (id, tenant, template, data, max_attempts, status, attempts,
                                  object_key, bytes, pages, created_at, started_at, finished_at,
-                                 channel, metadata, idempotency_key)
+                                 channel, metadata, idempotency_key, template_name,
+                                 template_version)
                SELECT gen_random_uuid(), $1, '<p>{{ n }}</p>', '{"n": 1}', 3, s.status, 1,
                       CASE WHEN s.status = 'done' THEN 'key' END,
                       CASE WHEN s.status = 'done' THEN 1000 END,
@@ -46,7 +49,9 @@ async def fill(conn: asyncpg.Connection, count: int) -> None:
                       s.at, s.at, s.at + interval '1 second',
                       CASE WHEN i % 50 = 0 THEN 'user-' || (i / 50) % 200 END,
                       jsonb_build_object('order', 'O-' || i),
-                      CASE WHEN i % 10 = 0 THEN 'key-' || i END
+                      CASE WHEN i % 10 = 0 THEN 'key-' || i END,
+                      CASE WHEN i % 4 = 1 THEN 'invoice' WHEN i % 8 = 2 THEN 'receipt' END,
+                      CASE WHEN i % 4 = 1 THEN 1 + (i / 4) % 12 WHEN i % 8 = 2 THEN 1 END
                FROM generate_series(1, $2) AS i,
                     LATERAL (SELECT CASE WHEN i % 100 < 3 THEN 'failed'
                                          WHEN i % 100 = 3 THEN 'cancelled'
@@ -121,6 +126,15 @@ async def run(args: argparse.Namespace) -> None:
             "q = idempotency key": {"q": picked["idempotency_key"]},
             "q = metadata value": {"q": picked["o"]},
             "q = nothing matches": {"q": "no-such-thing"},
+            "template": {"template": "invoice"},
+            "template@version": {"template": "invoice@7"},
+            "template + status=failed": {"template": "receipt", "status": "failed"},
+        }
+        counted = {
+            "counts": {},
+            "counts, template": {"template": "invoice"},
+            "counts, template@version": {"template": "invoice@7"},
+            "counts, channel": {"channel": "user-7"},
         }
         async with running_app(dsn, render_slots=0) as (base, _app):
             pool = await db.create_pool(dsn, min_size=1, max_size=2)
@@ -130,7 +144,7 @@ async def run(args: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as http:
                 for name, params in filters.items():
                     await row(http, pool, base, "/v1/jobs", name, params, requests)
-                for name, params in (("counts", {}), ("counts, channel", {"channel": "user-7"})):
+                for name, params in counted.items():
                     await row(http, pool, base, "/v1/jobs/counts", name, params, requests)
             await pool.close()
 
@@ -161,31 +175,18 @@ async def row(
         if "created_to" in params
         else None,
         q=params.get("q"),
+        template=parse_template_id(params["template"]) if "template" in params else None,
     )
-    low, high = matching.id_range()
     if path == "/v1/jobs":
         after = None
         if "cursor" in params:
             created, _, job_id = params["cursor"].partition("~")
             after = (dt.datetime.fromisoformat(created), uuid.UUID(job_id))
         sql = query("list_jobs")
-        args: list[Any] = [
-            TENANT,
-            params.get("status"),
-            matching.created_from,
-            matching.created_to,
-            after[0] if after else None,
-            after[1] if after else None,
-            51,
-            matching.channel,
-            matching.q,
-            low,
-            high,
-        ]
+        args = listing.list_args(TENANT, matching, after, 51)
     else:
         sql = query("count_jobs")
-        states = [state.value for state in jobs.JobState]
-        args = [TENANT, None, None, matching.channel, None, None, None, states]
+        args = listing.count_args(TENANT, matching)
 
     async def straight() -> None:
         await pool.fetch(sql, *args)

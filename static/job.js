@@ -80,7 +80,7 @@ function render(story) {
 function renderFacts(story) {
   const job = story.job;
   const facts = [
-    ["Source", story.source],
+    ["Source", story.template ? `${story.source} ${story.template}` : story.source],
     ["Created", time(job.created_at)],
     ["Started", time(job.started_at)],
     ["Finished", time(job.finished_at)],
@@ -175,9 +175,46 @@ function renderTimeline(story) {
   }));
 }
 
+// An attempt's steps in its worker, in the order it goes through them (the story's `phases`).
+const STEPS = ["template", "render", "finishing", "store"];
+
+// A bar of the steps an attempt reached, each as wide as its share of their time, and the
+// figures beside it; nothing for an attempt without phases (running, cancelled, released).
+function attemptPhases(attempt) {
+  const reached = STEPS.filter((step) => attempt.phases && attempt.phases[step] !== null
+    && attempt.phases[step] !== undefined);
+  const row = el("tr", "attempt-phases");
+  row.dataset.attempt = String(attempt.attempt);
+  row.hidden = reached.length === 0;
+  const cell = el("td", "");
+  cell.colSpan = 7;
+  const total = reached.reduce((sum, step) => sum + attempt.phases[step], 0) || 1;
+  const bar = el("div", "step-bar");
+  bar.setAttribute("aria-hidden", "true");
+  const figures = el("ul", "steps");
+  figures.setAttribute("aria-label", `Time of attempt ${attempt.attempt} in each step`);
+  for (const step of reached) {
+    const seconds = attempt.phases[step];
+    const part = el("span", `step-part step-${step}`);
+    part.style.width = `${(100 * seconds) / total}%`;
+    bar.append(part);
+    const figure = el("li", `step step-${step}`);
+    figure.dataset.step = step;
+    figure.dataset.seconds = String(seconds);
+    figure.append(el("span", "step-swatch"), el("span", "step-name", step),
+      el("span", "step-time", took(seconds)));
+    figures.append(figure);
+  }
+  const box = el("div", "attempt-steps");
+  box.append(bar, figures);
+  cell.append(box);
+  row.append(cell);
+  return row;
+}
+
 function renderAttempts(attempts) {
   $("attempts-empty").hidden = attempts.length > 0;
-  $("attempts").replaceChildren(...attempts.map((attempt) => {
+  $("attempts").replaceChildren(...attempts.flatMap((attempt) => {
     const row = el("tr", "attempt");
     row.dataset.outcome = attempt.outcome;
     const notes = el("td", "attempt-notes");
@@ -189,7 +226,7 @@ function renderAttempts(attempts) {
     row.append(el("td", "", attempt.attempt), el("td", "", attempt.outcome), worker,
       el("td", "", time(attempt.started_at)), el("td", "", time(attempt.ended_at)),
       el("td", "", took(attempt.seconds)), notes);
-    return row;
+    return [row, attemptPhases(attempt)];
   }));
 }
 

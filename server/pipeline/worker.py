@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import enum
 import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -100,6 +102,34 @@ _SPANS: Mapping[Phase, str] = {
 }
 
 
+class PhaseClock:
+    """The seconds one attempt spends in each phase it reaches, for its row in job_attempts
+    (the job's story); the attempt's final write is not one of them."""
+
+    __slots__ = ("_phase", "_since", "spent")
+
+    def __init__(self) -> None:
+        self._phase = Phase.PREPARING
+        self._since = time.perf_counter()
+        self.spent: dict[str, float] = {}
+
+    def enter(self, phase: Phase) -> None:
+        self._add(time.perf_counter())
+        self._phase = phase
+
+    def seconds(self) -> dict[str, float]:
+        """By span name (template, render, finishing, store): the phases ended, and the one
+        under way until now (where a failed attempt stopped)."""
+        self._add(time.perf_counter())
+        return {name: round(spent_s, 4) for name, spent_s in self.spent.items()}
+
+    def _add(self, now: float) -> None:
+        if self._phase is not Phase.RECORDING:
+            name = self._phase.span
+            self.spent[name] = self.spent.get(name, 0.0) + now - self._since
+        self._since = now
+
+
 class RenderFailed(Failed):
     """A failed attempt, with the warnings its render gave (kept on the job)."""
 
@@ -152,6 +182,8 @@ class Workers:
         self.finish_memory_mb = 0.0
         # While tracing: when each claimed job's claim began and ended, for its attempt's span.
         self._claimed_ns: dict[uuid.UUID, tuple[int, int]] = {}
+        # Each attempt's phases so far, until its final write (done, or failed: _fail) takes them.
+        self._clocks: dict[uuid.UUID, PhaseClock] = {}
 
     def wake(self) -> None:
         """New work may be due (a NOTIFY): claim now instead of at the poll."""
@@ -196,6 +228,7 @@ class Workers:
             retryable=retry_in_s is not None,
             retry_in_s=retry_in_s or 0.0,
             warnings=failure.warnings if isinstance(failure, RenderFailed) else [],
+            phases=clock.seconds() if (clock := self._clocks.pop(job.id, None)) else None,
         )
         if state is JobState.QUEUED:
             return Outcome.RETRYING
@@ -220,15 +253,24 @@ class Workers:
             tracing.MAX_ATTEMPTS: job.max_attempts,
         }
         claimed = self._claimed_ns.pop(job.id, None)
+        clock = self._clocks[job.id] = PhaseClock()
         with tracing.attempt(job.traceparent, attributes, claimed=claimed) as steps:
             log.info(
                 "job running (attempt %s/%s)", job.attempt, job.max_attempts, extra=job.log_extra
             )
-            outcome = await self._run(held, steps)
+            try:
+                outcome = await self._run(held, steps, clock)
+            finally:
+                # A failure is recorded after this returns (_fail takes the clock); an attempt
+                # done, cut off or ended in its final write records no more phases.
+                if held.stage in (Stage.RECORDING, Stage.ABORTED):
+                    self._clocks.pop(job.id, None)
             steps.set(tracing.OUTCOME, outcome.value)
             return outcome
 
-    async def _run(self, held: Lease[ClaimedJob], steps: tracing.Steps) -> Outcome:
+    async def _run(
+        self, held: Lease[ClaimedJob], steps: tracing.Steps, clock: PhaseClock
+    ) -> Outcome:
         job = held.item
         warnings: list[str] = []
         try:
@@ -255,7 +297,7 @@ class Workers:
                     await self._assets.files(job.tenant, job.assets) if job.assets else None
                 )
                 finish = await self._finish_work(job, render_options)
-                _enter(held, Phase.RENDERING, steps)
+                _enter(held, Phase.RENDERING, steps, clock)
                 with self._metrics.render_seconds.time():
                     if isinstance(html, sources.OfficeFile):
                         result = await self._convert(html, page_files, render_options, job.data)
@@ -276,7 +318,7 @@ class Workers:
             report: dict[str, object] = {}
             made = None if render_options.image else self._provenance(job, render_options, engine)
             if finish is not None:
-                _enter(held, Phase.FINISHING, steps)
+                _enter(held, Phase.FINISHING, steps, clock)
                 finish = dataclasses.replace(finish, provenance=made)
                 result, report = await self._finished(result, finish, steps)
                 if result.pages is not None and result.pages > self._config.max_pages:
@@ -286,7 +328,7 @@ class Workers:
                     result, data=await provenance.seal(result.data, render_options, made)
                 )
             steps.set(tracing.BYTES, len(result.data))
-            _enter(held, Phase.STORING, steps)
+            _enter(held, Phase.STORING, steps, clock)
             files, contents = job.files(), [result.data]
             if render_options.thumbnail is not None:
                 width = render_options.thumbnail.width
@@ -312,8 +354,12 @@ class Workers:
             raise RenderFailed(error, retryable=False, warnings=warnings) from exc
         # The bytes are durable; now the final write.
         steps.step(Phase.RECORDING.span)
+        clock.enter(Phase.RECORDING)
+        phases = clock.seconds()
         done = await held.record(
-            lambda: self._done.submit(jobs.Done(job, len(result.data), result.pages, warnings))
+            lambda: self._done.submit(
+                jobs.Done(job, len(result.data), result.pages, warnings, phases)
+            )
         )
         self.rendered += 1
         if not done:
@@ -376,6 +422,7 @@ class Workers:
         if given.facturx is not None:
             ids.append(given.facturx.xml)
         contents: dict[str, tuple[str, bytes]] = {}
+        uploaded: dict[str, dt.datetime] = {}
         if ids:
             known = await assets.find(self._pool, job.tenant, ids)
             for asset_id in ids:
@@ -386,6 +433,7 @@ class Workers:
                 except FileNotFoundError:
                     raise PermanentError(f"the asset {asset_id} is no longer stored") from None
                 contents[asset_id] = (known[asset_id].content_type, data)
+                uploaded[asset_id] = known[asset_id].created_at
         parts: tuple[Part, ...] = ()
         if job.source == sources.PDFS:
             files = await self._assets.files(job.tenant, job.assets or {})
@@ -394,7 +442,7 @@ class Workers:
             values = given.fill_form.values(job.data) if given.fill_form else {}
         except ValueError as exc:
             raise PermanentError(f"fill_form: {exc}") from None
-        return Work(b"", given, contents, self._config.signing, parts, values)
+        return Work(b"", given, contents, self._config.signing, parts, values, uploaded=uploaded)
 
     async def _finished(
         self, result: RenderResult, work: Work, steps: tracing.Steps
@@ -418,6 +466,7 @@ class Workers:
                 await self._storage.delete(file.key)
 
 
-def _enter(held: Lease[ClaimedJob], phase: Phase, steps: tracing.Steps) -> None:
+def _enter(held: Lease[ClaimedJob], phase: Phase, steps: tracing.Steps, clock: PhaseClock) -> None:
     held.enter(phase.stage, phase)
     steps.step(phase.span)
+    clock.enter(phase)

@@ -62,6 +62,9 @@ class NewJob:
     secrets: bytes | None = None
     #: The W3C traceparent of the request that submitted it (None: tracing off).
     traceparent: str | None = None
+    #: The stored template it is made from (template_id): its name and version (None: none).
+    template_name: str | None = None
+    template_version: int | None = None
 
 
 def object_key(
@@ -163,6 +166,7 @@ async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> 
         *source_columns(new),
         [j.channel for j in new],
         [j.traceparent for j in new],
+        *template_columns(new),
     )
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]
@@ -189,6 +193,12 @@ def source_columns(new: list[NewJob]) -> list[list[Any]]:
     """The last two parameters of insert_jobs and insert_batch_jobs: each job's source and
     sealed secrets."""
     return [[j.source for j in new], [j.secrets for j in new]]
+
+
+def template_columns(new: list[NewJob]) -> list[list[Any]]:
+    """The final two parameters of insert_jobs and insert_batch_jobs: the name and version of
+    each job's stored template (None for a job made from none)."""
+    return [[j.template_name for j in new], [j.template_version for j in new]]
 
 
 def _claimed(row: asyncpg.Record) -> ClaimedJob:
@@ -223,11 +233,12 @@ async def finish_done(
     size_bytes: int,
     pages: int | None,
     warnings: list[str],
+    phases: dict[str, float] | None = None,
 ) -> bool:
     """Mark the attempt done; False when the job is no longer this attempt's (cancelled,
     rescued)."""
     [done] = await finish_done_many(
-        pool, [Done(job, size_bytes, pages, warnings)], worker_id=worker_id
+        pool, [Done(job, size_bytes, pages, warnings, phases)], worker_id=worker_id
     )
     return done
 
@@ -244,6 +255,7 @@ async def finish_done_many(pool: asyncpg.Pool, done: list[Done], *, worker_id: s
         [d.size_bytes for d in done],
         [d.pages for d in done],
         [json.dumps(d.warnings) for d in done],
+        [json.dumps(attempt_phases(d.job, d.phases)) if d.phases else None for d in done],
     )
     finished = {row["id"] for row in rows}
     return [d.job.id in finished for d in done]
@@ -258,6 +270,7 @@ async def finish_failed(
     retryable: bool,
     retry_in_s: float,
     warnings: list[str],
+    phases: dict[str, float] | None = None,
 ) -> JobState | None:
     """Record a failed attempt: queued again (backoff) or failed. None when no longer ours."""
     row = await pool.fetchrow(
@@ -269,8 +282,15 @@ async def finish_failed(
         retry_in_s,
         retryable,
         warnings,
+        attempt_phases(job, phases),
     )
     return None if row is None else JobState(row["status"])
+
+
+def attempt_phases(job: ClaimedJob, phases: dict[str, float] | None) -> JsonDict | None:
+    """The seconds an attempt spent in each phase, as the statement that ends it writes them:
+    tagged with its number, which jobs_record_attempt checks (0032)."""
+    return None if phases is None else {"attempt": job.attempt, **phases}
 
 
 async def record_finishing(
@@ -429,6 +449,8 @@ class Done:
     size_bytes: int
     pages: int | None  # None for an image
     warnings: list[str]
+    #: The seconds it spent in each phase it went through (template, render, finishing, store).
+    phases: dict[str, float] | None = None
 
 
 class DoneRecorder(Batcher[Done, bool]):

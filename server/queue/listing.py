@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
@@ -34,6 +35,8 @@ class JobFilter:
     created_from: dt.datetime | None = None
     created_to: dt.datetime | None = None
     q: str | None = None
+    #: Made from this stored template: (name, version), or (name, None) for every version.
+    template: tuple[str, int | None] | None = None
 
     def id_range(self) -> tuple[uuid.UUID | None, uuid.UUID | None]:
         """The ids `q` is the start of, lowest and highest (None, None: q is not one)."""
@@ -50,6 +53,7 @@ class Listed:
     stored: StoredJob
     source: str
     page_url: str | None  # a page_url job's page
+    template: str | None = None  # a stored template's job: name@version
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,21 +71,7 @@ async def list_page(
     limit: int,
 ) -> Page:
     """One page of a tenant's jobs that match, newest first."""
-    low, high = matching.id_range()
-    rows = await pool.fetch(
-        query("list_jobs"),
-        tenant,
-        matching.status.value if matching.status else None,
-        matching.created_from,
-        matching.created_to,
-        after[0] if after else None,
-        after[1] if after else None,
-        limit + 1,
-        matching.channel,
-        matching.q,
-        low,
-        high,
-    )
+    rows = await pool.fetch(query("list_jobs"), *list_args(tenant, matching, after, limit + 1))
     items = [
         Listed(
             StoredJob(
@@ -89,6 +79,11 @@ async def list_page(
             ),
             source=row["source"],
             page_url=row["page_url"],
+            template=(
+                f"{row['template_name']}@{row['template_version']}"
+                if row["template_name"] is not None
+                else None
+            ),
         )
         for row in rows[:limit]
     ]
@@ -101,9 +96,41 @@ async def list_page(
 async def count(pool: asyncpg.Pool, tenant: str, matching: JobFilter) -> dict[JobState, int]:
     """How many of a tenant's jobs match, by state (every state, 0 included); the filter's own
     state is not applied."""
+    rows = await pool.fetch(query("count_jobs"), *count_args(tenant, matching))
+    return {JobState(row["status"]): int(row["n"]) for row in rows}
+
+
+def list_args(
+    tenant: str,
+    matching: JobFilter,
+    after: tuple[dt.datetime, uuid.UUID] | None,
+    rows: int,
+) -> list[Any]:
+    """The parameters of list_jobs: at most `rows` jobs that match, after the cursor."""
     low, high = matching.id_range()
-    rows = await pool.fetch(
-        query("count_jobs"),
+    name, version = matching.template or (None, None)
+    return [
+        tenant,
+        matching.status.value if matching.status else None,
+        matching.created_from,
+        matching.created_to,
+        after[0] if after else None,
+        after[1] if after else None,
+        rows,
+        matching.channel,
+        matching.q,
+        low,
+        high,
+        name,
+        version,
+    ]
+
+
+def count_args(tenant: str, matching: JobFilter) -> list[Any]:
+    """The parameters of count_jobs: the filter but its state, in every state."""
+    low, high = matching.id_range()
+    name, version = matching.template or (None, None)
+    return [
         tenant,
         matching.created_from,
         matching.created_to,
@@ -112,8 +139,9 @@ async def count(pool: asyncpg.Pool, tenant: str, matching: JobFilter) -> dict[Jo
         low,
         high,
         [state.value for state in JobState],
-    )
-    return {JobState(row["status"]): int(row["n"]) for row in rows}
+        name,
+        version,
+    ]
 
 
 #: Jobs one statement of a bulk action writes: no transaction holds more rows than this.

@@ -78,6 +78,8 @@ _EVENT_ID = re.compile(EVENT_ID_PATTERN)
 class StoredSource(Protocol):
     """What validation needs of a stored template (server/files/library.py: StoredTemplate)."""
 
+    name: str
+    version: int
     html: str | None
     options: dict[str, Any]
     assets: dict[str, str]

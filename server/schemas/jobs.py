@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from server.channels import CHANNEL_RULE
 from server.files import assets as stored_assets
-from server.files import office_formats
+from server.files import library, office_formats
 from server.files.assets import is_id
 from server.options import RenderOptions, layered
 from server.options.finishing import PDF_TYPES
@@ -56,6 +56,7 @@ from server.schemas.common import (
     parse_template_id,
     parse_time,
 )
+from server.schemas.templates import contract_error
 
 #: A job's sources: it names exactly one.
 SOURCES = ("template", "template_id", "page_url", "markdown", "office", "docx", "pdfs")
@@ -247,6 +248,15 @@ class JobRequest(BaseModel):
             raise ValueError(f"no template {template_id!r}")
         return template_id
 
+    @model_validator(mode="after")
+    def _meets_the_contract(self, info: ValidationInfo) -> JobRequest:
+        """A stored version's data contract (its data_schema): each problem by its data path."""
+        ref = parse_template_id(self.template_id)
+        stored = checks_of(info).templates.get(ref) if ref else None
+        if isinstance(stored, library.StoredTemplate) and stored.data_schema is not None:
+            contract_error(library.contract_problems(stored.data_schema, self.data))
+        return self
+
     @field_validator("options")
     @classmethod
     def _page_secrets(cls, given: RenderOptions | None, info: ValidationInfo) -> Any:
@@ -416,6 +426,11 @@ class JobFilterFields(BaseModel):
         f"{listing.MIN_ID_PREFIX} or more hexadecimal digits; an idempotency key; or the value of "
         "any key of the job's metadata (exactly, as a string).",
     )
+    template: TemplateId | None = Field(
+        None,
+        description="Only the jobs made from this stored template (template_id): `name` for "
+        "every version of it, `name@version` for one.",
+    )
 
     def matching(self, status: JobState | None = None) -> listing.JobFilter:
         return listing.JobFilter(
@@ -424,6 +439,7 @@ class JobFilterFields(BaseModel):
             created_from=self.created_from,
             created_to=self.created_to,
             q=self.q,
+            template=parse_template_id(self.template),
         )
 
 

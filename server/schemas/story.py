@@ -15,6 +15,21 @@ from server.schemas.jobs import Job
 Phase = Literal["queued", "running"]
 
 
+class AttemptPhases(BaseModel):
+    """The seconds an attempt spent in each step of its worker, as the worker measured them;
+    null for a step it did not reach (or does not take: a pdfs job is not rendered)."""
+
+    template: float | None = Field(
+        description="Its source made ready: the Jinja2 template or the Markdown filled, the "
+        "options read, the assets loaded."
+    )
+    render: float | None = Field(description="Printed by Chromium, or converted by LibreOffice.")
+    finishing: float | None = Field(
+        description="Its PDF finished (pages, forms, PDF/A, stamps, encryption, signature)."
+    )
+    store: float | None = Field(description="Its files written to storage.")
+
+
 class JobAttempt(BaseModel):
     attempt: int = Field(description="Its number (1 for the first).")
     worker_id: str = Field(description="The worker that ran it (host:pid:random).")
@@ -27,6 +42,11 @@ class JobAttempt(BaseModel):
     error: str | None = Field(description="Its error (retrying, failed).")
     warnings: list[str] = Field(description="What its render noticed but did not fail on.")
     seconds: float = Field(description="How long it ran (until now while it runs).")
+    phases: AttemptPhases | None = Field(
+        description="The time it spent in each step (done, retrying, failed: those it reached); "
+        "null while it runs and for an attempt ended otherwise (cancelled, released, its worker "
+        "lost)."
+    )
 
 
 class StoryEvent(BaseModel):
@@ -89,6 +109,10 @@ class Story(BaseModel):
     job: Job = Field(description="The job as GET /v1/jobs/{job_id} shows it (signed URLs too).")
     source: Literal["template", "markdown", "page_url", "office", "pdfs"] = Field(
         description="Its kind of source (template_id jobs are template jobs)."
+    )
+    template: str | None = Field(
+        description="The stored template it was made from, name@version (template_id jobs); "
+        "null for others."
     )
     data: Any = Field(description="Its data as stored (as sent: the job's own order).")
     attempts: list[JobAttempt] = Field(description="Every attempt, oldest first.")

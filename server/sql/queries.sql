@@ -7,21 +7,23 @@
 -- insert_jobs --
 -- $1..$12 are parallel arrays, one element per job (many requests share one transaction);
 -- $13 holds the jobs' assets (NULL for a job without any); $14 and $15 each job's source and
--- sealed secrets; $16 each job's channel; $17 each job's traceparent (NULL: tracing off). Each
--- job comes with its job.queued event.
+-- sealed secrets; $16 each job's channel; $17 each job's traceparent (NULL: tracing off); $18
+-- and $19 the name and version of the stored template it was made from (NULL: none). Each job
+-- comes with its job.queued event.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash, channel,
-                      assets, source, secrets, traceparent)
+                      assets, source, secrets, traceparent, template_name, template_version)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
-           assets, source, secrets, traceparent
+           assets, source, secrets, traceparent, template_name, template_version
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[])
+                $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[], $18::text[],
+                $19::int[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, idempotency_key, request_hash, assets, source,
-              secrets, channel, traceparent)
+              secrets, channel, traceparent, template_name, template_version)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -57,17 +59,19 @@ ORDER BY c.priority DESC, c.run_after, c.id;
 
 -- finish_done_many --
 -- Attempts of one worker ($2) are done: $1 ids, $3 attempts, $4 object keys, $5 sizes, $6 page
--- counts, $7 warnings are parallel arrays. One statement, so one NOTIFY. Only the worker
+-- counts, $7 warnings, $8 the seconds of each phase (JSON, for job_attempts, 0032) are parallel
+-- arrays. One statement, so one NOTIFY. Only the worker
 -- holding an attempt may finish it: a cancelled or rescued job stays as it is. A job already
 -- done with the attempt's own file counts as finished: a retry of this write after its first
 -- try committed but its answer was lost (a failover, a cut cable) must not disown that file.
 -- Written in jobs_finish_done (0019), which keeps its plan (see there why).
 SELECT id FROM jobs_finish_done($1::uuid[], $2::text, $3::int[], $4::text[], $5::bigint[],
-                                $6::int[], $7::text[]) AS id;
+                                $6::int[], $7::text[], $8::text[]) AS id;
 
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is
--- transient ($6), else failed for good. The error joins the job's history.
+-- transient ($6), else failed for good. The error joins the job's history; $8 holds the seconds
+-- of each phase the attempt reached, which jobs_record_attempt keeps with the attempt (0032).
 WITH failed AS (
     UPDATE jobs
     SET status = CASE WHEN $6::boolean AND attempts < max_attempts THEN 'queued' ELSE 'failed' END,
@@ -77,7 +81,7 @@ WITH failed AS (
         error = $4::text,
         errors = errors || jsonb_build_array(jsonb_build_object(
             'attempt', attempts, 'error', $4::text, 'at', now())),
-        warnings = $7::jsonb,
+        warnings = $7::jsonb, attempt_phases = $8::jsonb,
         lease_expires_at = NULL, worker_id = NULL, progress = NULL, updated_at = now()
     WHERE id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3
     RETURNING *
@@ -165,11 +169,13 @@ SELECT job_public(c::jobs) AS job FROM cancelled c;
 -- retry_jobs --
 -- The failed jobs of $1 (one, or a batch of a bulk retry) go back to the queue with fresh
 -- attempts; not one whose secrets (cookie and header values, PDF passwords) were erased when it
--- failed (0012): it would run without them.
+-- failed (0012): it would run without them. Its attempts count from 1 again, so the phases its
+-- last attempt left (0032) go: a new attempt 1 that ends without writing its own (rescued) must
+-- not be given them.
 WITH requeued AS (
     UPDATE jobs
     SET status = 'queued', attempts = 0, run_after = now(), finished_at = NULL,
-        progress = NULL, updated_at = now()
+        progress = NULL, attempt_phases = NULL, updated_at = now()
     WHERE id = ANY($1::uuid[]) AND tenant = $2 AND status = 'failed'
       AND NOT (options ? 'cookies' OR options ? 'headers' OR options ? 'encrypt')
     RETURNING *
@@ -187,10 +193,12 @@ FROM jobs j WHERE j.id = $1 AND j.tenant = $2;
 -- Newest first; the cursor is the (created_at, id) of the last row of the previous page; $8
 -- keeps one channel's jobs only; $9 is a search (queue/listing.py JobFilter): an id from $10 to
 -- $11 (a prefix of ids; NULL when $9 is none), the idempotency key $9, or any metadata value
--- $9. Each of the three reads its own index. page_url: the page of a page_url job, for its
--- source's label.
+-- $9. Each of the three reads its own index. $12 keeps the jobs made from one stored template,
+-- of any version, or of version $13 only (jobs_tenant_template, 0032). page_url: the page of a
+-- page_url job; template_name and template_version: its stored template; for its source's label.
 SELECT job_public(j) AS job, j.created_at, j.id, j.object_key, j.source,
-       CASE WHEN j.source = 'page_url' THEN j.template END AS page_url
+       CASE WHEN j.source = 'page_url' THEN j.template END AS page_url,
+       j.template_name, j.template_version
 FROM jobs j
 WHERE j.tenant = $1
   AND ($2::text IS NULL OR j.status = $2)
@@ -200,15 +208,18 @@ WHERE j.tenant = $1
   AND ($8::text IS NULL OR j.channel = $8)
   AND ($9::text IS NULL OR j.id BETWEEN $10::uuid AND $11::uuid OR j.idempotency_key = $9
        OR j.metadata @@ ('$.* == ' || to_jsonb($9::text)::text)::jsonpath)
+  AND ($12::text IS NULL
+       OR j.template_name = $12 AND ($13::int IS NULL OR j.template_version = $13))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $7;
 
 -- count_jobs --
 -- A tenant's jobs in each state of $8, filtered as list_jobs filters them but for the state: $2
--- and $3 the time range, $4 the channel, $5 the search with $6 and $7 its id range. One count
--- per state, each a run of jobs_tenant_tally (0029) read from the index alone unless there is a
--- search: for a tenant holding most of the table, one GROUP BY over all its jobs was planned
--- as a scan of the whole table, 3x slower (docs/performance.md).
+-- and $3 the time range, $4 the channel, $5 the search with $6 and $7 its id range, $9 the
+-- stored template and $10 its version. One count per state, each a run of jobs_tenant_tally
+-- (0029) read from the index alone unless there is a search (a template's: jobs_tenant_template,
+-- 0032): for a tenant holding most of the table, one GROUP BY over all its jobs was planned as a
+-- scan of the whole table, 3x slower (docs/performance.md).
 SELECT s.status, (
     SELECT count(*) FROM jobs j
     WHERE j.tenant = $1 AND j.status = s.status
@@ -217,6 +228,8 @@ SELECT s.status, (
       AND ($4::text IS NULL OR j.channel = $4)
       AND ($5::text IS NULL OR j.id BETWEEN $6::uuid AND $7::uuid OR j.idempotency_key = $5
            OR j.metadata @@ ('$.* == ' || to_jsonb($5::text)::text)::jsonpath)
+      AND ($9::text IS NULL
+           OR j.template_name = $9 AND ($10::int IS NULL OR j.template_version = $10))
 ) AS n
 FROM unnest($8::text[]) AS s(status);
 
@@ -375,13 +388,14 @@ WHERE job_id = $1 AND tenant = $2;
 -- events in log order (those not yet pruned), its webhook deliveries with every attempt of
 -- each, and the batches it belongs to.
 SELECT job_public(j) AS job, j.status, j.object_key, j.data::text AS data, j.source,
+       j.template_name, j.template_version,
        CASE WHEN j.status = 'running' THEN jsonb_build_object(
            'attempt', j.attempts, 'worker_id', j.worker_id, 'started_at', j.started_at)
        END AS running,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'attempt', a.attempt, 'worker_id', a.worker_id, 'started_at', a.started_at,
                    'ended_at', a.ended_at, 'outcome', a.outcome, 'error', a.error,
-                   'warnings', a.warnings) ORDER BY a.ended_at), '[]'::jsonb)
+                   'warnings', a.warnings, 'phases', a.phases) ORDER BY a.ended_at), '[]'::jsonb)
         FROM job_attempts a WHERE a.job_id = j.id) AS attempts,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'event_id', e.id, 'type', e.type, 'at', e.created_at,
@@ -586,17 +600,22 @@ SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 7));
 
 -- template_insert --
 -- The next version of a tenant's template ($1, $2); the first one is version 1.
--- $3 is its HTML, or $7 its Word template's asset id (the other NULL).
-INSERT INTO templates (tenant, name, version, html, options, sample_data, assets, docx)
-SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::jsonb, $7
+-- $3 is its HTML, or $7 its Word template's asset id (the other NULL); $8 its data contract
+-- (NULL for none), $9 its samples.
+INSERT INTO templates (tenant, name, version, html, options, sample_data, assets, docx,
+                       data_schema, samples)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::jsonb, $7,
+       $8::jsonb, $9::jsonb
 FROM templates WHERE tenant = $1 AND name = $2
-RETURNING name, version, html, options, sample_data, assets, docx, created_at;
+RETURNING name, version, html, options, sample_data, assets, docx, data_schema, samples,
+          created_at;
 
 -- template_find --
 -- Templates by (name, version) pairs ($2, $3; a NULL version means the latest), one row each.
 SELECT DISTINCT ON (r.name, r.version)
        r.name AS wanted_name, r.version AS wanted_version,
-       t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.docx, t.created_at
+       t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.docx, t.data_schema,
+       t.samples, t.created_at
 FROM unnest($2::text[], $3::int[]) AS r(name, version)
 JOIN templates t ON t.tenant = $1 AND t.name = r.name
                 AND (r.version IS NULL OR t.version = r.version)
@@ -660,20 +679,21 @@ INSERT INTO batches (id, tenant, request_hash, webhook_url, channel) VALUES ($1,
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
 -- every item's position, key and job id; $17 holds the new jobs' assets, $18 and $19 each new
 -- job's source and sealed secrets, $20 each new job's channel, $21 its traceparent (the batch
--- request's trace).
+-- request's trace), $22 and $23 its stored template's name and version.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, item_key, item_hash, assets, source, secrets,
-                      channel, traceparent)
+                      channel, traceparent, template_name, template_version)
     SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
            max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets,
-           channel, traceparent
+           channel, traceparent, template_name, template_version
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                $17::jsonb[], $18::text[], $19::bytea[], $20::text[], $21::text[])
+                $17::jsonb[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[],
+                $23::int[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, item_key, item_hash, assets, source, secrets, channel,
-              traceparent)
+              traceparent, template_name, template_version)
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)

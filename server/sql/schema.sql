@@ -92,6 +92,14 @@ CREATE TABLE jobs (
     -- What its finishing reports: the document information set, the sizes before and after
     -- compress (server/pdf/finishing.py); NULL when it reports nothing (0028).
     finishing        jsonb,
+    -- The stored template it was made from (template_id), by name and version, for the list's
+    -- label and filter; NULL for a job made from none (0032).
+    template_name    text,
+    template_version integer,
+    -- The seconds the attempt that ended last spent in each phase of its worker, tagged with
+    -- its number ({"attempt": 2, "template": 0.01, ...}), written by the statement that ends
+    -- it; jobs_record_attempt copies them into its job_attempts row (0032).
+    attempt_phases   jsonb,
     -- What made its PDF (server/pdf/provenance.py) and what its preflight checks found
     -- ([{kind, page, detail}], server/render/preflight.py; NULL when they did not run) (0033).
     provenance       jsonb,
@@ -124,6 +132,11 @@ CREATE INDEX jobs_tenant_state_created ON jobs (tenant, status, created_at DESC,
     WHERE status <> 'done';
 CREATE INDEX jobs_tenant_channel ON jobs (tenant, channel, created_at DESC, id DESC)
     WHERE channel IS NOT NULL;
+-- Of one stored template (?template=name, or name@version: the version and the state are read
+-- from the entry, for the list and its counts; 0032).
+CREATE INDEX jobs_tenant_template
+    ON jobs (tenant, template_name, created_at DESC, id DESC, template_version, status)
+    WHERE template_name IS NOT NULL;
 -- The dashboard's search by metadata value (?q=, any key's value: jsonb_ops answers `$.*`)
 -- and its counts by state, read from the index alone (GET /v1/jobs/counts, 0029).
 CREATE INDEX jobs_metadata_values ON jobs USING gin (metadata);
@@ -168,7 +181,9 @@ CREATE TRIGGER jobs_secrets_erased BEFORE UPDATE ON jobs
     EXECUTE FUNCTION jobs_erase_secrets();
 
 -- One row per attempt that ended, for a job's story (GET /v1/jobs/{id}/story): its worker, start
--- and end, how it ended, its error and warnings (0030). The job row keeps only its last
+-- and end, how it ended, its error and warnings (0030), and the seconds it spent in each phase
+-- its worker reached (template, render, finishing, store; 0032: NULL where no statement wrote
+-- them, as for a rescued, released or cancelled attempt). The job row keeps only its last
 -- attempt's worker and start, and its events name no worker, so the move out of `running`
 -- writes it, whichever statement makes that move; attempts still running are the job row's.
 -- released: handed back at shutdown, not counted (the next attempt has its number again).
@@ -181,11 +196,14 @@ CREATE TABLE job_attempts (
     outcome    text        NOT NULL,
     error      text,
     warnings   jsonb       NOT NULL DEFAULT '[]',
+    phases     jsonb,
     CONSTRAINT job_attempts_outcome_known
         CHECK (outcome IN ('done', 'retrying', 'failed', 'cancelled', 'released'))
 );
 CREATE INDEX job_attempts_job ON job_attempts (job_id, ended_at);
 
+-- The attempt's phases are those the job row holds tagged with its number (0032): a tag of
+-- another attempt was left by one that wrote none since.
 CREATE FUNCTION jobs_record_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     outcome text := CASE
@@ -193,11 +211,14 @@ DECLARE
         WHEN NEW.attempts < OLD.attempts THEN 'released'
         ELSE 'retrying' END;
 BEGIN
-    INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, outcome, error, warnings)
+    INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, outcome, error, warnings,
+                              phases)
     VALUES (OLD.id, OLD.attempts, OLD.worker_id, OLD.started_at, outcome,
             CASE WHEN outcome IN ('failed', 'retrying') THEN NEW.error END,
             CASE WHEN outcome IN ('done', 'failed', 'retrying') THEN NEW.warnings
-                 ELSE '[]'::jsonb END);
+                 ELSE '[]'::jsonb END,
+            CASE WHEN (NEW.attempt_phases->>'attempt')::int = OLD.attempts
+                 THEN NEW.attempt_phases - 'attempt' END);
     RETURN NULL;
 END $$;
 
@@ -487,6 +508,10 @@ CREATE TABLE templates (
     assets      jsonb       NOT NULL DEFAULT '{}',
     -- A Word template's asset id (server/render/docx.py), or NULL for HTML (0031).
     docx        text,
+    -- The JSON Schema (draft 2020-12) its jobs' data must meet, NULL for none; named data sets
+    -- for its preview and the checks of publishing (0035).
+    data_schema jsonb,
+    samples     jsonb       NOT NULL DEFAULT '{}',
     PRIMARY KEY (tenant, name, version),
     -- No '@': `name@version` names one version in template_id.
     CONSTRAINT templates_name_format CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$'),
@@ -959,8 +984,10 @@ CREATE TRIGGER job_events_side_effects AFTER INSERT ON job_events
 -- planned, the kept plan finds each job by its primary key at any size of the table (0019,
 -- docs/decisions/015).
 -- Only the worker holding an attempt may finish it; a job already done with the attempt's own
--- file counts as finished (a retry of this write after its answer was lost).
-CREATE FUNCTION jobs_finish_done(uuid[], text, int[], text[], bigint[], int[], text[])
+-- file counts as finished (a retry of this write after its answer was lost). $8, each
+-- attempt's phases, may be left out (a caller older than 0032): the attempts keep none.
+CREATE FUNCTION jobs_finish_done(uuid[], text, int[], text[], bigint[], int[], text[],
+                                 text[] DEFAULT NULL)
 RETURNS SETOF uuid
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -969,13 +996,14 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH input AS (
-        -- warnings arrive as JSON text: a list of lists would be read as a 2-D array.
-        SELECT * FROM unnest($1, $3, $4, $5, $6, $7)
-            AS t(id, attempt, object_key, bytes, pages, warnings)
+        -- warnings and phases arrive as JSON text: a list of lists would be read as a 2-D
+        -- array. Without phases (an older caller), unnest pads the column with NULLs.
+        SELECT * FROM unnest($1, $3, $4, $5, $6, $7, $8)
+            AS t(id, attempt, object_key, bytes, pages, warnings, phases)
     ), done AS (
         UPDATE jobs j
         SET status = 'done', object_key = i.object_key, bytes = i.bytes, pages = i.pages,
-            warnings = i.warnings::jsonb,
+            warnings = i.warnings::jsonb, attempt_phases = i.phases::jsonb,
             progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
             finished_at = now(), updated_at = now()
         FROM input i

@@ -26,7 +26,7 @@ from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
 from server.pipeline import vault
 from server.problems import Problem, invalid, not_found
 from server.queue import admission, combine
-from server.queue.jobs import NewJob, job_columns, source_columns
+from server.queue.jobs import NewJob, job_columns, source_columns, template_columns
 from server.render import templates
 from server.schemas.batches import BatchItem, BatchListQuery, BatchRequest, CombineOptions
 from server.schemas.common import MAX_TEMPLATE_BYTES
@@ -226,6 +226,7 @@ async def _insert(
         *source_columns(jobs),
         [job.channel for job in jobs],
         [job.traceparent for job in jobs],
+        *template_columns(jobs),
     )
     if created == 0:
         await conn.execute(query("batch_announce"), batch_id)

@@ -216,7 +216,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     return json_response({"items": items, "next_cursor": cursor})
 
 
-#: How the list names a job's source (page_url: the page's host instead).
+#: How the list names a job's source (a stored template's job: name@version; page_url: the
+#: page's host instead).
 SOURCE_LABELS = {
     sources.TEMPLATE: "Template",
     sources.MARKDOWN: "Markdown",
@@ -227,6 +228,8 @@ SOURCE_LABELS = {
 
 
 def _source_label(item: listing.Listed) -> str:
+    if item.template is not None:
+        return item.template
     if item.page_url is not None:
         return urlsplit(item.page_url).hostname or item.page_url
     return SOURCE_LABELS.get(item.source, item.source)

@@ -14,6 +14,7 @@ from aiohttp import web
 from server.keys import POOL
 from server.problems import Problem, not_found
 from server.queue.jobs import JobState
+from server.schemas.story import AttemptPhases
 from server.sql import query
 from server.web import present
 from server.web.common import json_response, parse_job_id, tenant_of
@@ -50,6 +51,9 @@ async def story(request: web.Request) -> web.Response:
     body = {
         "job": await present.present(request, row["job"], tenant),
         "source": row["source"],
+        "template": (
+            f"{row['template_name']}@{row['template_version']}" if row["template_name"] else None
+        ),
         "data": json.loads(row["data"]),
         "attempts": attempts,
         "timeline": timeline,
@@ -121,10 +125,14 @@ def _attempt(attempt: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
     started = dt.datetime.fromisoformat(attempt["started_at"])
     ended = attempt.get("ended_at")
     until = dt.datetime.fromisoformat(ended) if ended else now
+    phases = attempt.get("phases")
     return {
         "error": None,
         "warnings": [],
         **attempt,
         "ended_at": ended,
         "seconds": round((until - started).total_seconds(), 3),
+        "phases": {name: phases.get(name) for name in AttemptPhases.model_fields}
+        if phases
+        else None,
     }

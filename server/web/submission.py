@@ -111,8 +111,9 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
     cookie and header values sealed apart (server/pipeline/vault.py)."""
     ref = parse_template_id(job.template_id)
     source, text = "template", job.template
-    if ref:
-        text = checks.templates[ref].html
+    stored = checks.templates[ref] if ref else None
+    if stored is not None:
+        text = stored.html
     elif job.page_url is not None:
         source, text = "page_url", job.page_url
     elif job.markdown is not None:
@@ -155,6 +156,8 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         source=source,
         secrets=sealed,
         traceparent=tracing.traceparent(),  # the request's span: the job's attempts go under it
+        template_name=stored.name if stored else None,
+        template_version=stored.version if stored else None,
     )
 
 

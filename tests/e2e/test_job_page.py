@@ -5,6 +5,8 @@ deliveries with their status codes, and delivering one again."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,8 @@ from tests.tenants import bearer, made
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 20_000
+#: Where the docs' screenshots are written when DOC_SCREENSHOTS=1 (docs/dashboard.md).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
 
 
 async def no_sideways_scroll(page: Page) -> None:
@@ -77,6 +81,21 @@ async def test_a_running_job_goes_live_to_done_with_its_story(
     assert types == ["job.queued", "job.running", "job.done"]
     phases = await page.eval_on_selector_all("#phases li", "ns => ns.map(n => n.dataset.phase)")
     assert phases == ["queued", "running"]
+    # The attempt's time in each step of its worker: a bar and the figures, inside the screen.
+    steps = "tr.attempt-phases[data-attempt='1'] li.step"
+    await page.wait_for_selector(steps, timeout=WAIT_MS)
+    shown = await page.eval_on_selector_all(
+        steps, "ns => ns.map(n => [n.dataset.step, Number(n.dataset.seconds), n.textContent])"
+    )
+    assert {"template", "render", "store"} <= {step for step, _, _ in shown}, shown
+    assert all(seconds >= 0 and step in text for step, seconds, text in shown), shown
+    visible = await page.locator("#attempts").locator("xpath=ancestor::div[1]").bounding_box()
+    assert visible is not None
+    for box in [await item.bounding_box() for item in await page.query_selector_all(steps)]:
+        assert box is not None and box["width"] > 0, box
+        right = visible["x"] + visible["width"]
+        assert visible["x"] <= box["x"] and box["x"] + box["width"] <= right, (box, visible)
+    assert await page.is_visible("tr.attempt-phases[data-attempt='1'] .step-bar")
     assert await page.inner_text("#progress-text") == "100 %"
     assert '"name": "Ana"' in await page.inner_text("#data")
 
@@ -112,9 +131,12 @@ async def test_a_running_job_goes_live_to_done_with_its_story(
     assert await texts(page, "li.try strong") == ["500", "200", "200"]
     assert await page.is_hidden("#notice")
     assert errors == []
-    if width == 1280:  # what docs/dashboard/job-page.png shows
-        await page.screenshot(path=str(tmp_path / "job-page.png"), full_page=True)
-        assert (tmp_path / "job-page.png").stat().st_size > 0
+    # What docs/dashboard/job-page.png (1280) and job-page-390.png show.
+    name = "job-page.png" if width == 1280 else f"job-page-{width}.png"
+    await page.screenshot(path=str(tmp_path / name), full_page=True)
+    assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("DOC_SCREENSHOTS") == "1":
+        shutil.copyfile(tmp_path / name, SCREENSHOTS / name)
 
 
 async def test_an_unknown_job_says_so(

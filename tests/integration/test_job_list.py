@@ -13,6 +13,7 @@ import pytest
 from server.queue import listing
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
+from tests.sse import collect
 
 SEED = {"template": "<h1>Hi {{name}}</h1>", "data": {"name": "Ana"}}
 
@@ -128,6 +129,78 @@ async def test_list_names_each_jobs_source(api: RunningApp, pool: asyncpg.Pool) 
         str(markdown[0]): "Markdown",
         str(pdfs[0]): "PDFs",
     }
+
+
+async def stored_template_jobs(api: RunningApp, pool: asyncpg.Pool) -> dict[str, list[str]]:
+    """Jobs made from stored templates, done: two of invoice@1, one of invoice (its latest, 2),
+    one of receipt; one from inline HTML; and another tenant's invoice@1 job."""
+    for name, html in (("invoice", "<p>1</p>"), ("invoice", "<p>2</p>"), ("receipt", "<p>r</p>")):
+        async with api.http.post(api.url("/v1/templates"), json={"name": name, "html": html}) as r:
+            assert r.status == 201, await r.text()
+    made: dict[str, list[str]] = {}
+    for ref in ("invoice@1", "invoice@1", "invoice", "receipt"):
+        made.setdefault(ref, []).append(await submit(api, {"template_id": ref}))
+    made["inline"] = [await submit(api, SEED)]
+    for job_id in (j for ids in made.values() for j in ids):
+        await collect(api.http, api.url(f"/v1/jobs/{job_id}/events"))  # ends once it is final
+    [theirs] = await insert(pool, 1, "done", tenant="other")
+    await pool.execute(
+        "UPDATE jobs SET template_name = 'invoice', template_version = 1 WHERE id = $1", theirs
+    )
+    return made
+
+
+async def test_list_names_a_stored_templates_job_by_name_and_version(
+    api: RunningApp, pool: asyncpg.Pool
+) -> None:
+    made = await stored_template_jobs(api, pool)
+    async with api.http.get(api.url("/v1/jobs")) as resp:
+        items = {job["id"]: job["source"] for job in (await resp.json())["items"]}
+    assert items == {
+        **{job_id: "invoice@1" for job_id in made["invoice@1"]},
+        made["invoice"][0]: "invoice@2",
+        made["receipt"][0]: "receipt@1",
+        made["inline"][0]: "Template",
+    }
+
+
+async def test_the_template_filter_lists_counts_and_acts_on_one_template_or_one_version(
+    api: RunningApp, pool: asyncpg.Pool
+) -> None:
+    made = await stored_template_jobs(api, pool)
+    invoices = made["invoice@1"] + made["invoice"]
+    assert sorted(await listed(api, template="invoice")) == sorted(invoices)
+    assert sorted(await listed(api, template="invoice@1")) == sorted(made["invoice@1"])
+    assert await listed(api, template="invoice@2") == made["invoice"]
+    assert await listed(api, template="receipt", status="done") == made["receipt"]
+    assert await listed(api, template="receipt", status="failed") == []
+    assert await listed(api, template="invoice@3") == []
+    assert await listed(api, template="nothing") == []
+
+    assert (await counts(api, template="invoice")) == {
+        "queued": 0, "running": 0, "done": 3, "failed": 0, "cancelled": 0, "total": 3,
+    }  # fmt: skip
+    assert (await counts(api, template="invoice@1"))["done"] == 2
+    assert (await counts(api, template="receipt@2"))["total"] == 0
+
+    asked = await bulk(api, "cancel", {"template": "invoice@1", "dry_run": True})
+    assert (asked["matched"], asked["applied"], asked["skipped"]) == (2, 0, 2)
+    asked = await bulk(api, "retry", {"template": "invoice", "dry_run": True})
+    assert (asked["matched"], asked["applied"], asked["skipped"]) == (3, 0, 3)
+
+
+async def test_a_template_filter_not_of_the_form_name_or_name_at_version_is_refused(
+    api: RunningApp,
+) -> None:
+    for bad in ("in voice", "invoice@0", "invoice@x", "invoice@", "@3"):
+        for path in ("/v1/jobs", "/v1/jobs/counts"):
+            body = await problem(api, "GET", path, params={"template": bad})
+            assert body["status"] == 422 and [e["field"] for e in body["errors"]] == ["template"]
+            assert "name@version" in body["errors"][0]["message"], body
+    for action in ("retry", "cancel"):
+        body = await problem(api, "POST", f"/v1/jobs/{action}", json={"template": 3})
+        assert body["status"] == 422 and [e["field"] for e in body["errors"]] == ["template"]
+        assert "name@version" in body["errors"][0]["message"], body
 
 
 async def test_counts_by_state_follow_the_filters_and_the_tenant(

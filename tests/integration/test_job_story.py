@@ -261,3 +261,63 @@ def test_timeline_phases_are_the_gaps_between_events() -> None:
     timeline = timeline_of(done, now=now, final=True)
     assert [e["seconds"] for e in timeline] == [2.0, 3.0, 1.0, 3.0, None]
     assert timeline[-1]["phase"] is None
+
+
+class SlowFailsOnce(FailsOnce):
+    """FailsOnce whose every render takes RENDER_S, as a real print would."""
+
+    RENDER_S = 0.2
+
+    async def render(self, html: Any, options: Any, **kwargs: Any) -> RenderResult:
+        await asyncio.sleep(self.RENDER_S)
+        return await super().render(html, options, **kwargs)
+
+
+async def test_each_attempt_tells_the_time_of_each_phase_it_reached(
+    start_hooked: StartHooked,  # noqa: F811
+    receiver: Receiver,  # noqa: F811
+) -> None:
+    hooked = await start_hooked(SlowFailsOnce(), RETRY_BASE_S=0.05, sends=False)
+    job = await hooked.submit(receiver.url, data={"name": "Ana"})
+    await hooked.wait_final(job["id"])
+
+    first, second = (await story_of(hooked.app, job["id"]))["attempts"]
+
+    # The first failed in its render: it reached its template and its render, not its store.
+    assert first["outcome"] == "retrying"
+    assert set(first["phases"]) == {"template", "render", "finishing", "store"}
+    assert first["phases"]["template"] >= 0
+    assert first["phases"]["render"] >= SlowFailsOnce.RENDER_S
+    assert first["phases"]["finishing"] is None and first["phases"]["store"] is None
+    # The second went through all but finishing (its options ask for none).
+    phases = second["phases"]
+    assert second["outcome"] == "done"
+    assert phases["render"] >= SlowFailsOnce.RENDER_S and phases["store"] >= 0
+    assert phases["template"] >= 0 and phases["finishing"] is None
+    # They are the attempt's time, measured by its worker, less its claim and its done write.
+    spent = sum(s for s in phases.values() if s is not None)
+    assert SlowFailsOnce.RENDER_S <= spent <= second["seconds"] + 0.01, (spent, second)
+
+
+async def test_an_attempt_cut_off_keeps_no_phases_and_a_template_job_names_its_template(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    template = {"name": "invoice", "html": "<p>{{ n }}</p>"}
+    async with api.http.post(api.url("/v1/templates"), json=template) as resp:
+        assert resp.status == 201, await resp.text()
+    fake_renderer.gate = asyncio.Event()
+    async with api.http.post(
+        api.url("/v1/jobs"), json={"template_id": "invoice", "data": {"n": 1}}
+    ) as resp:
+        job_id = (await resp.json())["id"]
+    await asyncio.wait_for(fake_renderer.started.wait(), 10)
+    story = await story_of(api, job_id)
+    assert story["template"] == "invoice@1" and story["source"] == "template"
+    assert story["attempts"][0]["phases"] is None, "an attempt in flight has no phases yet"
+
+    async with api.http.post(api.url(f"/v1/jobs/{job_id}/cancel")) as resp:
+        assert resp.status == 200, await resp.text()
+    fake_renderer.gate.set()
+    await collect(api.http, api.url(f"/v1/jobs/{job_id}/events"))
+    [attempt] = (await story_of(api, job_id))["attempts"]
+    assert attempt["outcome"] == "cancelled" and attempt["phases"] is None

@@ -241,7 +241,7 @@ async def test_counting_jobs_by_state_reads_indexes_only(
 
 async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs?status=failed among many done jobs goes through an index (0008)."""
-    args = ("default", "failed", None, None, None, None, 51, None, None, None, None)
+    args = listing.list_args("default", listing.JobFilter(status=jobs.JobState.FAILED), None, 51)
     touched = await blocks_read(many_jobs, query("list_jobs"), *args)
     assert touched < 300, f"{touched} buffers for a page of 51 jobs"
     rows = await many_jobs.fetch(query("list_jobs"), *args)
@@ -259,11 +259,39 @@ async def test_listing_a_channel_reads_only_its_jobs(many_jobs: asyncpg.Connecti
                SELECT id FROM jobs WHERE status = 'done' ORDER BY created_at LIMIT 30)"""
     )
     await many_jobs.execute("ANALYZE jobs")
-    args = ("default", None, None, None, None, None, 51, "user-7", None, None, None)
+    args = listing.list_args("default", listing.JobFilter(channel="user-7"), None, 51)
     touched = await blocks_read(many_jobs, query("list_jobs"), *args)
     assert touched < 200, f"{touched} buffers for a channel's 30 jobs"
     rows = await many_jobs.fetch(query("list_jobs"), *args)
     assert len(rows) == 30 and {row["job"]["channel"] for row in rows} == {"user-7"}
+
+
+async def test_the_template_filter_reads_only_that_templates_jobs(
+    many_jobs: asyncpg.Connection,
+) -> None:
+    """GET /v1/jobs?template= and its counts among many jobs go through jobs_tenant_template
+    (0032): one version's jobs are told from the others' in the index, not by their rows."""
+    await many_jobs.execute(
+        """UPDATE jobs SET template_name = 'invoice',
+                           template_version = CASE WHEN n % 10 = 0 THEN 2 ELSE 1 END
+           FROM (SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM jobs
+                 WHERE status = 'done' ORDER BY created_at LIMIT 300) AS picked
+           WHERE jobs.id = picked.id"""
+    )
+    await many_jobs.execute("VACUUM ANALYZE jobs")
+    args = listing.list_args("default", listing.JobFilter(template=("invoice", 2)), None, 51)
+    assert ("Seq Scan", "jobs") not in await explain(many_jobs, query("list_jobs"), *args)
+    touched = await blocks_read(many_jobs, query("list_jobs"), *args)
+    assert touched < 200, f"{touched} buffers for a version's 30 jobs"
+    rows = await many_jobs.fetch(query("list_jobs"), *args)
+    assert len(rows) == 30 and {(r["template_name"], r["template_version"]) for r in rows} == {
+        ("invoice", 2)
+    }
+    counting = listing.count_args("default", listing.JobFilter(template=("invoice", None)))
+    plan = await explain(many_jobs, query("count_jobs"), *counting)
+    assert ("Seq Scan", "jobs") not in plan, plan
+    counted = await many_jobs.fetch(query("count_jobs"), *counting)
+    assert {row["status"]: row["n"] for row in counted}["done"] == 300
 
 
 async def test_searching_reads_the_index_of_each_kind_of_match(
@@ -280,8 +308,7 @@ async def test_searching_reads_the_index_of_each_kind_of_match(
     )
     await many_jobs.execute("ANALYZE jobs")
     for q in (str(picked["id"])[:8], "inv-9", "A-17"):
-        low, high = listing.JobFilter(q=q).id_range()
-        args = ("default", None, None, None, None, None, 51, None, q, low, high)
+        args = listing.list_args("default", listing.JobFilter(q=q), None, 51)
         plan = await explain(many_jobs, query("list_jobs"), *args)
         assert ("Seq Scan", "jobs") not in plan, (q, plan)
         touched = await blocks_read(many_jobs, query("list_jobs"), *args)
@@ -292,8 +319,7 @@ async def test_searching_reads_the_index_of_each_kind_of_match(
 
 async def test_counting_the_lists_jobs_reads_an_index_only(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs/counts counts a tenant's jobs by state from jobs_tenant_tally (0029)."""
-    states = [state.value for state in jobs.JobState]
-    args = ("default", None, None, None, None, None, None, states)
+    args = listing.count_args("default", listing.JobFilter())
     plan = await explain(many_jobs, query("count_jobs"), *args)
     assert plan == [("Index Only Scan", "jobs")], plan
     counted = {row["status"]: row["n"] for row in await many_jobs.fetch(query("count_jobs"), *args)}
@@ -344,6 +370,7 @@ async def finish_claimed(conn: asyncpg.Connection, claimed: list[asyncpg.Record]
         [1] * count,
         [1] * count,
         ["[]"] * count,
+        [json.dumps({"attempt": row["attempts"], "render": 0.1}) for row in claimed],
     )
     return rows
 

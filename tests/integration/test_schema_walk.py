@@ -158,6 +158,7 @@ MODEL_EXAMPLES: dict[tuple[str, str], Any] = {
     ("Screenshot", "height"): 600,
     ("Screenshot", "scale"): 2,
     ("Thumbnail", "width"): 120,
+    ("JobBulkRequest", "template"): "walk",  # the filter: a stored template's name
     ("RenderOptions", "rotate"): {"degrees": 90},
     ("RenderOptions", "metadata"): {"Department": "Sales"},
 }
@@ -206,6 +207,7 @@ QUERY_EXAMPLES: dict[str, str] = {
     "wait": "0",
     "since": "0",
     "channel": "walk:user/7@example.com",
+    "template": "walk@2",
 }
 #: A query parameter whose values differ by route (a cursor is a page's own): (path, name).
 PATH_QUERY_EXAMPLES: dict[tuple[str, str], str] = {}
