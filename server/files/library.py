@@ -1,6 +1,7 @@
 """Stored templates: named, immutable versions that jobs name as `template_id` (`name` for the
 latest, `name@version` for one), as rows and as the API shows them. A version is Jinja2 HTML or
-a Word template (an uploaded .docx, server/render/docx.py)."""
+a Word template (an uploaded .docx, server/render/docx.py); it may carry a data contract (a
+JSON Schema, draft 2020-12, that its jobs' data must meet) and named samples of such data."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
+import jsonschema
 
 from server.sql import query
 
@@ -31,10 +33,18 @@ class StoredTemplate:
     created_at: dt.datetime
     #: A Word template's asset id; None for HTML.
     docx: str | None = None
+    #: The JSON Schema its jobs' data must meet; None for none.
+    data_schema: dict[str, Any] | None = None
+    #: Named data sets, for previews and the checks of publishing.
+    samples: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def kind(self) -> str:
         return HTML if self.docx is None else DOCX
+
+    @property
+    def template_id(self) -> str:
+        return f"{self.name}@{self.version}"
 
     @property
     def docx_name(self) -> str:
@@ -52,6 +62,8 @@ class StoredTemplate:
             assets=row["assets"],
             created_at=row["created_at"],
             docx=row["docx"],
+            data_schema=row["data_schema"],
+            samples=row["samples"],
         )
 
     def public(self) -> dict[str, Any]:
@@ -65,6 +77,8 @@ class StoredTemplate:
             "docx": self.docx,
             "options": self.options,
             "sample_data": self.sample_data,
+            "data_schema": self.data_schema,
+            "samples": self.samples,
             "assets": self.assets,
             "created_at": self.created_at.isoformat(),
             "links": {
@@ -88,3 +102,58 @@ async def find(
     return {
         (row["wanted_name"], row["wanted_version"]): StoredTemplate.from_row(row) for row in rows
     }
+
+
+# --- the data contract ---------------------------------------------------------------------
+
+#: What a JSON Schema `type` is called in a problem: `is not a number`.
+_TYPE_WORDS = {
+    "number": "a number",
+    "integer": "an integer",
+    "string": "a string",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "an array",
+    "null": "null",
+}
+
+
+def schema_problems(schema: dict[str, Any]) -> list[str]:
+    """Why `schema` is not a JSON Schema (draft 2020-12) a version can carry; [] when it is."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = _path("data_schema", exc.absolute_path)
+        return [f"not a valid JSON Schema (draft 2020-12): {exc.message} (at {where})"]
+    return []
+
+
+def contract_problems(
+    schema: dict[str, Any], data: dict[str, Any], root: str = "data"
+) -> list[tuple[str, str]]:
+    """Where `data` breaks the contract `schema`: (path, problem), the path written as a job's
+    fields are (`data.items[3].price`), in the data's order."""
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    problems = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.path]):
+        path = _path(root, error.absolute_path)
+        if error.validator == "required" and isinstance(error.validator_value, list):
+            missing = [n for n in error.validator_value if n not in (error.instance or {})]
+            problems += [(_path(path, [name]), "is required") for name in missing]
+        elif error.validator == "type":
+            wanted = error.validator_value
+            names = [wanted] if isinstance(wanted, str) else list(wanted)
+            words = " or ".join(_TYPE_WORDS.get(name, name) for name in names)
+            problems.append((path, f"is not {words}"))
+        else:
+            problems.append((path, error.message))
+    return problems
+
+
+def _path(root: str, steps: Iterable[Any]) -> str:
+    path = root
+    for step in steps:
+        path += f"[{step}]" if isinstance(step, int) else (f".{step}" if path else str(step))
+    return path

@@ -12,13 +12,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from server.files import office_formats
+from server.files import library, office_formats
 from server.files.assets import ID_PATTERN
 from server.options import RenderOptions
 from server.schemas.assets import AssetMap
@@ -35,6 +36,10 @@ from server.schemas.common import (
 )
 
 _NO_SOURCE = object()  # put in place of a missing html by TemplateRequest._html_or_docx
+
+#: Samples a version may carry (each is rendered when it is published).
+MAX_SAMPLES = 10
+SampleName = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
 
 
 def _source_given(value: Any) -> Any:
@@ -83,6 +88,18 @@ class TemplateRequest(_OpensNoPage):
         None, description="Options for the jobs that name it (all but encrypt)."
     )
     sample_data: JsonObject = Field(default_factory=dict, description="Data for previews.")
+    data_schema: JsonObject | None = Field(
+        None,
+        description="The data contract: a JSON Schema (draft 2020-12) that the data of every "
+        "job naming this version must meet (422 naming each path that does not); the samples "
+        "and sample_data must meet it too.",
+    )
+    samples: dict[SampleName, JsonObject] = Field(
+        default_factory=dict,
+        max_length=MAX_SAMPLES,
+        description=f"Named data sets (at most {MAX_SAMPLES}), for previews (`sample`) and the "
+        "renders that publishing compares.",
+    )
     assets: AssetMap = Field(
         default_factory=dict,
         description="Relative path → asset id, as a job's assets: the version keeps this map, "
@@ -94,6 +111,28 @@ class TemplateRequest(_OpensNoPage):
         "its text carrying Jinja2 in docxtpl's convention; its jobs are filled with their data "
         "and converted by LibreOffice, as a job's docx (checked for Jinja syntax when stored).",
     )
+
+    @field_validator("data_schema")
+    @classmethod
+    def _a_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None and (problems := library.schema_problems(schema)):
+            raise ValueError(problems[0])
+        return schema
+
+    @model_validator(mode="after")
+    def _samples_meet_the_contract(self) -> TemplateRequest:
+        """Each sample (and sample_data) meets data_schema, every problem named by its path."""
+        if self.data_schema is None:
+            return self
+        sets = [("sample_data", self.sample_data)] if self.sample_data else []
+        sets += [(f"samples.{name}", data) for name, data in self.samples.items()]
+        problems = [
+            problem
+            for root, data in sets
+            for problem in library.contract_problems(self.data_schema, data, root)
+        ]
+        contract_error(problems)
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -141,14 +180,50 @@ class TemplateRequest(_OpensNoPage):
         return name
 
 
+def contract_error(problems: list[tuple[str, str]]) -> None:
+    """Raise the problems of a data contract as pydantic errors, one per path (`data.items[3]
+    .price`), so that they read as the body's other field errors do."""
+    if problems:
+        raise ValidationError.from_exception_data(
+            "contract",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("data_contract", message),
+                    loc=tuple(_steps(path)),
+                    input=None,
+                )
+                for path, message in problems
+            ],
+        )
+
+
+def _steps(path: str) -> list[str | int]:
+    steps: list[str | int] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        steps.append(int(index) if index else name)
+    return steps
+
+
 class PreviewRequest(_OpensNoPage):
     """A preview of a stored template."""
 
-    data: JsonObject | None = Field(None, description="Template variables (default: sample).")
+    data: JsonObject | None = Field(
+        None, description="Template variables (default: the sample named, else sample_data)."
+    )
+    sample: SampleName | None = Field(
+        None, description="Render the version's sample of this name (instead of data)."
+    )
     options: RenderOptions | None = Field(None, description="On top of the template's own.")
     version: Annotated[int, Field(ge=1), Integral] | None = Field(
         None, description="The version to preview (default: the one in the path)."
     )
+
+    @field_validator("sample")
+    @classmethod
+    def _data_or_sample(cls, sample: str | None, info: ValidationInfo) -> str | None:
+        if sample is not None and info.data.get("data") is not None:
+            raise ValueError("give data or sample, not both")
+        return sample
 
 
 class InlinePreviewRequest(_OpensNoPage):
@@ -194,6 +269,10 @@ class Template(BaseModel):
     docx: str | None = Field(description="The Word template's asset id (null for HTML).")
     options: dict[str, Any] = Field(description="Its render options.")
     sample_data: dict[str, Any] = Field(description="Data for previews.")
+    data_schema: dict[str, Any] | None = Field(
+        description="The JSON Schema its jobs' data must meet (null: none)."
+    )
+    samples: dict[str, dict[str, Any]] = Field(description="Named data sets.")
     assets: dict[str, str] = Field(description="Relative path → asset id, for its jobs.")
     created_at: dt.datetime = Field(description="Stored at.")
     links: TemplateLinks = Field(description="What can be done with it.")

@@ -73,6 +73,8 @@ async def create_template(request: web.Request) -> web.Response:
             new.sample_data,
             new.assets,
             new.docx,
+            new.data_schema,
+            new.samples,
         )
     stored = library.StoredTemplate.from_row(row)
     shown = stored.public()
@@ -160,6 +162,18 @@ async def preview_stored(request: web.Request) -> web.Response:
     if asked.version is not None and asked.version != stored.version:
         stored = await _stored(request, f"{stored.name}@{asked.version}")
     data = stored.sample_data if asked.data is None else asked.data
+    if asked.sample is not None:
+        if asked.sample not in stored.samples:
+            known = ", ".join(stored.samples) or "none"
+            raise invalid(
+                [
+                    (
+                        "sample",
+                        f"{stored.template_id} has no sample {asked.sample!r}; it has: {known}",
+                    )
+                ]
+            )
+        data = stored.samples[asked.sample]
     render_options = options.parse(stored.options)
     if asked.options is not None:  # the body's own options on top of the template's
         try:
