@@ -55,7 +55,7 @@ def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
 
 
 def _keep_server_rules(case: Any) -> None:
-    if case.operation.path == "/v1/jobs" and case.query and "cursor" in case.query:
+    if case.operation.path in ("/v1/jobs", "/v1/batches") and case.query and "cursor" in case.query:
         # Of the pattern's cursors, only those naming a real time are the server's.
         case.query["cursor"] = JOB_CURSOR
     if case.headers and "Idempotency-Key" in case.headers:
