@@ -220,9 +220,8 @@ def _opened(work: Work) -> Any:
     except join.UnreadablePart as exc:
         joined.close()
         index = work.parts.index(exc.part)
-        why = exc.why.partition(">: ")[2] or exc.why  # qpdf names the stream: a BytesIO here
         name = exc.part.title or "untitled"
-        raise PermanentError(f"pdfs[{index}] ({name}) is not a readable PDF: {why}") from None
+        raise PermanentError(f"pdfs[{index}] ({name}) is not a readable PDF: {exc.why}") from None
     return joined
 
 

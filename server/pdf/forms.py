@@ -21,6 +21,7 @@ from pikepdf.form import (
 )
 
 from server.errors import PermanentError
+from server.pdf import join
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ def open_input(data: bytes) -> pikepdf.Pdf:
     except pikepdf.PasswordError:
         raise UnusablePdf("is encrypted with a password: upload it without one") from None
     except pikepdf.PdfError as exc:
-        raise UnusablePdf(f"is not a PDF that can be read ({exc})") from None
+        raise UnusablePdf(f"is not a PDF that can be read ({join.reason(exc)})") from None
     if pdf.is_encrypted:
         pdf.close()
         raise UnusablePdf(

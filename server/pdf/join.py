@@ -38,6 +38,13 @@ class Part:
     title: str
 
 
+def reason(exc: Exception) -> str:
+    """What qpdf says is wrong, without the stream it names (for bytes read from memory, the
+    repr of a BytesIO, which says nothing to whoever sent the file)."""
+    text = str(exc)
+    return text.partition(">: ")[2] or text if text.startswith("stream <") else text
+
+
 class UnreadablePart(Exception):
     """A part is not a PDF qpdf can read."""
 
@@ -75,7 +82,7 @@ def add(joined: pikepdf.Pdf, parts: Sequence[Part], *, outline: bool) -> None:
                 own = source.docinfo.get("/Title") if not part.title else None
                 joined.add_pages_from(source, outlines="preserve" if outline else "ignore")
         except pikepdf.PdfError as exc:
-            raise UnreadablePart(part, str(exc)) from None
+            raise UnreadablePart(part, reason(exc)) from None
         titles.append(part.title or (str(own) if own else "") or f"Document {number}")
         if outline:
             lasts.append(_last_top_level(joined))

@@ -303,6 +303,7 @@ async def test_what_a_pdfs_job_cannot_use_is_refused_naming_it(api: RunningApp) 
         assert answer["type"].endswith("/validation")
         found = problems(answer)
         assert any(f.startswith(field) and message in m for f, m in found.items()), (body, found)
+        assert not any("object at 0x" in m for m in found.values()), found  # no Python repr
     assert await api.app[POOL].fetchval("SELECT count(*) FROM jobs") == 0
 
 
