@@ -115,10 +115,16 @@ async def until_done(resp: ClientResponse, ids: set[str]) -> None:
                 return
 
 
-async def burst(base: str, docs: int, lines: int = 20) -> float:
-    """Submit `docs` invoices, 32 at a time, and follow the stream until the last is done;
-    seconds from the first submission."""
-    bodies = [{"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)]
+async def burst(
+    base: str, docs: int, lines: int = 20, options: dict[str, Any] | None = None
+) -> float:
+    """Submit `docs` invoices (with `options`), 32 at a time, and follow the stream until the
+    last is done; seconds from the first submission."""
+    bodies: list[dict[str, Any]] = [
+        {"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)
+    ]
+    if options:
+        bodies = [{**body, "options": options} for body in bodies]
     async with ClientSession() as session:
         async with session.get(f"{base}/v1/events?type={FINAL_TYPES}") as stream:
             started = time.perf_counter()
@@ -401,6 +407,7 @@ def main() -> None:
     one.add_argument("url")
     one.add_argument("--docs", type=int, required=True)
     one.add_argument("--lines", type=int, default=20)
+    one.add_argument("--options", default="{}", help="the jobs' options, as JSON")
     one = client.add_parser("one-at-a-time")
     one.add_argument("url")
     one.add_argument("--docs", type=int, required=True)
@@ -418,7 +425,7 @@ def main() -> None:
     if args.client == "load":
         result: Any = load(args.url, args.clients, args.duration, args.rate)
     elif args.client == "burst":
-        result = burst(args.url, args.docs, args.lines)
+        result = burst(args.url, args.docs, args.lines, json.loads(args.options))
     else:
         result = one_at_a_time(args.url, args.docs)
     print(json.dumps(asyncio.run(result)))

@@ -13,10 +13,11 @@ The CPU figures are this process's per PDF: Playwright's side of the pipe for th
 the whole server for Pressroom. With --tracing, each round also runs Pressroom with tracing on
 (server/tracing.py: the request's span, the attempt's and its steps', exported over OTLP/HTTP to
 a receiver on loopback, bench/otlp.py), off and on in alternating order; the row adds the
-ratios on/off.
+ratios on/off. With --preflight, each round also runs Pressroom's jobs with `"preflight": true`
+(server/render/preflight.py), off and on in alternating order; the row adds the ratios on/off.
 
     python -m bench.render [--docs 150] [--slots 1,2,4] [--pages 1,20] [--rounds 5]
-                           [--engines headless-shell,chromium] [--tracing]
+                           [--engines headless-shell,chromium] [--tracing] [--preflight]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -105,11 +107,17 @@ class RawLoop:
         return len(html) / elapsed, (cpu_s() - cpu) * 1000 / len(html)
 
 
-async def pressroom(base: str, docs: int, lines: int) -> tuple[float, float]:
-    """PDFs per second end to end through the app at `base`, submitted and followed by a client
-    in a process of its own; and this process's (the server's) CPU milliseconds per PDF."""
+async def pressroom(
+    base: str, docs: int, lines: int, options: dict[str, Any] | None = None
+) -> tuple[float, float]:
+    """PDFs per second end to end through the app at `base` (the jobs with `options`), submitted
+    and followed by a client in a process of its own; and this process's (the server's) CPU
+    milliseconds per PDF."""
     cpu = cpu_s()
-    seconds = await run_module("bench.clients", "burst", base, f"--docs={docs}", f"--lines={lines}")
+    given = [f"--options={json.dumps(options)}"] if options else []
+    seconds = await run_module(
+        "bench.clients", "burst", base, f"--docs={docs}", f"--lines={lines}", *given
+    )
     return docs / seconds, (cpu_s() - cpu) * 1000 / docs
 
 
@@ -129,7 +137,14 @@ async def off_and_on(
 
 
 async def row(
-    engine: str, pages: int, docs: int, slots: int, rounds: int, *, traced: bool = False
+    engine: str,
+    pages: int,
+    docs: int,
+    slots: int,
+    rounds: int,
+    *,
+    traced: bool = False,
+    preflight: bool = False,
 ) -> dict[str, Any]:
     """The raw loop and Pressroom, each started once and warmed, print the same documents in
     `rounds` alternating rounds; pairs close in time share the drift of a shared host. `traced`:
@@ -139,6 +154,8 @@ async def row(
     pairs = []
     on_off: list[float] = []
     cpu_on_off: list[float] = []
+    checked: list[float] = []
+    cpu_checked: list[float] = []
     async with (
         RawLoop(slots, engine) as raw,
         database() as dsn,
@@ -157,6 +174,13 @@ async def row(
                 (ours, ours_cpu), (traced_rate, traced_cpu) = sides["off"], sides["on"]
                 on_off.append(traced_rate / ours)
                 cpu_on_off.append(traced_cpu / ours_cpu)
+            if preflight:
+                # The plain run of this round, then one with the checks: or the other way round.
+                checks = await pressroom(base, docs, lines, {"preflight": True})
+                if n % 2 == 1:
+                    ours, ours_cpu = await pressroom(base, docs, lines)
+                checked.append(checks[0] / ours)
+                cpu_checked.append(checks[1] / ours_cpu)
             pairs.append((raw_rate, ours, ours / raw_rate, raw_cpu, ours_cpu))
     raw_rate, ours, ratio, raw_cpu, ours_cpu = (
         statistics.median(p) for p in zip(*pairs, strict=True)
@@ -169,6 +193,12 @@ async def row(
         f"CPU ms per PDF here, raw {raw_cpu:.1f} / Pressroom {ours_cpu:.1f}",
         flush=True,
     )
+    if preflight:
+        print(
+            f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: preflight on/off "
+            f"{otlp.spread(checked)} PDFs/s, {otlp.spread(cpu_checked)} CPU per PDF",
+            flush=True,
+        )
     if switch is not None:
         print(
             f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: tracing on/off "
@@ -178,6 +208,7 @@ async def row(
         )
     return {
         "tracing_on_off": statistics.median(on_off) if on_off else None,
+        "preflight_on_off": statistics.median(checked) if checked else None,
         "engine": name,
         "pages": pages,
         "slots": slots,
@@ -213,7 +244,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for slots in slot_counts:
                     rows.append(
-                        await row(engine, pages, docs, slots, args.rounds, traced=args.tracing)
+                        await row(
+                            engine,
+                            pages,
+                            docs,
+                            slots,
+                            args.rounds,
+                            traced=args.tracing,
+                            preflight=args.preflight,
+                        )
                     )
     return {"rows": rows}
 
@@ -233,6 +272,9 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tracing", action="store_true", help="Pressroom with tracing on too, in each round"
+    )
+    parser.add_argument(
+        "--preflight", action="store_true", help="Pressroom with preflight on too, in each round"
     )
     return parser
 

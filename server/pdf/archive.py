@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import struct
+from collections.abc import Mapping
 
 import pikepdf
 from PIL import ImageCms
@@ -94,11 +95,18 @@ def _pdf_date(now: dt.datetime) -> str:
 
 
 def attach(
-    pdf: pikepdf.Pdf, name: str, data: bytes, mime_type: str, relationship: str, description: str
+    pdf: pikepdf.Pdf,
+    name: str,
+    data: bytes,
+    mime_type: str,
+    relationship: str,
+    description: str,
+    uploaded: dt.datetime | None = None,
 ) -> None:
     """Embed `data` as `name`, an associated file of the document (its /AF), as PDF/A-3 wants:
-    with its MIME type, modification date and relationship."""
-    now = _pdf_date(dt.datetime.now(dt.UTC))
+    with its MIME type, modification date and relationship. The date is when its asset was
+    uploaded (the same asset, the same bytes: server/pdf/provenance.py), else now."""
+    now = _pdf_date(uploaded.astimezone(dt.UTC) if uploaded else dt.datetime.now(dt.UTC))
     spec = pikepdf.AttachedFileSpec(
         pdf,
         data,
@@ -113,18 +121,25 @@ def attach(
 
 
 def attachments(
-    pdf: pikepdf.Pdf, files: list[Attachment], contents: dict[str, tuple[str, bytes]]
+    pdf: pikepdf.Pdf,
+    files: list[Attachment],
+    contents: dict[str, tuple[str, bytes]],
+    uploaded: Mapping[str, dt.datetime] | None = None,
 ) -> None:
-    """The job's attachments; `contents` holds each asset's (content type, bytes) by id."""
+    """The job's attachments; `contents` holds each asset's (content type, bytes) by id,
+    `uploaded` when each was uploaded."""
     for file in files:
         mime_type, data = contents[file.asset]
-        attach(pdf, file.name, data, mime_type, file.relationship, file.description or "")
+        when = (uploaded or {}).get(file.asset)
+        description = file.description or ""
+        attach(pdf, file.name, data, mime_type, file.relationship, description, when)
 
 
-def facturx(pdf: pikepdf.Pdf, invoice: Invoice) -> None:
-    """Embed the invoice's XML as factur-x.xml, and the XMP of a Factur-X invoice (its
-    extension schema included); the PDF/A step that follows completes it."""
-    attach(pdf, FILENAME, invoice.xml, MIME_TYPE, invoice.relationship, "Factur-X invoice")
+def facturx(pdf: pikepdf.Pdf, invoice: Invoice, uploaded: dt.datetime | None = None) -> None:
+    """Embed the invoice's XML as factur-x.xml (dated when it was `uploaded`), and the XMP of
+    a Factur-X invoice (its extension schema included); the PDF/A step completes it."""
+    relationship = invoice.relationship
+    attach(pdf, FILENAME, invoice.xml, MIME_TYPE, relationship, "Factur-X invoice", uploaded)
     info = {
         key: str(pdf.docinfo[name]) if name in pdf.docinfo else ""
         for name, key in _INFO_FIELDS.items()

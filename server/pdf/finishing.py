@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import io
 import logging
 import os
@@ -82,6 +83,8 @@ class Work:
     form_values: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: What made the PDF, for its XMP (server/pdf/provenance.py); None: none recorded.
     provenance: Provenance | None = None
+    #: When each asset of `contents` was uploaded: an attachment's date (reproducible bytes).
+    uploaded: dict[str, dt.datetime] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,7 +155,7 @@ def run(work: Work) -> Finished:
             stamps.apply(pdf, options.stamp, work.contents[image][1] if image else None)
             took("stamp")
         if options.attachments:
-            archive.attachments(pdf, options.attachments, work.contents)
+            archive.attachments(pdf, options.attachments, work.contents, work.uploaded)
             took("attachments")
         if options.facturx is not None:
             xml = work.contents[options.facturx.xml][1]
@@ -160,7 +163,7 @@ def run(work: Work) -> Finished:
                 invoice = invoices.check(xml, options.facturx.profile)
             except PermanentError as exc:
                 raise PermanentError(f"options.facturx.xml {exc}") from None
-            archive.facturx(pdf, invoice)
+            archive.facturx(pdf, invoice, work.uploaded.get(options.facturx.xml))
             took("facturx")
         level = options.pdfa or ("3b" if options.facturx is not None else None)
         if work.provenance is not None:

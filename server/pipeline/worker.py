@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import enum
 import json
 import logging
@@ -421,6 +422,7 @@ class Workers:
         if given.facturx is not None:
             ids.append(given.facturx.xml)
         contents: dict[str, tuple[str, bytes]] = {}
+        uploaded: dict[str, dt.datetime] = {}
         if ids:
             known = await assets.find(self._pool, job.tenant, ids)
             for asset_id in ids:
@@ -431,6 +433,7 @@ class Workers:
                 except FileNotFoundError:
                     raise PermanentError(f"the asset {asset_id} is no longer stored") from None
                 contents[asset_id] = (known[asset_id].content_type, data)
+                uploaded[asset_id] = known[asset_id].created_at
         parts: tuple[Part, ...] = ()
         if job.source == sources.PDFS:
             files = await self._assets.files(job.tenant, job.assets or {})
@@ -439,7 +442,7 @@ class Workers:
             values = given.fill_form.values(job.data) if given.fill_form else {}
         except ValueError as exc:
             raise PermanentError(f"fill_form: {exc}") from None
-        return Work(b"", given, contents, self._config.signing, parts, values)
+        return Work(b"", given, contents, self._config.signing, parts, values, uploaded=uploaded)
 
     async def _finished(
         self, result: RenderResult, work: Work, steps: tracing.Steps

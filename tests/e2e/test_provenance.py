@@ -128,17 +128,29 @@ async def test_a_factur_x_invoice_keeps_its_own_xmp_beside_the_provenance(
     signing_app: tuple[RunningApp, Any],
 ) -> None:
     app, _ = signing_app
-    xml = await upload(
-        app,
-        (Path(__file__).parents[1] / "files" / "factur-x-minimum.xml").read_bytes(),
-        "application/xml",
+    xml, order = await asyncio.gather(
+        upload(
+            app,
+            (Path(__file__).parents[1] / "files" / "factur-x-minimum.xml").read_bytes(),
+            "application/xml",
+        ),
+        upload(app, b'{"order": 42}', "application/json"),
     )
-    job, data = await render(
-        app, {"template": "<h1>Invoice</h1>", "options": {"facturx": {"xml": xml}}}
-    )
+    attached = [{"asset": order, "name": "order.json", "relationship": "Supplement"}]
+    body = {
+        "template": "<h1>Invoice</h1>",
+        "options": {"facturx": {"xml": xml}, "attachments": attached},
+    }
+    (job, data), (_, again) = await asyncio.gather(render(app, body), render(app, body))
     assert data is not None, job["error"]
+    # Each embedded file is dated when its asset was uploaded: the same bytes again.
+    assert data == again
     assert pdfa_problems(data, 3) == []
-    assert xmp(data)["Assets"] == [f"options.facturx.xml {xml}"]
+    assert xmp(data)["Assets"] == [
+        f"options.attachments[0].asset {order}",
+        f"options.facturx.xml {xml}",
+    ]
+    assert job["provenance"]["finishing"] == ["attachments", "facturx", "pdfa"]
     with pikepdf.open(io.BytesIO(data)) as pdf:
         meta = pdf.open_metadata()
         assert meta["{urn:factur-x:pdfa:CrossIndustryDocument:invoice:1p0#}DocumentType"] == (
