@@ -34,7 +34,8 @@ async def stats(request: web.Request) -> web.Response:
         # One snapshot for both reads: the hour and the queue are of the same moment.
         async with connection.transaction(isolation="repeatable_read", readonly=True):
             queue = await connection.fetchrow(query("job_stats_queue"), tenant)
-            rows = await connection.fetch(query("job_stats_hour"), tenant, MINUTES)
+            since = first_minute(queue["at"])
+            rows = await connection.fetch(query("job_stats_hour"), tenant, since)
     body = stats_of(queue, rows)
     return json_response(Stats.model_validate(body).model_dump(mode="json"))
 
@@ -45,12 +46,17 @@ def _latency(row: asyncpg.Record | None) -> dict[str, Any]:
     return {key: row[key] for key in ("done", "failed", "p50_s", "p95_s")}
 
 
+def first_minute(at: dt.datetime) -> dt.datetime:
+    """The start of the first of the MINUTES minutes that end with the one `at` is in."""
+    return at.replace(second=0, microsecond=0) - (MINUTES - 1) * _MINUTE
+
+
 def stats_of(queue: asyncpg.Record, rows: list[asyncpg.Record]) -> dict[str, Any]:
     """The body of GET /v1/stats from its two reads, with a zero for each minute without jobs."""
     at: dt.datetime = queue["at"]
     by_minute = {row["minute"]: row for row in rows if row["minute"] is not None}
     whole = next((row for row in rows if row["minute"] is None), None)
-    first = at.replace(second=0, microsecond=0) - (MINUTES - 1) * _MINUTE
+    first = first_minute(at)
     minutes = []
     for n in range(MINUTES):
         start = first + n * _MINUTE
