@@ -46,9 +46,11 @@ function jobsCell(used) {
 function assetRow(asset) {
   const row = el("tr", "asset");
   row.dataset.assetId = asset.id;
-  const id = link(asset.links.content, `${asset.id.slice(0, 19)}…`, "asset-link");
-  id.title = asset.id;
-  id.setAttribute("aria-label", `Download asset ${asset.id}`);
+  // The id's first digits shown, the whole id read out and in the tooltip.
+  const id = link(asset.links.content, asset.id.slice(0, 19), "asset-link");
+  id.title = `Download ${asset.id}`;
+  id.append(el("span", "visually-hidden", asset.id.slice(19)), el("span", "", "…"));
+  id.lastChild.setAttribute("aria-hidden", "true");
   const used = asset.used_by;
   row.append(
     cell("Id", id),
