@@ -376,8 +376,7 @@ class Workers:
         self, job: ClaimedJob, given: options.RenderOptions, engine: str
     ) -> provenance.Provenance:
         """What makes this job's PDF (server/pdf/provenance.py), `engine` printed it."""
-        name = getattr(job, "template_name", None)
-        version = getattr(job, "template_version", None)
+        name, version = job.template_name, job.template_version
         return provenance.Provenance(
             pressroom=provenance.pressroom_version(),
             engine=engine,

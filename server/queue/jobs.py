@@ -128,6 +128,9 @@ class ClaimedJob:
     source: str = "template"
     secrets: bytes | None = None
     traceparent: str | None = None  # as NewJob.traceparent
+    #: Its stored template (as NewJob's), for the provenance of its PDF.
+    template_name: str | None = None
+    template_version: int | None = None
 
     @property
     def key(self) -> uuid.UUID:
@@ -214,6 +217,8 @@ def _claimed(row: asyncpg.Record) -> ClaimedJob:
         source=row["source"],
         secrets=row["secrets"],
         traceparent=row["traceparent"],
+        template_name=row["template_name"],
+        template_version=row["template_version"],
     )
 
 

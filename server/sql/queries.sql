@@ -53,7 +53,7 @@ WITH picked AS (
     SELECT c.id, c.tenant, 'job.running', job_public(c::jobs) FROM claimed c
 )
 SELECT c.id, c.tenant, c.template, c.data, c.options, c.attempts, c.max_attempts, c.assets,
-       c.source, c.secrets, c.traceparent
+       c.source, c.secrets, c.traceparent, c.template_name, c.template_version
 FROM claimed c
 ORDER BY c.priority DESC, c.run_after, c.id;
 
