@@ -1,7 +1,7 @@
 // Pressroom dashboard, the list page: the API key box, the job list (static/list.js: table,
 // counts, filters in the URL, pages, bulk actions, live over one stream) and the submit form
 // (static/submit.js: every source, files as a multipart body, errors beside their fields).
-import { currentKey, setKey } from "/static/session.js";
+import { setKey, signedIn } from "/static/session.js";
 import { startList, startOver, showSubmitted } from "/static/list.js";
 import { $ } from "/static/rows.js";
 import { startForm } from "/static/submit.js";
@@ -10,8 +10,7 @@ import { startForm } from "/static/submit.js";
 
 function setupApiKey() {
   const input = $("api-key");
-  input.value = currentKey();
-  $("api-key-status").textContent = input.value ? "A key is set." : "No key: dev mode.";
+  $("api-key-status").textContent = signedIn() ? "This tab holds a token (not the key)." : "No key given.";
   $("api-key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     applyApiKey(input.value.trim());
@@ -22,9 +21,15 @@ function setupApiKey() {
   });
 }
 
-function applyApiKey(key) {
-  setKey(key);
-  $("api-key-status").textContent = key ? "Key saved." : "Key cleared: dev mode.";
+async function applyApiKey(key) {
+  try {
+    await setKey(key); // exchanged for a token; the key itself is not kept
+  } catch (error) {
+    $("api-key-status").textContent = error.problem?.detail || error.message;
+    return;
+  }
+  $("api-key").value = "";
+  $("api-key-status").textContent = key ? "Key exchanged for a token." : "Token forgotten.";
   // Another key may mean another tenant: start over with a fresh list and stream.
   startOver();
 }

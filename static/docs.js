@@ -2,11 +2,15 @@
 // from this server, and the online validator is off, so the page asks nothing of the Internet.
 /* global SwaggerUIBundle */
 
-// The key the dashboard keeps in this browser: "Try it out" sends it as the dashboard does.
+// The dashboard token this tab holds (static/session.js), which "Try it out" sends as the
+// dashboard does; else a key an older dashboard kept in this browser.
+const TOKEN_STORAGE = "pressroom.dashboardToken";
 const KEY_STORAGE = "pressroom.apiKey";
 
 function storedKey() {
   try {
+    const held = JSON.parse(sessionStorage.getItem(TOKEN_STORAGE) || "null");
+    if (held && typeof held.token === "string") return held.token;
     return localStorage.getItem(KEY_STORAGE) || "";
   } catch {
     return ""; // storage disabled: Authorize asks for the key
