@@ -175,7 +175,16 @@ def test_page_options_have_their_defaults_and_bounds() -> None:
         "http_status": True,
         "console_errors": False,
         "resource_errors": False,
+        # The preflight kinds: warnings unless named (server/render/preflight.py).
+        "overflow": False,
+        "missing_glyph": False,
+        "low_resolution_image": False,
+        "broken_image": False,
+        "blank_page": False,
     }
+    assert parsed.preflight is None and parsed.preflight_checks() is None
+    assert options.parse({"preflight": True}).preflight_checks() == options.Preflight()
+    assert options.parse({"fail_on": {"blank_page": True}}).preflight_checks() is not None
     assert options.parse({"wait_delay_ms": 10_000}).wait_delay_ms == 10_000
     with pytest.raises(OptionsError) as caught:
         options.parse({"wait_delay_ms": -1, "lazy_load": "yes", "fail_on": {"pages": True}})
