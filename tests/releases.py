@@ -1,6 +1,6 @@
-"""The previous release of Pressroom, exported from git and run as real processes: the code just
-before the newest migration landed (HEAD itself while a migration file is not committed yet),
-with this venv's interpreter and its own tree first on the path."""
+"""The previous release of Pressroom, exported from git and run as real processes: the commit
+RELEASED names (or UPGRADE_FROM), with this venv's interpreter and its own tree first on the
+path."""
 
 from __future__ import annotations
 
@@ -21,10 +21,13 @@ import pytest
 
 from tests.processes import ROOT, PressroomProcess
 
-MIGRATIONS = "server/sql/migrations"
 FULL_CLONE = "run it in a full clone (git clone without --depth), as CI does"
 #: A commit to upgrade from instead (the release you run, say): UPGRADE_FROM=abc1234.
 FROM_VARIABLE = "UPGRADE_FROM"
+#: The previous release: the newest commit released, whose CI passed. Moved on at each release,
+#: so the test upgrades what operators run now, however many migrations came since, and never
+#: from a commit on the way that no one ran.
+RELEASED = "2b084239a71813255a9ba2520f6f53759b1ab0ec"
 
 
 @dataclass(frozen=True)
@@ -55,29 +58,14 @@ def previous_release(root: Path = ROOT) -> Release:
     if chosen:
         commit = _git_out(root, "rev-parse", "--verify", f"{chosen}^{{commit}}")
         return Release(commit, f"{chosen}, from {FROM_VARIABLE}")
-    uncommitted = [
-        line[3:]
-        for line in _git_out(
-            root, "status", "--porcelain", "--untracked-files=all", "--", MIGRATIONS
-        ).splitlines()
-        if line.endswith(".sql") and line[:2] in ("??", "A ", "AM")
-    ]
-    if uncommitted:
-        head = _git_out(root, "rev-parse", "HEAD")
-        return Release(head, f"HEAD, as {', '.join(uncommitted)} is not committed yet")
-    committed = sorted(_git_out(root, "ls-files", "--", f"{MIGRATIONS}/*.sql").splitlines())
-    if not committed:
-        pytest.fail(f"git knows no migration in {MIGRATIONS} at {root}; {FULL_CLONE}")
-    newest = committed[-1]
-    added = _git_out(root, "log", "--diff-filter=A", "--format=%H", "-1", "--", newest)
-    parent = _git(root, "rev-parse", "--verify", "--quiet", f"{added}^^{{commit}}")
-    if not added or parent.returncode != 0:
+    found = _git(root, "rev-parse", "--verify", "--quiet", f"{RELEASED}^{{commit}}")
+    if found.returncode != 0:
         shallow = _git_out(root, "rev-parse", "--is-shallow-repository") == "true"
         pytest.fail(
-            f"git history at {root} lacks the commit before {newest} was added"
+            f"git history at {root} lacks the previous release {RELEASED[:12]}"
             f"{' (a shallow clone)' if shallow else ''}; {FULL_CLONE}"
         )
-    return Release(parent.stdout.strip(), f"the parent of {added[:12]}, which added {newest}")
+    return Release(RELEASED, f"the previous release, {RELEASED[:12]}")
 
 
 @contextlib.contextmanager

@@ -32,7 +32,6 @@ from tests.integration.test_webhooks import Receiver, verify
 from tests.processes import ROOT, PressroomProcess, free_port, wait_until
 from tests.releases import (
     FROM_VARIABLE,
-    MIGRATIONS,
     Release,
     ReleaseProcess,
     exported,
@@ -491,9 +490,7 @@ def test_without_git_history_the_upgrade_test_fails_saying_so(
         previous_release(tmp_path)
 
 
-def test_a_shallow_clone_fails_saying_so_until_a_migration_is_uncommitted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_shallow_clone_fails_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FROM_VARIABLE, raising=False)
     shallow = tmp_path / "shallow"
     subprocess.run(
@@ -501,18 +498,15 @@ def test_a_shallow_clone_fails_saying_so_until_a_migration_is_uncommitted(
     )
     with pytest.raises(
         pytest.fail.Exception,
-        match=r"lacks the commit before \S+\.sql was added \(a shallow clone\); run it in a full",
+        match=r"lacks the previous release \w+ \(a shallow clone\); run it in a full clone",
     ):
         previous_release(shallow)
-
-    # A migration not committed yet: HEAD is the previous release, which a shallow clone has.
-    (shallow / MIGRATIONS / "9999_next.sql").write_text("SELECT 1;\n")
-    release = previous_release(shallow)
+    # Told which commit to start from, it exports that one.
     head = subprocess.run(
         ["git", "-C", str(shallow), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    )
-    assert release.commit == head.stdout.strip()
-    assert "9999_next.sql is not committed yet" in release.why
+    ).stdout.strip()
+    monkeypatch.setenv(FROM_VARIABLE, head)
+    release = previous_release(shallow)
+    assert release.commit == head and FROM_VARIABLE in release.why
     with exported(release, shallow) as tree:
-        assert not (tree / MIGRATIONS / "9999_next.sql").exists()
         assert (tree / "server" / "__init__.py").is_file()
