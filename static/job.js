@@ -77,10 +77,23 @@ function render(story) {
   $("story").setAttribute("aria-busy", "false");
 }
 
+// What each kind of source is called, as the list names it (server/web/jobs_api.py).
+const SOURCE_LABELS = {
+  template: "Template", markdown: "Markdown", page_url: "Page URL",
+  office: "Office file", docx: "Word template", pdfs: "PDFs",
+};
+
+/** A file the job converts or merges: its name, and the asset it is when the name is a path. */
+function fileText(file) {
+  if (!file.asset_id) return `${file.name} (no longer stored)`;
+  return file.asset_id === file.name ? file.name : `${file.name} (${file.asset_id.slice(0, 19)}…)`;
+}
+
 function renderFacts(story) {
   const job = story.job;
   const facts = [
-    ["Source", story.template ? `${story.source} ${story.template}` : story.source],
+    ["Source", [SOURCE_LABELS[story.source] || story.source, story.template].filter(Boolean).join(" ")],
+    ...(story.files.length ? [["Files", story.files.map(fileText).join(", ")]] : []),
     ["Created", time(job.created_at)],
     ["Started", time(job.started_at)],
     ["Finished", time(job.finished_at)],

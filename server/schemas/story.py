@@ -103,16 +103,25 @@ class StoryBatch(BaseModel):
     link: str = Field(description="GET /v1/batches/{batch_id}.")
 
 
+class StoryFile(BaseModel):
+    name: str = Field(description="The file as the job names it: its path, or its asset id.")
+    asset_id: str | None = Field(description="The asset it is (null: no longer known).")
+
+
 class Story(BaseModel):
     """Everything known of one job, for the dashboard's job page."""
 
     job: Job = Field(description="The job as GET /v1/jobs/{job_id} shows it (signed URLs too).")
-    source: Literal["template", "markdown", "page_url", "office", "pdfs"] = Field(
-        description="Its kind of source (template_id jobs are template jobs)."
+    source: Literal["template", "markdown", "page_url", "office", "docx", "pdfs"] = Field(
+        description="Its kind of source (template_id jobs are template or docx jobs)."
     )
     template: str | None = Field(
         description="The stored template it was made from, name@version (template_id jobs); "
         "null for others."
+    )
+    files: list[StoryFile] = Field(
+        description="The files it converts or merges (office, docx: one; pdfs: each, in order); "
+        "none for the others."
     )
     data: Any = Field(description="Its data as stored (as sent: the job's own order).")
     attempts: list[JobAttempt] = Field(description="Every attempt, oldest first.")

@@ -388,7 +388,8 @@ WHERE job_id = $1 AND tenant = $2;
 -- events in log order (those not yet pruned), its webhook deliveries with every attempt of
 -- each, and the batches it belongs to.
 SELECT job_public(j) AS job, j.status, j.object_key, j.data::text AS data, j.source,
-       j.template_name, j.template_version,
+       j.template_name, j.template_version, j.assets,
+       CASE WHEN j.source IN ('office', 'docx', 'pdfs') THEN j.template END AS files,
        CASE WHEN j.status = 'running' THEN jsonb_build_object(
            'attempt', j.attempts, 'worker_id', j.worker_id, 'started_at', j.started_at)
        END AS running,

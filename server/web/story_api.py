@@ -11,9 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
+from server.files import assets as stored_assets
 from server.keys import POOL
 from server.problems import Problem, not_found
 from server.queue.jobs import JobState
+from server.render import sources
 from server.schemas.story import AttemptPhases
 from server.sql import query
 from server.web import present
@@ -54,6 +56,7 @@ async def story(request: web.Request) -> web.Response:
         "template": (
             f"{row['template_name']}@{row['template_version']}" if row["template_name"] else None
         ),
+        "files": files_of(row["source"], row["files"], row["assets"] or {}),
         "data": json.loads(row["data"]),
         "attempts": attempts,
         "timeline": timeline,
@@ -63,6 +66,20 @@ async def story(request: web.Request) -> web.Response:
         "live": not final,
     }
     return json_response(body, headers={"Cache-Control": "private, no-cache"})
+
+
+def files_of(source: str, text: str | None, assets: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files an office, docx or pdfs job takes (its `template` column names them: the one
+    file's path or asset id, or the pdfs' JSON list), each with its asset id."""
+    if text is None:
+        return []
+    names = [part["path"] for part in json.loads(text)] if source == sources.PDFS else [text]
+    files = []
+    for name in names:
+        mapped = assets.get(name)  # {"id", "type"}: the asset a path of the job maps to
+        asset_id = mapped["id"] if mapped else name if stored_assets.is_id(name) else None
+        files.append({"name": name, "asset_id": asset_id})
+    return files
 
 
 @routes.post("/v1/jobs/{job_id}/webhooks/{delivery_id}/redeliver")

@@ -321,3 +321,21 @@ async def test_an_attempt_cut_off_keeps_no_phases_and_a_template_job_names_its_t
     await collect(api.http, api.url(f"/v1/jobs/{job_id}/events"))
     [attempt] = (await story_of(api, job_id))["attempts"]
     assert attempt["outcome"] == "cancelled" and attempt["phases"] is None
+
+
+async def test_a_pdfs_job_names_its_files_by_path_and_by_asset_id(api: RunningApp) -> None:
+    from tests.integration.test_pdf_operations import run_job, upload
+    from tests.pdfmaking import text_pdf
+
+    terms, annex = await upload(api, text_pdf(["terms"])), await upload(api, text_pdf(["annex"]))
+    job, data = await run_job(api, {"pdfs": ["terms.pdf", annex], "assets": {"terms.pdf": terms}})
+    assert data is not None, job["error"]
+    story = await story_of(api, job["id"])
+    assert story["source"] == "pdfs"
+    assert story["files"] == [
+        {"name": "terms.pdf", "asset_id": terms},
+        {"name": annex, "asset_id": annex},
+    ]
+    async with api.http.post(api.url("/v1/jobs"), json={"template": "<p>x</p>"}) as resp:
+        printed = (await resp.json())["id"]
+    assert (await story_of(api, printed))["files"] == []
