@@ -107,7 +107,8 @@ function renderVersions() {
     edit.addEventListener("click", () => startEditing(summary.version));
     row.append(
       cell("Version", String(summary.version)),
-      cell("Kind", el("span", "kind", summary.kind === "docx" ? "DOCX" : "HTML")),
+      cell("Kind", el("span", "kind", summary.kind === "docx" ? "DOCX" : "HTML"),
+        ...(summary.status ? [" ", el("span", `kind status-${summary.status}`, summary.status)] : [])),
       cell("Stored", when(summary.created_at)),
       cell("Template id", el("code", "", summary.template_id)),
       cell("", edit),

@@ -54,7 +54,7 @@ export function size(bytes) {
 export function problemText(error, what) {
   const status = error.problem?.status;
   if (status === 404) return `No ${what} (or it is another tenant's).`;
-  if (status === 401) return "This server needs an API key: set it on the dashboard's front page.";
+  if (status === 401) return "This server needs an API key: reload the page to give it.";
   return error.problem?.detail || error.message;
 }
 
