@@ -110,7 +110,7 @@ function renderLinks(story) {
   const links = [];
   for (const batch of story.batches) {
     const link = el("a", "batch-link", `Batch ${batch.id} (item ${batch.key})`);
-    link.href = batch.link;
+    link.href = `/batches/${encodeURIComponent(batch.id)}`;
     links.push(link);
   }
   const raw = el("a", "json-link", "Job JSON");

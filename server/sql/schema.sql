@@ -547,6 +547,8 @@ CREATE TABLE batches (
     channel      text        CONSTRAINT batches_channel_format CHECK (channel_valid(channel))
 );
 CREATE UNIQUE INDEX batches_request ON batches (tenant, request_hash);
+-- A tenant's batches newest first, by cursor (GET /v1/batches, 0036).
+CREATE INDEX batches_tenant_created ON batches (tenant, created_at DESC, id DESC);
 
 -- A batch's items in order. A job may belong to several batches: a later batch naming an
 -- accepted key reuses its job.

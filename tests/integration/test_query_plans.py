@@ -252,6 +252,31 @@ async def test_listing_a_rare_state_reads_only_that_page(many_jobs: asyncpg.Conn
     )
 
 
+async def test_a_page_of_batches_reads_only_that_page(dsn: str) -> None:
+    """GET /v1/batches (the dashboard's batches view) among many batches, newest first, reads
+    one page of the tenant's index in order, not every batch sorted (0036). Each row's JSON
+    (batch_public) reads its items' counts: about 17 buffers a batch, whatever their number."""
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute(
+            """INSERT INTO batches (id, tenant, request_hash, created_at)
+               SELECT gen_random_uuid(), CASE WHEN n % 10 = 0 THEN 'other' ELSE 'default' END,
+                      md5(n::text), now() - make_interval(secs => n)
+               FROM generate_series(1, $1) AS n""",
+            ROWS,
+        )
+        await conn.execute("VACUUM ANALYZE batches")
+        plan = await explain(conn, query("batch_list"), "default", None, None, 51)
+        assert ("Index Scan", "batches") in plan and ("Seq Scan", "batches") not in plan, plan
+        rows = await conn.fetch(query("batch_list"), "default", None, None, 51)
+        assert len(rows) == 51
+        assert [row["created_at"] for row in rows] == sorted(
+            (row["created_at"] for row in rows), reverse=True
+        )
+    finally:
+        await conn.close()
+
+
 async def test_listing_a_channel_reads_only_its_jobs(many_jobs: asyncpg.Connection) -> None:
     """GET /v1/jobs?channel= (the dashboard's filter) among many jobs goes through an index."""
     await many_jobs.execute(
