@@ -1,7 +1,8 @@
 """Stored templates: named, immutable versions that jobs name as `template_id` (`name` for the
-latest, `name@version` for one), as rows and as the API shows them. A version is Jinja2 HTML or
-a Word template (an uploaded .docx, server/render/docx.py); it may carry a data contract (a
-JSON Schema, draft 2020-12, that its jobs' data must meet) and named samples of such data."""
+latest published version, `name@version` for any one, a draft included), as rows and as the
+API shows them. A version is Jinja2 HTML or a Word template (an uploaded .docx,
+server/render/docx.py); it may carry a data contract (a JSON Schema, draft 2020-12, that its
+jobs' data must meet) and named samples of such data."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import jsonschema
 
 from server.sql import query
 
-#: A template reference: its name, and its version (None: the latest).
+#: A template reference: its name, and its version (None: the latest published).
 Ref = tuple[str, int | None]
 #: What a version is made of, as its JSON's `kind` says.
 HTML, DOCX = "html", "docx"
+#: Where a version stands: jobs naming the template alone get its latest published version.
+DRAFT, PUBLISHED = "draft", "published"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,6 +40,12 @@ class StoredTemplate:
     data_schema: dict[str, Any] | None = None
     #: Named data sets, for previews and the checks of publishing.
     samples: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: When it was published; None for a draft.
+    published_at: dt.datetime | None = None
+
+    @property
+    def status(self) -> str:
+        return DRAFT if self.published_at is None else PUBLISHED
 
     @property
     def kind(self) -> str:
@@ -64,6 +73,7 @@ class StoredTemplate:
             docx=row["docx"],
             data_schema=row["data_schema"],
             samples=row["samples"],
+            published_at=row["published_at"],
         )
 
     def public(self) -> dict[str, Any]:
@@ -73,6 +83,8 @@ class StoredTemplate:
             "version": self.version,
             "template_id": f"{self.name}@{self.version}",
             "kind": self.kind,
+            "status": self.status,
+            "published_at": self.published_at.isoformat() if self.published_at else None,
             "html": self.html,
             "docx": self.docx,
             "options": self.options,
@@ -85,19 +97,31 @@ class StoredTemplate:
                 "self": f"/v1/templates/{self.name}@{self.version}",
                 "latest": f"/v1/templates/{self.name}",
                 "preview": f"/v1/templates/{self.name}/preview",
+                "publish": f"/v1/templates/{self.name}@{self.version}/publish",
+                "diff": f"/v1/templates/{self.name}@{self.version}/diff",
             },
         }
 
 
 async def find(
-    conn: asyncpg.Pool | asyncpg.Connection, tenant: str, refs: Iterable[Ref]
+    conn: asyncpg.Pool | asyncpg.Connection,
+    tenant: str,
+    refs: Iterable[Ref],
+    *,
+    drafts: bool = False,
 ) -> dict[Ref, StoredTemplate]:
-    """The stored versions these references name, in one query; unknown ones are missing."""
+    """The stored versions these references name, in one query; unknown ones are missing. A
+    name alone is its latest published version; with `drafts` (people reading, not jobs), its
+    latest draft where none is published."""
     wanted = sorted(set(refs), key=lambda ref: (ref[0], ref[1] or 0))
     if not wanted:
         return {}
     rows = await conn.fetch(
-        query("template_find"), tenant, [name for name, _ in wanted], [v for _, v in wanted]
+        query("template_find"),
+        tenant,
+        [name for name, _ in wanted],
+        [v for _, v in wanted],
+        drafts,
     )
     return {
         (row["wanted_name"], row["wanted_version"]): StoredTemplate.from_row(row) for row in rows

@@ -112,6 +112,14 @@ class TemplateRequest(_OpensNoPage):
         "and converted by LibreOffice, as a job's docx (checked for Jinja syntax when stored).",
     )
 
+    publish: bool = Field(
+        False,
+        description="Publish the version at once (as POST …/publish without force: checked "
+        "against the published version with its samples; refused with 409, the version kept "
+        "as a draft). Without it a new version is a draft: jobs naming the template alone "
+        "keep getting its latest published version.",
+    )
+
     @field_validator("data_schema")
     @classmethod
     def _a_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -238,6 +246,56 @@ class InlinePreviewRequest(_OpensNoPage):
     )
 
 
+#: The default share of a page's pixels that may change without refusing publishing: 0.5 %.
+DEFAULT_THRESHOLD = 0.005
+
+
+class PublishRequest(BaseModel):
+    """POST /v1/templates/{name}@{version}/publish."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    force: bool = Field(
+        False,
+        description="Publish even when a sample fails, changes its page count or its "
+        "pixels beyond the threshold (the diff is kept all the same).",
+    )
+    threshold: Annotated[float, Field(ge=0, le=1)] = Field(
+        DEFAULT_THRESHOLD,
+        description="The share of a page's pixels (0 to 1) that may change; above it on any "
+        "page of any sample, publishing is refused.",
+    )
+
+
+class PageDiff(BaseModel):
+    page: int = Field(description="The page (from 1).")
+    changed_pixels: float = Field(description="Share of its pixels that differ (0 to 1).")
+    text_added: list[str] = Field(description="Lines of text only the new version has.")
+    text_removed: list[str] = Field(description="Lines of text only the published one has.")
+    image: str | None = Field(
+        description="The published page beside the new one, changed pixels marked (PNG)."
+    )
+
+
+class SampleDiff(BaseModel):
+    sample: str = Field(description="The sample's name.")
+    pages_before: int | None = Field(description="Pages with the published version.")
+    pages_after: int | None = Field(description="Pages with this version (null: it failed).")
+    error: str | None = Field(description="Why this version did not render it.")
+    pages: list[PageDiff] = Field(description="The pages that changed (empty: none).")
+
+
+class TemplateDiff(BaseModel):
+    template_id: str = Field(description="The version published, or refused.")
+    against: int | None = Field(description="The published version compared (null: none).")
+    published: bool = Field(description="Whether this publishing published it.")
+    forced: bool = Field(description="Whether it was forced.")
+    threshold: float = Field(description="The pixel threshold it ran with.")
+    refused: list[str] = Field(description="What refused it (empty: nothing).")
+    samples: list[SampleDiff] = Field(description="Per sample, what changed.")
+    created_at: dt.datetime = Field(description="When it ran.")
+
+
 class TemplateListQuery(BaseModel):
     """GET /v1/templates: the page."""
 
@@ -251,12 +309,15 @@ class TemplateListQuery(BaseModel):
 
 class TemplateLinks(BaseModel):
     self: str = Field(description="This version.")
-    latest: str = Field(description="The latest version.")
+    latest: str = Field(description="The latest published version.")
     preview: str = Field(description="Render it to PDF now.")
+    publish: str = Field(description="Publish this version.")
+    diff: str = Field(description="What its last publishing found.")
 
 
 class TemplateVersion(BaseModel):
     version: int = Field(description="The version.")
+    status: Literal["draft", "published"] = Field(description="A draft, or published.")
     created_at: dt.datetime = Field(description="Stored at.")
 
 
@@ -265,6 +326,10 @@ class Template(BaseModel):
     version: Annotated[int, Field(ge=1)] = Field(description="This version.")
     template_id: str = Field(description="name@version, for jobs.")
     kind: Literal["html", "docx"] = Field(description="Jinja2 HTML, or a Word template.")
+    status: Literal["draft", "published"] = Field(
+        description="A draft (only jobs naming it get it), or published."
+    )
+    published_at: dt.datetime | None = Field(description="Published at (null: a draft).")
     html: str | None = Field(description="The Jinja2 HTML (null for a Word template).")
     docx: str | None = Field(description="The Word template's asset id (null for HTML).")
     options: dict[str, Any] = Field(description="Its render options.")
@@ -277,6 +342,7 @@ class Template(BaseModel):
     created_at: dt.datetime = Field(description="Stored at.")
     links: TemplateLinks = Field(description="What can be done with it.")
     versions: list[TemplateVersion] | None = Field(None, description="Every version (GET only).")
+    diff: TemplateDiff | None = Field(None, description="What publishing found (publish only).")
 
 
 class TemplateSummaryLinks(BaseModel):
@@ -285,7 +351,10 @@ class TemplateSummaryLinks(BaseModel):
 
 class TemplateSummary(BaseModel):
     name: str = Field(description="The template's name.")
-    version: int = Field(description="Its latest version.")
+    version: int = Field(description="Its latest version (a draft, maybe).")
+    published: int | None = Field(
+        description="Its latest published version, which jobs naming it get (null: none)."
+    )
     versions: int = Field(description="How many versions it has.")
     created_at: dt.datetime = Field(description="The latest version was stored at.")
     links: TemplateSummaryLinks = Field(description="Where it is.")
@@ -315,6 +384,7 @@ class TemplateVersionSummary(BaseModel):
     version: Annotated[int, Field(ge=1)] = Field(description="The version.")
     template_id: str = Field(description="name@version, for jobs.")
     kind: Literal["html", "docx"] = Field(description="Jinja2 HTML, or a Word template.")
+    status: Literal["draft", "published"] = Field(description="A draft, or published.")
     created_at: dt.datetime = Field(description="Stored at.")
     links: TemplateVersionLinks = Field(description="Where it is.")
 

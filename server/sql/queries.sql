@@ -609,26 +609,32 @@ SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4::jsonb, $5::jsonb, $6::json
        $8::jsonb, $9::jsonb
 FROM templates WHERE tenant = $1 AND name = $2
 RETURNING name, version, html, options, sample_data, assets, docx, data_schema, samples,
-          created_at;
+          published_at, created_at;
 
 -- template_find --
--- Templates by (name, version) pairs ($2, $3; a NULL version means the latest), one row each.
+-- Templates by (name, version) pairs ($2, $3), one row each. A NULL version means the latest
+-- published one; with $4 (people reading, not jobs), the latest draft where none is published.
 SELECT DISTINCT ON (r.name, r.version)
        r.name AS wanted_name, r.version AS wanted_version,
        t.name, t.version, t.html, t.options, t.sample_data, t.assets, t.docx, t.data_schema,
-       t.samples, t.created_at
+       t.samples, t.published_at, t.created_at
 FROM unnest($2::text[], $3::int[]) AS r(name, version)
 JOIN templates t ON t.tenant = $1 AND t.name = r.name
-                AND (r.version IS NULL OR t.version = r.version)
-ORDER BY r.name, r.version, t.version DESC;
+                AND (r.version IS NULL AND ($4 OR t.published_at IS NOT NULL)
+                     OR t.version = r.version)
+ORDER BY r.name, r.version, t.published_at IS NOT NULL DESC, t.version DESC;
 
 -- template_versions --
-SELECT version, created_at FROM templates WHERE tenant = $1 AND name = $2 ORDER BY version;
+SELECT version, published_at, created_at FROM templates WHERE tenant = $1 AND name = $2
+ORDER BY version;
 
 -- template_list --
--- The latest version of each of a tenant's templates, by name, after the cursor name $2.
+-- The latest version of each of a tenant's templates, by name, after the cursor name $2, with
+-- its latest published version (NULL: drafts only).
 SELECT DISTINCT ON (name) name, version, created_at,
-       count(*) OVER (PARTITION BY name) AS versions
+       count(*) OVER (PARTITION BY name) AS versions,
+       max(version) FILTER (WHERE published_at IS NOT NULL) OVER (PARTITION BY name)
+           AS published
 FROM templates
 WHERE tenant = $1 AND ($2::text IS NULL OR name > $2)
 ORDER BY name, version DESC
@@ -637,11 +643,38 @@ LIMIT $3;
 -- template_version_list --
 -- A tenant's ($1) template $2, newest version first, below the cursor version $3, at most $4.
 -- kind: html, or docx for a Word template (no HTML).
-SELECT version, created_at, CASE WHEN html IS NULL THEN 'docx' ELSE 'html' END AS kind
+SELECT version, created_at, published_at,
+       CASE WHEN html IS NULL THEN 'docx' ELSE 'html' END AS kind
 FROM templates
 WHERE tenant = $1 AND name = $2 AND ($3::int IS NULL OR version < $3)
 ORDER BY version DESC
 LIMIT $4;
+
+-- template_publish --
+-- Publish the draft $3 of the tenant's ($1) template $2 and keep what its checks found; the
+-- caller holds template_lock. No row: it was published meanwhile.
+WITH diff AS (
+    INSERT INTO template_diffs (tenant, name, version, against, published, forced, threshold,
+                                diff, images)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb)
+    ON CONFLICT (tenant, name, version) DO UPDATE
+    SET against = EXCLUDED.against, published = EXCLUDED.published, forced = EXCLUDED.forced,
+        threshold = EXCLUDED.threshold, diff = EXCLUDED.diff, images = EXCLUDED.images,
+        created_at = now()
+)
+UPDATE templates SET published_at = now()
+WHERE tenant = $1 AND name = $2 AND version = $3 AND $5 AND published_at IS NULL
+RETURNING published_at;
+
+-- template_diff --
+-- What the last publishing of a version found (without its images).
+SELECT against, published, forced, threshold, diff, created_at FROM template_diffs
+WHERE tenant = $1 AND name = $2 AND version = $3;
+
+-- template_diff_image --
+-- One image of a version's diff ($4: sample/page), base64.
+SELECT images->>$4 AS image FROM template_diffs
+WHERE tenant = $1 AND name = $2 AND version = $3;
 
 -- template_asset_users --
 -- The template versions of the tenant ($1) whose asset map names one of the assets $2, or

@@ -512,6 +512,9 @@ CREATE TABLE templates (
     -- for its preview and the checks of publishing (0035).
     data_schema jsonb,
     samples     jsonb       NOT NULL DEFAULT '{}',
+    -- NULL for a draft: the jobs naming the template without a version get its latest
+    -- published version (0035; the versions stored before were published as they came).
+    published_at timestamptz,
     PRIMARY KEY (tenant, name, version),
     -- No '@': `name@version` names one version in template_id.
     CONSTRAINT templates_name_format CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$'),
@@ -520,14 +523,39 @@ CREATE TABLE templates (
 );
 
 -- A version is immutable: jobs and people refer to `name@version` and must get what they saw.
+-- Publishing a draft (setting published_at) is the one change allowed.
 CREATE FUNCTION templates_refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF OLD.published_at IS NULL
+       AND to_jsonb(NEW) - 'published_at' = to_jsonb(OLD) - 'published_at' THEN
+        RETURN NEW;
+    END IF;
     RAISE EXCEPTION 'template %@% is immutable; store a new version', OLD.name, OLD.version
         USING ERRCODE = 'check_violation';
 END $$;
 
 CREATE TRIGGER templates_immutable BEFORE UPDATE ON templates
     FOR EACH ROW EXECUTE FUNCTION templates_refuse_update();
+
+-- What the last publishing of a version found (server/render/diff.py), refused or not: per
+-- sample, its pages, the text added and removed and the share of changed pixels per page
+-- (`diff`), against the published version `against` (NULL for a template's first), and the
+-- images of its changed pages, kept apart so that reading the diff does not read them:
+-- {"sample/page": base64 PNG}.
+CREATE TABLE template_diffs (
+    tenant      text             NOT NULL,
+    name        text             NOT NULL,
+    version     integer          NOT NULL,
+    against     integer,
+    published   boolean          NOT NULL,
+    forced      boolean          NOT NULL,
+    threshold   double precision NOT NULL,
+    diff        jsonb            NOT NULL,
+    images      jsonb            NOT NULL DEFAULT '{}',
+    created_at  timestamptz      NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, name, version),
+    FOREIGN KEY (tenant, name, version) REFERENCES templates ON DELETE CASCADE
+);
 
 
 -- ---------------------------------------------------------------------------------------------

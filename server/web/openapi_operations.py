@@ -48,7 +48,9 @@ from server.schemas.streams import (
 from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
+    PublishRequest,
     Template,
+    TemplateDiff,
     TemplateList,
     TemplateListQuery,
     TemplateRequest,
@@ -77,6 +79,11 @@ PATH_PARAMETERS: dict[str, tuple[JsonSchema, str]] = {
         {"type": "string", "pattern": f"^{TEMPLATE_ID_PATTERN}$"},
         "A template name (latest version) or name@version.",
     ),
+    "sample": (
+        {"type": "string", "pattern": f"^{NAME_PATTERN}$"},
+        "A sample of the template version (its `samples`).",
+    ),
+    "page": ({"type": "string", "pattern": "^[1-9][0-9]{0,3}$"}, "A page, from 1."),
     "asset_id": (
         {"type": "string", "pattern": f"^{assets.ID_PATTERN}$"},
         "The asset's id, sha256:<hex>. Another tenant's asset answers 404, as an unknown id.",
@@ -402,7 +409,11 @@ OPERATIONS = (
        {**NO_ASSET, "409": "Queued or running jobs use it (jobs: a few of their ids).",
         **STORAGE_DOWN}),
     Op("post", "/v1/templates", "Store a new version of a named template", "templates",
-       {"201": ("Stored.", Template)}, BODY_ERRORS, body=TemplateRequest,
+       {"201": ("Stored (a draft, or published with `publish`).", Template)},
+       {**BODY_ERRORS, "409": "With `publish`: stored, but publishing refused (as POST "
+        "…/publish answers); the version is a draft.",
+        "503": "With `publish`: no renderer free to run the checks; the version is a draft."},
+       body=TemplateRequest,
        headers={"201": ("Location",)}),
     Op("get", "/v1/templates", "The latest version of each template, by name", "templates",
        {"200": ("A page.", TemplateList)}, BAD_QUERY, query=TemplateListQuery),
@@ -423,6 +434,19 @@ OPERATIONS = (
                 "asks for.", DOCUMENT)},
        {**PREVIEW_ERRORS, "404": "No such template."}, body=PreviewRequest,
        body_required=False),
+    Op("post", "/v1/templates/{template_id}/publish", "Publish a draft (name@version): its "
+       "samples rendered with it and the published version and compared", "templates",
+       {"200": ("Published (or it already was), with the diff.", Template)},
+       {**PREVIEW_ERRORS, "404": "No such version (a name alone is none).",
+        "409": "Refused: a sample fails, changes its page count or its pixels beyond the "
+               "threshold (refused: what; diff: the diff). The version stays a draft."},
+       body=PublishRequest, body_required=False),
+    Op("get", "/v1/templates/{template_id}/diff", "What the last publishing of a version "
+       "found", "templates", {"200": ("The diff.", TemplateDiff)},
+       {"404": "No such version, or never published."}),
+    Op("get", "/v1/templates/{template_id}/diff/{sample}/{page}", "A changed page of a "
+       "version's diff: the published page beside the new one, changes in red", "templates",
+       {"200": ("The image.", "image/png")}, {"404": "No such version, sample or page."}),
     Op("get", "/v1/openapi.json", "This document", "meta",
        {"200": ("OpenAPI 3.1.", "application/json")}, security=OPEN),
     Op("get", "/healthz", "Liveness", "meta", {"200": ("The process answers.", Health)},

@@ -1,10 +1,13 @@
 """Stored templates: named, immutable versions that jobs name as `template_id` (`name` for the
-latest, `name@version` for one), Jinja2 HTML or Word templates, and a preview that renders one
-to PDF synchronously."""
+latest published, `name@version` for any, a draft included), Jinja2 HTML or Word templates; a
+preview that renders one to PDF synchronously; publishing a draft (server/web/publishing.py)
+and the diff it kept."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 from typing import Any
 
 from aiohttp import web
@@ -20,12 +23,13 @@ from server.schemas.common import MAX_TEMPLATE_BYTES, parse_template_id
 from server.schemas.templates import (
     InlinePreviewRequest,
     PreviewRequest,
+    PublishRequest,
     TemplateListQuery,
     TemplateRequest,
     TemplateVersionListQuery,
 )
 from server.sql import query
-from server.web import submission
+from server.web import publishing, submission
 from server.web.common import (
     checks,
     json_response,
@@ -52,7 +56,8 @@ def setup(app: web.Application) -> None:
 
 @routes.post("/v1/templates")
 async def create_template(request: web.Request) -> web.Response:
-    """Store a new version of a template (the first one is version 1)."""
+    """Store a new version of a template (the first one is version 1), a draft unless the body
+    says `publish` (then published as POST …/publish would, or kept a draft with its 409)."""
     body = await read_json(request)
     if isinstance(body, dict):
         await templates.warm([body.get("html")], max_bytes=MAX_TEMPLATE_BYTES)
@@ -77,8 +82,12 @@ async def create_template(request: web.Request) -> web.Response:
             new.samples,
         )
     stored = library.StoredTemplate.from_row(row)
-    shown = stored.public()
-    return json_response(shown, status=201, headers={"Location": shown["links"]["self"]})
+    location = {"Location": stored.public()["links"]["self"]}
+    if new.publish:
+        return await _publish(
+            request, stored, PublishRequest.model_validate({}), status=201, headers=location
+        )
+    return json_response(stored.public(), status=201, headers=location)
 
 
 @routes.get("/v1/templates")
@@ -93,6 +102,7 @@ async def list_templates(request: web.Request) -> web.Response:
         {
             "name": row["name"],
             "version": row["version"],
+            "published": row["published"],
             "versions": row["versions"],
             "created_at": row["created_at"].isoformat(),
             "links": {"self": f"/v1/templates/{row['name']}"},
@@ -107,7 +117,7 @@ async def _stored(request: web.Request, template_id: str) -> library.StoredTempl
     ref = parse_template_id(template_id)
     if ref is None:
         raise not_found("template")
-    found = await library.find(request.app[POOL], tenant_of(request), [ref])
+    found = await library.find(request.app[POOL], tenant_of(request), [ref], drafts=True)
     if ref not in found:
         raise not_found("template")
     return found[ref]
@@ -115,14 +125,20 @@ async def _stored(request: web.Request, template_id: str) -> library.StoredTempl
 
 @routes.get("/v1/templates/{template_id}")
 async def get_template(request: web.Request) -> web.Response:
-    """A template's latest version (or `name@version`), with the list of its versions."""
+    """A template's latest published version (its latest draft where none is published), or
+    `name@version`, with the list of its versions."""
     stored = await _stored(request, request.match_info["template_id"])
     rows = await request.app[POOL].fetch(
         query("template_versions"), tenant_of(request), stored.name
     )
     shown = stored.public()
     shown["versions"] = [
-        {"version": row["version"], "created_at": row["created_at"].isoformat()} for row in rows
+        {
+            "version": row["version"],
+            "status": library.DRAFT if row["published_at"] is None else library.PUBLISHED,
+            "created_at": row["created_at"].isoformat(),
+        }
+        for row in rows
     ]
     return json_response(shown)
 
@@ -137,13 +153,14 @@ async def list_versions(request: web.Request) -> web.Response:
     pool, tenant = request.app[POOL], tenant_of(request)
     before = int(page.cursor) if page.cursor is not None else None
     rows = await pool.fetch(query("template_version_list"), tenant, name, before, page.limit + 1)
-    if not rows and not await library.find(pool, tenant, [(name, None)]):
+    if not rows and not await library.find(pool, tenant, [(name, None)], drafts=True):
         raise not_found("template")
     items = [
         {
             "version": row["version"],
             "template_id": f"{name}@{row['version']}",
             "kind": row["kind"],
+            "status": library.DRAFT if row["published_at"] is None else library.PUBLISHED,
             "created_at": row["created_at"].isoformat(),
             "links": {"self": f"/v1/templates/{name}@{row['version']}"},
         }
@@ -187,6 +204,119 @@ async def preview_stored(request: web.Request) -> web.Response:
         return await _preview_word(request, stored, stored.docx, data, render_options, name)
     assert stored.html is not None  # a version is HTML or a Word template
     return await _preview(request, stored.html, data, render_options, name, stored.assets)
+
+
+@routes.post("/v1/templates/{template_id}/publish")
+async def publish(request: web.Request) -> web.Response:
+    """Publish a draft (name@version): its samples rendered with it and with the published
+    version and compared; refused with 409 naming what changed, unless forced."""
+    stored = await _stored(request, _versioned(request))
+    asked = validated(PublishRequest, await optional_body(request) or {}, checks(request))
+    return await _publish(request, stored, asked)
+
+
+@routes.get("/v1/templates/{template_id}/diff")
+async def get_diff(request: web.Request) -> web.Response:
+    """What the last publishing of a version found (404 before any)."""
+    stored = await _stored(request, _versioned(request))
+    row = await request.app[POOL].fetchrow(
+        query("template_diff"), tenant_of(request), stored.name, stored.version
+    )
+    if row is None:
+        raise not_found("diff")
+    return json_response(_diff_shown(stored, row))
+
+
+@routes.get("/v1/templates/{template_id}/diff/{sample}/{page}")
+async def get_diff_image(request: web.Request) -> web.Response:
+    """One changed page of a version's diff: the published page beside the new one (PNG)."""
+    stored = await _stored(request, _versioned(request))
+    key = f"{request.match_info['sample']}/{request.match_info['page']}"
+    image = await request.app[POOL].fetchval(
+        query("template_diff_image"), tenant_of(request), stored.name, stored.version, key
+    )
+    if image is None:
+        raise not_found("diff image")
+    headers = {"Cache-Control": "private, max-age=3600"}
+    return web.Response(body=base64.b64decode(image), content_type="image/png", headers=headers)
+
+
+def _versioned(request: web.Request) -> str:
+    """The path's name@version (a name alone is no version to publish or compare: 404)."""
+    template_id = request.match_info["template_id"]
+    ref = parse_template_id(template_id)
+    if ref is None or ref[1] is None:
+        raise Problem(
+            404,
+            "Not found",
+            f"name the version: {template_id}@VERSION (GET /v1/templates/{template_id} lists them)",
+            kind="not-found",
+        )
+    return template_id
+
+
+def _diff_shown(stored: library.StoredTemplate, row: Any) -> dict[str, Any]:
+    return {
+        "template_id": stored.template_id,
+        "against": row["against"],
+        "published": row["published"],
+        "forced": row["forced"],
+        "threshold": row["threshold"],
+        "refused": publishing.refusals(row["diff"], row["threshold"]),
+        "samples": row["diff"],
+        "created_at": row["created_at"].isoformat(),
+    }
+
+
+async def _publish(
+    request: web.Request,
+    stored: library.StoredTemplate,
+    asked: PublishRequest,
+    *,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """Check and publish `stored`; 409 when its checks refuse it and it is not forced."""
+    pool, tenant = request.app[POOL], tenant_of(request)
+    if stored.published_at is not None:  # already: as it was published
+        return json_response(stored.public(), status=status, headers=headers)
+    current = (await library.find(pool, tenant, [(stored.name, None)])).get((stored.name, None))
+
+    async def render(version: library.StoredTemplate, data: dict[str, Any]) -> bytes:
+        return await render_version(request, version, data)
+
+    checked = await publishing.check(stored, current, render, asked.threshold)
+    publish_it = asked.force or not checked.refused
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(query("template_lock"), tenant, stored.name)
+        published_at = await conn.fetchval(
+            query("template_publish"),
+            tenant,
+            stored.name,
+            stored.version,
+            current.version if current else None,
+            publish_it,
+            asked.force,
+            asked.threshold,
+            checked.diff,
+            checked.images,
+        )
+        row = await conn.fetchrow(query("template_diff"), tenant, stored.name, stored.version)
+    shown_diff = _diff_shown(stored, row)
+    if not publish_it:
+        raise Problem(
+            409,
+            "Publishing refused",
+            f"{stored.template_id} stays a draft: " + "; ".join(checked.refused) + ". Fix the "
+            'version, or publish it with {"force": true}.',
+            kind="publish-refused",
+            extra={"refused": checked.refused, "diff": shown_diff},
+        )
+    if published_at is not None:
+        stored = dataclasses.replace(stored, published_at=published_at)
+    shown = stored.public()
+    shown["diff"] = shown_diff
+    return json_response(shown, status=status, headers=headers)
 
 
 @routes.post("/v1/templates/preview")
@@ -243,6 +373,25 @@ async def _preview(
     """Template + data → PDF (or the image options.output asks for) through this process's
     renderer, within the render time limit; the file is called `name` and its extension.
     `mapped` are the template's assets (a stored one's, or the body's), path → id."""
+    body, pages = await _render_html(request, html, data, render_options, mapped)
+    output = outputs.OUTPUTS[render_options.output]
+    headers = {
+        "Content-Disposition": f'inline; filename="{name}.{output.extension}"',
+        "Cache-Control": "no-store",
+    }
+    if pages is not None:
+        headers["Pressroom-Pages"] = str(pages)
+    return web.Response(body=body, content_type=output.content_type, headers=headers)
+
+
+async def _render_html(
+    request: web.Request,
+    html: str,
+    data: dict[str, Any],
+    render_options: options.RenderOptions,
+    mapped: dict[str, str] | None = None,
+) -> tuple[bytes, int | None]:
+    """Template + data → the file and its page count (None for an image), as a preview."""
     app = request.app
     settings = app[SETTINGS]
     if RENDERER not in app:
@@ -272,14 +421,7 @@ async def _preview(
     if result.pages is not None and result.pages > settings.max_pages:
         detail = str(PageLimitError(settings.max_pages))
         raise Problem(422, "Cannot render", detail, kind="render-failed")
-    output = outputs.OUTPUTS[render_options.output]
-    headers = {
-        "Content-Disposition": f'inline; filename="{name}.{output.extension}"',
-        "Cache-Control": "no-store",
-    }
-    if result.pages is not None:
-        headers["Pressroom-Pages"] = str(result.pages)
-    return web.Response(body=result.data, content_type=output.content_type, headers=headers)
+    return result.data, result.pages
 
 
 async def _slot(app: web.Application) -> asyncio.Semaphore:
@@ -304,6 +446,23 @@ async def _preview_word(
 ) -> web.Response:
     """A stored Word template (its file `asset_id`) filled with `data` and converted by this
     process's LibreOffice, as its jobs are (without their finishing, like an HTML preview)."""
+    pdf, pages = await _render_word(request, stored, asset_id, data, render_options)
+    headers = {
+        "Content-Disposition": f'inline; filename="{name}.pdf"',
+        "Cache-Control": "no-store",
+        "Pressroom-Pages": str(pages),
+    }
+    return web.Response(body=pdf, content_type="application/pdf", headers=headers)
+
+
+async def _render_word(
+    request: web.Request,
+    stored: library.StoredTemplate,
+    asset_id: str,
+    data: dict[str, Any],
+    render_options: options.RenderOptions,
+) -> tuple[bytes, int]:
+    """A stored Word template filled with `data` → the PDF and its page count."""
     app = request.app
     settings = app[SETTINGS]
     if WORKERS not in app:
@@ -339,12 +498,18 @@ async def _preview_word(
     if converted.pages > settings.max_pages:
         detail = str(PageLimitError(settings.max_pages))
         raise Problem(422, "Cannot render", detail, kind="render-failed")
-    headers = {
-        "Content-Disposition": f'inline; filename="{name}.pdf"',
-        "Cache-Control": "no-store",
-        "Pressroom-Pages": str(converted.pages),
-    }
-    return web.Response(body=converted.pdf, content_type="application/pdf", headers=headers)
+    return converted.pdf, converted.pages
+
+
+async def render_version(
+    request: web.Request, stored: library.StoredTemplate, data: dict[str, Any]
+) -> bytes:
+    """A stored version with `data`, as its preview renders it (publishing compares these)."""
+    render_options = options.parse(stored.options)
+    if stored.docx is not None:
+        return (await _render_word(request, stored, stored.docx, data, render_options))[0]
+    assert stored.html is not None  # a version is HTML or a Word template
+    return (await _render_html(request, stored.html, data, render_options, stored.assets))[0]
 
 
 async def _files(request: web.Request, mapped: dict[str, str]) -> dict[str, tuple[str, bytes]]:

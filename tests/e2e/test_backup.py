@@ -134,7 +134,11 @@ async def test_a_backup_made_while_jobs_render_restores_them_whole(tmp_path: Pat
             f"{base}/v1/assets", data=STYLE, headers={"Content-Type": "text/css"}
         ) as resp:
             asset_id = str((await answer(resp, 201))["id"])
-        template = {"name": "note", "html": '<link rel="stylesheet" href="style.css"><p>{{ n }}'}
+        template = {
+            "name": "note",
+            "html": '<link rel="stylesheet" href="style.css"><p>{{ n }}',
+            "publish": True,
+        }
         async with http.post(f"{base}/v1/templates", json=template) as resp:
             await answer(resp, 201)
         first = await submit(

@@ -162,7 +162,7 @@ async def test_a_stored_docx_template_keeps_versions_and_jobs_send_data_only(
     first = await upload(word_app, invoice("Invoice, first layout"), DOCX)
     second = await upload(word_app, invoice("Invoice, second layout"), DOCX)
     for asset in (first, second):
-        body = {"name": "invoice", "docx": asset, "sample_data": DATA}
+        body = {"name": "invoice", "docx": asset, "sample_data": DATA, "publish": True}
         async with word_app.http.post(word_app.url("/v1/templates"), json=body) as resp:
             assert resp.status == 201, await resp.text()
             stored = await resp.json()

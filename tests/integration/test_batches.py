@@ -242,7 +242,12 @@ async def test_items_can_name_stored_templates(
 ) -> None:
     async with api.http.post(
         api.url("/v1/templates"),
-        json={"name": "letter", "html": "<p>Dear {{who}}</p>", "options": {"landscape": True}},
+        json={
+            "name": "letter",
+            "html": "<p>Dear {{who}}</p>",
+            "options": {"landscape": True},
+            "publish": True,
+        },
     ) as resp:
         assert resp.status == 201
     items = [

@@ -280,7 +280,12 @@ async def test_combine_is_refused_for_images_and_bad_values_and_nothing_is_store
 ) -> None:
     async with api.http.post(
         api.url("/v1/templates"),
-        json={"name": "card", "html": "<p>card</p>", "options": {"output": "png"}},
+        json={
+            "name": "card",
+            "html": "<p>card</p>",
+            "options": {"output": "png"},
+            "publish": True,
+        },
     ) as resp:
         assert resp.status == 201
     items = [

@@ -135,7 +135,8 @@ async def stored_template_jobs(api: RunningApp, pool: asyncpg.Pool) -> dict[str,
     """Jobs made from stored templates, done: two of invoice@1, one of invoice (its latest, 2),
     one of receipt; one from inline HTML; and another tenant's invoice@1 job."""
     for name, html in (("invoice", "<p>1</p>"), ("invoice", "<p>2</p>"), ("receipt", "<p>r</p>")):
-        async with api.http.post(api.url("/v1/templates"), json={"name": name, "html": html}) as r:
+        body = {"name": name, "html": html, "publish": True}
+        async with api.http.post(api.url("/v1/templates"), json=body) as r:
             assert r.status == 201, await r.text()
     made: dict[str, list[str]] = {}
     for ref in ("invoice@1", "invoice@1", "invoice", "receipt"):

@@ -302,7 +302,7 @@ async def test_each_attempt_tells_the_time_of_each_phase_it_reached(
 async def test_an_attempt_cut_off_keeps_no_phases_and_a_template_job_names_its_template(
     api: RunningApp, fake_renderer: FakeRenderer
 ) -> None:
-    template = {"name": "invoice", "html": "<p>{{ n }}</p>"}
+    template = {"name": "invoice", "html": "<p>{{ n }}</p>", "publish": True}
     async with api.http.post(api.url("/v1/templates"), json=template) as resp:
         assert resp.status == 201, await resp.text()
     fake_renderer.gate = asyncio.Event()

@@ -325,7 +325,8 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
     )
     async with app.http.get(app.url("/v1/openapi.json")) as resp:
         document = await resp.json()
-    async with app.http.post(app.url("/v1/templates"), json={"name": "walk", "html": HTML}) as r:
+    published = {"name": "walk", "html": HTML, "publish": True}
+    async with app.http.post(app.url("/v1/templates"), json=published) as r:
         assert r.status == 201, await r.text()
     logo = {"Content-Type": "image/png"}
     async with app.http.post(
@@ -367,6 +368,7 @@ def _operations(document: Json) -> Iterator[tuple[str, str, Json]]:
                 yield (
                     method,
                     path.replace("{job_id}", str(EXAMPLES["job_id"]))
+                    .replace("{template_id}/", "walk@1/")  # publish and diff take a version
                     .replace("{template_id}", "walk")
                     .replace("{name}", "walk"),
                     operation,

@@ -3,8 +3,12 @@ the data of the jobs that name it is checked at submission, each problem by its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import asyncpg
+
+from server.access import apikeys
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
 
@@ -49,7 +53,7 @@ def fields(problem: dict[str, Any]) -> dict[str, str]:
 
 
 async def test_a_job_breaking_the_contract_is_refused_naming_each_path(api: RunningApp) -> None:
-    status, stored = await post(api, "/v1/templates", INVOICE)
+    status, stored = await post(api, "/v1/templates", {**INVOICE, "publish": True})
     assert status == 201, stored
     assert stored["data_schema"] == SCHEMA and set(stored["samples"]) == {"short", "empty"}
     items = [{"name": f"line {n}", "price": n} for n in range(3)]
@@ -69,7 +73,7 @@ async def test_a_job_breaking_the_contract_is_refused_naming_each_path(api: Runn
 
 
 async def test_in_a_batch_the_path_names_the_item(api: RunningApp) -> None:
-    await post(api, "/v1/templates", INVOICE)
+    await post(api, "/v1/templates", {**INVOICE, "publish": True})
     body = {
         "items": [
             {"key": "a", "template_id": "invoice", "data": GOOD},
@@ -84,7 +88,7 @@ async def test_in_a_batch_the_path_names_the_item(api: RunningApp) -> None:
 async def test_without_a_schema_any_data_goes_as_before(
     api: RunningApp, fake_renderer: FakeRenderer
 ) -> None:
-    plain = {"name": "letter", "html": "<p>Dear {{who}}</p>"}
+    plain = {"name": "letter", "html": "<p>Dear {{who}}</p>", "publish": True}
     status, stored = await post(api, "/v1/templates", plain)
     assert status == 201 and stored["data_schema"] is None and stored["samples"] == {}
     status, job = await post(api, "/v1/jobs", {"template_id": "letter", "data": {"who": [1, 2]}})
@@ -120,3 +124,102 @@ async def test_the_preview_renders_a_sample_by_name(
     status, problem = await post(api, "/v1/templates/invoice@1/preview", {"sample": "long"})
     assert status == 422
     assert fields(problem) == {"sample": "invoice@1 has no sample 'long'; it has: empty, short"}
+
+
+async def test_a_new_version_is_a_draft_that_jobs_get_only_by_name_at_version(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    letter = {"name": "letter", "html": "<p>Dear {{who}}</p>"}
+    status, first = await post(api, "/v1/templates", letter)
+    assert status == 201 and first["status"] == "draft" and first["published_at"] is None
+    status, problem = await post(api, "/v1/jobs", {"template_id": "letter", "data": {}})
+    assert status == 422 and "template_id" in fields(problem)
+    status, job = await post(api, "/v1/jobs", {"template_id": "letter@1", "data": {"who": "A"}})
+    assert status == 202, job
+    status, published = await post(api, "/v1/templates/letter@1/publish", None)
+    assert status == 200, published
+    assert published["status"] == "published" and published["diff"]["against"] is None
+
+    await post(api, "/v1/templates", {**letter, "html": "<p>Hello {{who}}</p>"})
+    status, shown = await get(api, "/v1/templates/letter")
+    assert shown["version"] == 1 and [v["status"] for v in shown["versions"]] == [
+        "published",
+        "draft",
+    ]
+    status, listed = await get(api, "/v1/templates")
+    assert [(i["version"], i["published"]) for i in listed["items"]] == [(2, 1)]
+    status, versions = await get(api, "/v1/templates/letter/versions")
+    assert [v["status"] for v in versions["items"]] == ["draft", "published"]
+    status, job = await post(api, "/v1/jobs", {"template_id": "letter", "data": {"who": "B"}})
+    assert status == 202
+    status, job = await post(api, "/v1/jobs", {"template_id": "letter@2", "data": {"who": "C"}})
+    assert status == 202
+    async with api.http.get(api.url("/v1/jobs?limit=10")) as resp:
+        jobs = (await resp.json())["items"]
+    assert sorted(j["source"] for j in jobs) == ["letter@1", "letter@1", "letter@2"]
+
+
+async def test_publishing_renders_every_sample_and_the_first_needs_only_render(
+    api: RunningApp, fake_renderer: FakeRenderer
+) -> None:
+    await post(api, "/v1/templates", INVOICE)
+    status, published = await post(api, "/v1/templates/invoice@1/publish", {})
+    assert status == 200, published
+    assert sorted(s["sample"] for s in published["diff"]["samples"]) == ["empty", "short"]
+    assert sorted(fake_renderer.rendered) == ["<h1>Acme</h1><p>Ink 4.5</p>", "<h1>Nobody</h1>"]
+    assert published["diff"]["refused"] == []
+    # Publishing it again answers as it is, rendering nothing.
+    status, again = await post(api, "/v1/templates/invoice@1/publish", {})
+    assert status == 200 and again["status"] == "published" and len(fake_renderer.rendered) == 2
+    status, diff = await get(api, "/v1/templates/invoice@1/diff")
+    assert status == 200 and diff["published"] and diff["against"] is None
+
+
+async def test_a_sample_that_fails_refuses_publishing_unless_forced(api: RunningApp) -> None:
+    await post(api, "/v1/templates", {**INVOICE, "publish": True})
+    broken = {**INVOICE, "html": "<h1>{{ customer.nothing.more }}</h1>"}
+    status, _ = await post(api, "/v1/templates", broken)
+    assert status == 201
+    status, problem = await post(api, "/v1/templates/invoice@2/publish", {})
+    assert status == 409, problem
+    assert problem["refused"] and all("does not render" in r for r in problem["refused"])
+    assert "invoice@2 stays a draft" in problem["detail"]
+    status, shown = await get(api, "/v1/templates/invoice")
+    assert shown["version"] == 1
+    status, diff = await get(api, "/v1/templates/invoice@2/diff")
+    assert status == 200 and not diff["published"] and diff["refused"] == problem["refused"]
+    status, forced = await post(api, "/v1/templates/invoice@2/publish", {"force": True})
+    assert status == 200 and forced["status"] == "published" and forced["diff"]["forced"]
+    status, shown = await get(api, "/v1/templates/invoice")
+    assert shown["version"] == 2
+
+
+async def test_publish_takes_a_version_and_its_body_is_checked(api: RunningApp) -> None:
+    await post(api, "/v1/templates", INVOICE)
+    status, problem = await post(api, "/v1/templates/invoice/publish", {})
+    assert status == 404 and "invoice@VERSION" in problem["detail"]
+    status, problem = await post(api, "/v1/templates/invoice@1/publish", {"threshold": 2})
+    assert status == 422 and "threshold" in fields(problem)
+    status, problem = await get(api, "/v1/templates/invoice@1/diff")
+    assert status == 404
+
+
+async def test_drafts_and_diffs_belong_to_their_tenant(
+    start_app: Callable[..., Any], pool: asyncpg.Pool
+) -> None:
+    _, acme = await apikeys.create_key(pool, "acme")
+    _, other = await apikeys.create_key(pool, "other")
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    mine, theirs = {"Authorization": f"Bearer {acme}"}, {"Authorization": f"Bearer {other}"}
+    status, _ = await post(app, "/v1/templates", INVOICE, mine)
+    assert status == 201
+    status, _ = await post(app, "/v1/templates/invoice@1/publish", {}, theirs)
+    assert status == 404
+    status, _ = await post(app, "/v1/templates/invoice@1/publish", {}, mine)
+    assert status == 200
+    async with app.http.get(app.url("/v1/templates/invoice@1/diff"), headers=theirs) as resp:
+        assert resp.status == 404
+    status, problem = await post(
+        app, "/v1/jobs", {"template_id": "invoice@1", "data": GOOD}, theirs
+    )
+    assert status == 422 and "template_id" in fields(problem)

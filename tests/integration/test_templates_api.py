@@ -20,6 +20,7 @@ INVOICE = {
     "html": "<h1>Invoice for {{customer}}</h1>",
     "options": {"format": "A5", "margin": "10mm"},
     "sample_data": {"customer": "Sample Co"},
+    "publish": True,
 }
 
 
@@ -51,7 +52,9 @@ async def test_versions_count_up_and_the_latest_is_the_default(api: RunningApp) 
         api, "/v1/templates", {**INVOICE, "html": "<h1>Invoice v2 for {{customer}}</h1>"}
     )
     assert status == 201 and second["version"] == 2
-    await post(api, "/v1/templates", {"name": "letter", "html": "<p>Dear {{who}}</p>"})
+    await post(
+        api, "/v1/templates", {"name": "letter", "html": "<p>Dear {{who}}</p>", "publish": True}
+    )
 
     status, latest = await get(api, "/v1/templates/invoice")
     assert status == 200
