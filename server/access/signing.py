@@ -169,8 +169,8 @@ def _scope_of(claim: Any) -> tuple[Scope, int | None] | None:
     if key_id is not None and not _is_count(key_id):
         return None
     if name == DASHBOARD:
-        # Minted for an API key only, with when that key was exchanged.
-        if key_id is None or key_id == NO_KEY or not _is_count(claim["since"]):
+        # Minted by Pressroom (for an API key, or NO_KEY in dev mode), with when it was asked.
+        if key_id is None or not _is_count(claim["since"]):
             return None
         return DASHBOARD_SCOPE, key_id
     if name == "job":

@@ -304,8 +304,10 @@ class Authenticator:
         held: tuple[str, str] | TokenKeyHold
         if signer.dashboard:
             # Pressroom's own (HS256, its dashboard key): no backend or token key makes one.
-            if signer.algorithm != TOKEN_ALGORITHM or known.secret is None:
+            if signer.algorithm != TOKEN_ALGORITHM:
                 return INVALID_TOKEN
+            if known.secret is None:
+                return await self._verify_dev_token(tenant, token, dashboard=True)
             key = dashboard_secret(self._settings.secret, known.secret)
             claims = check_token(key, token)
             held = (tenant, secret_digest(known.secret))
@@ -330,13 +332,19 @@ class Authenticator:
             return REVOKED_TOKEN
         return Verified(claims, Credential(claims.key_id, held, claims.expires_at))
 
-    async def _verify_dev_token(self, tenant: str, token: str) -> Verified | str:
+    async def _verify_dev_token(
+        self, tenant: str, token: str, *, dashboard: bool = False
+    ) -> Verified | str:
         """A token of a tenant without a secret: the dev-mode tenant's, signed with
-        PRESSROOM_SECRET, while the server runs open."""
+        PRESSROOM_SECRET (a dashboard token with the dashboard key made of it), while the
+        server runs open."""
         if tenant != DEV_TENANT:
             return INVALID_TOKEN
-        claims = check_token(self._settings.secret, token)
+        secret = self._settings.secret
+        claims = check_token(dashboard_secret(secret, secret) if dashboard else secret, token)
         if claims is None or claims.key_id not in (None, NO_KEY):
+            return INVALID_TOKEN
+        if claims.scope.dashboard != dashboard:
             return INVALID_TOKEN
         if not await self.key_active(NO_KEY):
             return REVOKED_TOKEN

@@ -153,22 +153,12 @@ async def issue_token(request: web.Request) -> web.Response:
 
 async def _dashboard_token(request: web.Request, asked: TokenRequest) -> web.Response:
     """A dashboard token for an API key (its session starts now) or, renewed, for a dashboard
-    token still valid (the session it started goes on, up to PRESSROOM_DASHBOARD_SESSION_S)."""
+    token still valid (the session it started goes on, up to PRESSROOM_DASHBOARD_SESSION_S); in
+    dev mode, one that lasts while the server runs open."""
     settings, now = request.app[SETTINGS], int(time.time())
-    via, tenant = request.get(auth.VIA), tenant_of(request)
-    renewed = request.get(auth.CLAIMS)
-    if via == auth.VIA_KEY:
-        since = now
-    elif via == auth.VIA_DASHBOARD and renewed is not None and renewed.since is not None:
-        since = renewed.since
-    else:
-        raise Problem(
-            400,
-            "Dashboard token needs a key",
-            "A dashboard token is exchanged for an API key (or renewed with a dashboard token) "
-            "sent as `Authorization: Bearer`; in dev mode, with no key, the dashboard needs none.",
-            kind="dashboard-token-needs-key",
-        )
+    tenant, renewed = tenant_of(request), request.get(auth.CLAIMS)
+    # Renewed: the session goes on; else it starts now (for a key, or in dev mode for none).
+    since = now if renewed is None or renewed.since is None else renewed.since
     ends_at = since + settings.dashboard_session_s
     ttl_s = min(asked.lifetime_s(settings.dashboard_token_ttl_s), ends_at - now)
     if ttl_s <= 0:

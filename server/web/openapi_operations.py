@@ -353,9 +353,8 @@ OPERATIONS = (
        "Socket.IO, long-poll): the tenant's streams, one job's or one channel's; or a "
        "dashboard token, made or renewed", "auth",
        {"200": ("The token.", Token)},
-       {**BODY_ERRORS, **NO_JOB, "400": "A dashboard token asked without an API key or "
-        "dashboard token (type …/dashboard-token-needs-key).", "401": "No, unknown or revoked "
-        "credentials, or a dashboard token renewed past PRESSROOM_DASHBOARD_SESSION_S.",
+       {**BODY_ERRORS, **NO_JOB, "401": "No, unknown or revoked credentials, or a dashboard "
+        "token renewed past PRESSROOM_DASHBOARD_SESSION_S.",
         "422": "Invalid fields (see errors), or both job_id and channel."},
        body=TokenRequest, body_required=False),
     Op("get", "/v1/stats", "The tenant's last hour minute by minute (jobs done, failed, "

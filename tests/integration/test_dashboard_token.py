@@ -195,9 +195,19 @@ async def test_a_subscription_token_still_calls_no_api_and_no_backend_mints_a_da
     assert code == 422, refused
 
 
-async def test_in_dev_mode_the_dashboard_needs_no_token(start_app: Callable[..., Any]) -> None:
+async def test_a_dev_mode_token_ends_when_keys_are_required(
+    start_app: Callable[..., Any], pool: asyncpg.Pool
+) -> None:
     dev: RunningApp = await start_app(render_slots=0)
     async with dev.http.post(dev.url("/v1/tokens"), json={"scope": "dashboard"}) as resp:
         body = await resp.json()
-        assert resp.status == 400, body
-        assert body["type"].endswith("dashboard-token-needs-key")
+        assert resp.status == 200, body
+    token = body["token"]
+    async with dev.http.get(dev.url("/v1/events"), params={"token": token}) as stream:
+        assert stream.status == 200
+        await made(pool, "acme")  # the first key: the server runs open no more
+        async with asyncio.timeout(10):
+            got = [message.event async for message in messages(stream)]
+        assert got == ["closed"]
+    status, refused = await call(dev, "GET", "/v1/jobs", token)
+    assert status == 401, refused
