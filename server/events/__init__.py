@@ -29,6 +29,7 @@ TYPES = frozenset(
         "job.cancelled",
         "batch.progress",
         "batch.done",
+        "template.published",
     }
 )
 

@@ -14,7 +14,7 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageChops
 
 #: 50 dpi: an A4 page is 414 by 586 pixels, enough to see that a line moved or a total went to
-#: the next page, and small enough that a page's side-by-side PNG is tens of kilobytes.
+#: the next page, and small enough that a page's side-by-side PNG can be kept in its row.
 DIFF_DPI = 50
 #: Pages compared per sample; those after it are counted, not compared.
 MAX_PAGES = 20

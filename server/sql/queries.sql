@@ -666,6 +666,11 @@ UPDATE templates SET published_at = now()
 WHERE tenant = $1 AND name = $2 AND version = $3 AND $5 AND published_at IS NULL
 RETURNING published_at;
 
+-- template_announce --
+-- template.published on the tenant's ($1) streams: the version as published ($2).
+INSERT INTO job_events (job_id, tenant, type, payload)
+VALUES (NULL, $1, 'template.published', $2::jsonb);
+
 -- template_diff --
 -- What the last publishing of a version found (without its images).
 SELECT against, published, forced, threshold, diff, created_at FROM template_diffs

@@ -264,9 +264,10 @@ $$;
 -- 2. The event log
 -- ---------------------------------------------------------------------------------------------
 
--- One row per state change or progress step of a job (job.*), and per step of a batch
--- (batch.*, naming no job, so that a job's own stream never carries them); the payload is the
--- job's or the batch's public JSON at that moment. Every push transport reads it.
+-- One row per state change or progress step of a job (job.*), per step of a batch (batch.*,
+-- naming no job, so that a job's own stream never carries them) and per template version
+-- published (template.published, naming no job either; 0035); the payload is the job's, the
+-- batch's or the version's public JSON at that moment. Every push transport reads it.
 --
 -- Event ids come from a sequence, so two transactions can commit in the opposite order of
 -- their ids. Readers therefore order by (xid, id) and only read below the oldest running
@@ -285,8 +286,10 @@ CREATE TABLE job_events (
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT job_events_type_known CHECK (type IN (
         'job.queued', 'job.running', 'job.progress', 'job.retrying',
-        'job.done', 'job.failed', 'job.cancelled', 'batch.progress', 'batch.done')),
-    CONSTRAINT job_events_subject CHECK ((job_id IS NULL) = (type LIKE 'batch.%'))
+        'job.done', 'job.failed', 'job.cancelled', 'batch.progress', 'batch.done',
+        'template.published')),
+    CONSTRAINT job_events_subject
+        CHECK ((job_id IS NULL) = (type LIKE 'batch.%' OR type LIKE 'template.%'))
 ) PARTITION BY RANGE (id);
 
 CREATE INDEX job_events_position ON job_events (xid, id);

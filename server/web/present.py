@@ -29,9 +29,12 @@ async def present_job(
 
 async def event_wire(app: web.Application, event: JobEvent, minted_by: int) -> dict[str, Any]:
     """What every transport sends for an event: a job event carries the job as presented
-    (links, signed URL); a batch event (batch.progress, batch.done) carries the batch."""
+    (links, signed URL); a batch event (batch.progress, batch.done) carries the batch, and
+    template.published the version."""
     wire = event.wire()
-    if event.type.startswith("batch."):
+    if event.type.startswith("template."):  # template.published: the version, as it is
+        wire["template"] = wire.pop("job")
+    elif event.type.startswith("batch."):
         wire["batch"] = await downloads.present_batch(
             wire.pop("job"),
             event.tenant,

@@ -15,8 +15,8 @@ from server.files.library import StoredTemplate
 from server.problems import Problem
 from server.render import diff
 
-#: Changed pages whose image a diff keeps (the first ones, in sample and page order); at 50 dpi
-#: each is some tens of kilobytes, so a diff row stays near a megabyte at most.
+#: Changed pages whose image a diff keeps (the first ones, in sample and page order), so that a
+#: diff row stays bounded (each is a small 50 dpi PNG).
 MAX_IMAGES = 40
 
 #: Renders a version with data, as its preview does; a Problem when it cannot.

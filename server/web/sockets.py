@@ -459,7 +459,7 @@ class PushServer:
         packet = event.encoded.get(cached)
         if packet is None:
             wire = await present.event_wire(self.app, event, key_id)
-            name = "batch" if "batch" in wire else "job"
+            name = next((n for n in ("batch", "template") if n in wire), "job")
             packet = b"2" + jsontext.dumps([name, wire]).encode()
             event.encoded[cached] = packet
             event.encoded[f"{cached} ws"] = socket_wire.websocket_frame(

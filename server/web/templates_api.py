@@ -255,6 +255,22 @@ def _versioned(request: web.Request) -> str:
     return template_id
 
 
+def _announced(
+    stored: library.StoredTemplate, replaced: library.StoredTemplate | None
+) -> dict[str, Any]:
+    """What template.published carries: the version published, and the one it replaced."""
+    shown = stored.public()
+    return {
+        "name": stored.name,
+        "version": stored.version,
+        "template_id": stored.template_id,
+        "kind": stored.kind,
+        "published_at": shown["published_at"],
+        "replaces": replaced.version if replaced else None,
+        "links": {"self": shown["links"]["self"], "diff": shown["links"]["diff"]},
+    }
+
+
 def _diff_shown(stored: library.StoredTemplate, row: Any) -> dict[str, Any]:
     return {
         "template_id": stored.template_id,
@@ -301,6 +317,9 @@ async def _publish(
             checked.diff,
             checked.images,
         )
+        if published_at is not None:
+            stored = dataclasses.replace(stored, published_at=published_at)
+            await conn.execute(query("template_announce"), tenant, _announced(stored, current))
         row = await conn.fetchrow(query("template_diff"), tenant, stored.name, stored.version)
     shown_diff = _diff_shown(stored, row)
     if not publish_it:
@@ -312,8 +331,6 @@ async def _publish(
             kind="publish-refused",
             extra={"refused": checked.refused, "diff": shown_diff},
         )
-    if published_at is not None:
-        stored = dataclasses.replace(stored, published_at=published_at)
     shown = stored.public()
     shown["diff"] = shown_diff
     return json_response(shown, status=status, headers=headers)

@@ -163,7 +163,7 @@ async def test_the_migration_moves_every_event_and_every_cursor_resumes(server_d
         in_order += " ORDER BY xid, id"
         before = [row["id"] for row in await pool.fetch(in_order, None)]
         types = {row["type"] for row in await pool.fetch("SELECT type FROM job_events")}
-        assert types == events.TYPES
+        assert types == events.TYPES - {"template.published"}  # 0035 added it
         channel = [row["id"] for row in await pool.fetch(in_order, "user-1")]
         batch_channel = [row["id"] for row in await pool.fetch(in_order, "b")]
         assert channel and batch_channel

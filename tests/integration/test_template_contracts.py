@@ -3,6 +3,7 @@ the data of the jobs that name it is checked at submission, each problem by its 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import asyncpg
 from server.access import apikeys
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
+from tests.sse import messages
 
 SCHEMA = {
     "type": "object",
@@ -223,3 +225,29 @@ async def test_drafts_and_diffs_belong_to_their_tenant(
         app, "/v1/jobs", {"template_id": "invoice@1", "data": GOOD}, theirs
     )
     assert status == 422 and "template_id" in fields(problem)
+
+
+async def test_the_tenants_stream_announces_template_published(api: RunningApp) -> None:
+    await post(api, "/v1/templates", {**INVOICE, "publish": True})
+    await post(api, "/v1/templates", INVOICE)
+    async with api.http.get(api.url("/v1/events")) as resp:
+        assert resp.status == 200
+        stream = messages(resp)
+        status, _ = await post(api, "/v1/templates/invoice@2/publish", {})
+        assert status == 200
+        async with asyncio.timeout(20):
+            message = await anext(stream)
+    assert message.event == "template.published"
+    assert message.json["type"] == "template.published" and "job" not in message.json
+    assert message.json["template"] == {
+        "name": "invoice",
+        "version": 2,
+        "template_id": "invoice@2",
+        "kind": "html",
+        "published_at": message.json["template"]["published_at"],
+        "replaces": 1,
+        "links": {"self": "/v1/templates/invoice@2", "diff": "/v1/templates/invoice@2/diff"},
+    }
+    # The type filters the tenant's stream as any other.
+    async with api.http.get(api.url("/v1/events?type=template.published")) as resp:
+        assert resp.status == 200

@@ -47,3 +47,16 @@ CREATE TABLE template_diffs (
     PRIMARY KEY (tenant, name, version),
     FOREIGN KEY (tenant, name, version) REFERENCES templates ON DELETE CASCADE
 );
+
+-- Publishing logs a template.published event, naming no job (as batch events), so that the
+-- tenant's streams announce it; no webhook carries it (webhooks are addressed per job and per
+-- batch: docs/decisions/024).
+ALTER TABLE job_events
+    DROP CONSTRAINT job_events_type_known,
+    ADD CONSTRAINT job_events_type_known CHECK (type IN (
+        'job.queued', 'job.running', 'job.progress', 'job.retrying',
+        'job.done', 'job.failed', 'job.cancelled', 'batch.progress', 'batch.done',
+        'template.published')),
+    DROP CONSTRAINT job_events_subject,
+    ADD CONSTRAINT job_events_subject
+        CHECK ((job_id IS NULL) = (type LIKE 'batch.%' OR type LIKE 'template.%'));
