@@ -197,10 +197,29 @@ async function startEditing(number) {
     return;
   }
   $("edit-html").value = base.html;
-  $("edit-data").value = json(base.sample_data);
+  fillSamples(base);
   fieldError("html", "");
   fieldError("data", "");
   $("save-status").textContent = "";
+  preview();
+}
+
+/** The data sets a version previews with: its sample_data, then each of its named samples. */
+function fillSamples(base) {
+  const samples = Object.keys(base.samples || {});
+  $("edit-sample").replaceChildren(
+    new Option("sample_data", ""),
+    ...samples.map((sample) => new Option(`sample: ${sample}`, sample)),
+  );
+  $("edit-sample-field").hidden = samples.length === 0;
+  $("edit-data").value = json(base.sample_data);
+}
+
+/** Another data set chosen: its data in the field, previewed. */
+function chooseSample() {
+  const sample = $("edit-sample").value;
+  const base = state.base || {};
+  $("edit-data").value = json(sample ? base.samples[sample] : base.sample_data);
   preview();
 }
 
@@ -233,7 +252,7 @@ function showProblem(problem) {
   const byField = { html: [], data: [] };
   for (const error of problem.errors || []) {
     const field = String(error.field || "");
-    const target = field.startsWith("data") || field.startsWith("sample_data") ? "data" : "html";
+    const target = /^(data|sample_data|samples)/.test(field) ? "data" : "html";
     byField[target].push(field && field !== "html" && target === "html" ? `${field}: ${error.message}` : error.message);
   }
   if (!byField.html.length && !byField.data.length) byField.html.push(problem.detail || problem.title);
@@ -294,12 +313,18 @@ async function save(event) {
   $("save").disabled = true;
   $("save-status").textContent = "Saving…";
   try {
+    // The data in the field is the data set it was chosen as; the version keeps its contract.
+    const sample = $("edit-sample").value;
+    const samples = { ...(state.base.samples || {}) };
+    if (sample) samples[sample] = body.data;
     const stored = await api("/v1/templates", {
       method: "POST",
       body: {
         name,
         html: body.html,
-        sample_data: body.data,
+        sample_data: sample ? state.base.sample_data : body.data,
+        samples,
+        data_schema: state.base.data_schema ?? null,
         options: state.base.options,
         assets: state.base.assets,
       },
@@ -338,6 +363,7 @@ if (name) {
   $("diff-to").addEventListener("change", showDiff);
   $("edit-html").addEventListener("input", schedulePreview);
   $("edit-data").addEventListener("input", schedulePreview);
+  $("edit-sample").addEventListener("change", chooseSample);
   $("editor-form").addEventListener("submit", save);
   $("older-versions").addEventListener("click", () => loadVersions({ more: true }));
   showTemplate();

@@ -9,8 +9,12 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from playwright.async_api import Browser
 
+from tests.browser import browser  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
+from tests.e2e.test_dashboard_views import WAIT_MS, open_page, page_text, preview_text
+from tests.pdfs import FakeRenderer
 
 pytestmark = pytest.mark.browser
 
@@ -130,3 +134,43 @@ async def test_pixels_over_the_threshold_are_refused_and_under_it_published(
     missing = chromium_app.url("/v1/templates/invoice@3/diff/acme/9")
     async with chromium_app.http.get(missing) as resp:
         assert resp.status == 404
+
+
+async def test_the_dashboards_editor_previews_any_sample_and_keeps_the_contract(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(text_of=page_text), render_slots=1)
+    schema = {"type": "object", "required": ["customer"]}
+    body = {
+        "name": "card",
+        "html": "<p>Card for {{customer}}</p>",
+        "sample_data": {"customer": "Sample Co"},
+        "samples": {"acme": {"customer": "Acme Ltd"}, "globex": {"customer": "Globex"}},
+        "data_schema": schema,
+    }
+    status, _ = await post(app, "/v1/templates", body)
+    assert status == 201
+    page, errors = await open_page(browser, 1280)
+    await page.goto(app.url("/templates/card"))
+    await page.wait_for_selector("#preview[data-state=shown]", timeout=WAIT_MS)
+    assert "Card for Sample Co" in await preview_text(page)
+    shown = await page.get_attribute("#preview", "data-seq")
+    await page.select_option("#edit-sample", "globex")
+    await page.wait_for_function(
+        f"document.getElementById('preview').dataset.seq !== '{shown}' && "
+        "document.getElementById('preview').dataset.state === 'shown'",
+        timeout=WAIT_MS,
+    )
+    assert "Card for Globex" in await preview_text(page)
+    await page.fill("#edit-html", "<p>Card, for {{customer}}</p>")
+    await page.click("#save")
+    await page.wait_for_function(
+        "document.getElementById('save-status').textContent === 'Saved as version 2.'",
+        timeout=WAIT_MS,
+    )
+    async with app.http.get(app.url("/v1/templates/card@2")) as resp:
+        second = await resp.json()
+    assert second["status"] == "draft" and second["data_schema"] == schema
+    assert second["samples"] == body["samples"] and second["sample_data"] == body["sample_data"]
+    assert errors == []
