@@ -2,7 +2,8 @@
 // /templates/{name}: its versions, the line-based difference between any two of them (HTML,
 // options, sample data), and an editor whose preview pane shows the PDF POST
 // /v1/templates/preview renders, half a second after the last keystroke; "Save as new version"
-// stores what the editor holds with POST /v1/templates.
+// stores what the editor holds with POST /v1/templates (a draft), and "Publish this version"
+// publishes a draft, showing the diff its publishing found (changed pages side by side).
 import { api } from "/static/session.js";
 import { diffLines, drawDiff } from "/static/templates.diff.js";
 import { $, el, link, notice, problemText, when } from "/static/views.js";
@@ -196,6 +197,7 @@ async function startEditing(number) {
     $("docx-note").textContent = `Version ${base.version} is a Word template (DOCX, asset ${base.docx}): edit it in Word, upload it as an asset and store it as a new version. Its sample data: ${JSON.stringify(base.sample_data)}`;
     return;
   }
+  showPublishing(base);
   $("edit-html").value = base.html;
   fillSamples(base);
   fieldError("html", "");
@@ -345,6 +347,101 @@ async function save(event) {
   }
 }
 
+// ------------------------------------------------------------------ publishing
+
+/** Where a version stands, its Publish button (a draft's), and the diff its last publishing kept. */
+async function showPublishing(base) {
+  const draft = base.status === "draft";
+  $("publish-state").textContent = draft
+    ? `Version ${base.version} is a draft: jobs naming ${name} get it once it is published.`
+    : `Version ${base.version} is published.`;
+  $("publish-form").hidden = !draft;
+  $("publish-diff").replaceChildren();
+  try {
+    drawPublishing(await api(`${base.links.diff}`));
+  } catch (error) {
+    if (error.problem?.status !== 404) notice(problemText(error, "the diff"));
+  }
+}
+
+/** A diff: what refused it, then per sample its pages and each changed page, side by side. */
+function drawPublishing(diff) {
+  const pane = $("publish-diff");
+  const head = diff.against === null
+    ? "Nothing to compare with (the first version published): each sample rendered."
+    : `Compared with version ${diff.against}${diff.forced ? ", published by force" : ""}.`;
+  const parts = [el("p", "hint", head)];
+  if (diff.refused.length) {
+    const refused = el("ul", "refused");
+    refused.append(...diff.refused.map((reason) => el("li", "", reason)));
+    parts.push(refused);
+  }
+  for (const sample of diff.samples) {
+    const section = el("section", "publish-sample");
+    section.dataset.sample = sample.sample;
+    const pages = sample.error
+      ? `does not render: ${sample.error}`
+      : `${sample.pages_before ?? "–"} → ${sample.pages_after} page(s), ${sample.pages.length} changed`;
+    section.append(el("h3", "diff-part", `Sample ${sample.sample}: ${pages}`));
+    for (const page of sample.pages) {
+      const share = (page.changed_pixels * 100).toFixed(2);
+      const figure = el("figure", "publish-page");
+      const caption = el("figcaption", "", `Page ${page.page}: ${share} % of its pixels changed`);
+      const lines = [
+        ...page.text_removed.map((line) => el("li", "line-removed", `− ${line}`)),
+        ...page.text_added.map((line) => el("li", "line-added", `+ ${line}`)),
+      ];
+      figure.append(caption);
+      if (lines.length) {
+        const changed = el("ul", "diff");
+        changed.append(...lines);
+        figure.append(changed);
+      }
+      if (page.image) {
+        const image = el("img");
+        image.alt = `Page ${page.page} of sample ${sample.sample}: published (left) and this version (right), changes in red`;
+        image.style.maxWidth = "100%";
+        api(page.image, { raw: true })
+          .then((response) => response.blob())
+          .then((blob) => { image.src = URL.createObjectURL(blob); })
+          .catch(() => { image.alt += " (not loaded)"; });
+        figure.append(image);
+      }
+      section.append(figure);
+    }
+    parts.push(section);
+  }
+  pane.replaceChildren(...parts);
+}
+
+async function publish(event) {
+  event.preventDefault();
+  const base = state.base;
+  if (!base) return;
+  $("publish").disabled = true;
+  $("publish-state").textContent = "Rendering its samples with it and with the published version…";
+  try {
+    const published = await api(base.links.publish, {
+      method: "POST",
+      body: { force: $("publish-force").checked },
+    });
+    state.full.set(published.version, published);
+    state.base = published;
+    await loadVersions();
+    renderVersions();
+    $("publish-state").textContent = `Version ${published.version} is published.`;
+    $("publish-form").hidden = true;
+    drawPublishing(published.diff);
+  } catch (error) {
+    const problem = error.problem || { title: error.message };
+    $("publish-state").textContent = problem.detail || problem.title;
+    // Refused: the diff it kept says what changed.
+    if (problem.status === 409) drawPublishing(await api(base.links.diff).catch(() => null) ?? { against: null, refused: [], samples: [] });
+  } finally {
+    $("publish").disabled = false;
+  }
+}
+
 async function showTemplate() {
   try {
     await loadVersions();
@@ -364,6 +461,7 @@ if (name) {
   $("edit-html").addEventListener("input", schedulePreview);
   $("edit-data").addEventListener("input", schedulePreview);
   $("edit-sample").addEventListener("change", chooseSample);
+  $("publish-form").addEventListener("submit", publish);
   $("editor-form").addEventListener("submit", save);
   $("older-versions").addEventListener("click", () => loadVersions({ more: true }));
   showTemplate();

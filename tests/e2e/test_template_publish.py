@@ -174,3 +174,34 @@ async def test_the_dashboards_editor_previews_any_sample_and_keeps_the_contract(
     assert second["status"] == "draft" and second["data_schema"] == schema
     assert second["samples"] == body["samples"] and second["sample_data"] == body["sample_data"]
     assert errors == []
+
+
+async def test_the_dashboard_publishes_a_draft_and_shows_what_refused_it(
+    start_app: Callable[..., Any],
+    browser: Browser,  # noqa: F811
+) -> None:
+    app: RunningApp = await start_app(render_slots=1)
+    await post(app, "/v1/templates", invoice(publish=True))
+    await post(app, "/v1/templates", invoice(pad=260))
+    page, errors = await open_page(browser, 1280)
+    await page.goto(app.url("/templates/invoice"))
+    await page.wait_for_selector("#publish-form:not([hidden])", timeout=WAIT_MS)
+    assert "Version 2 is a draft" in await page.inner_text("#publish-state")
+    await page.click("#publish")
+    await page.wait_for_selector("#publish-diff .refused li", timeout=WAIT_MS)
+    assert "the page count changes from 1 to 2" in await page.inner_text("#publish-diff .refused")
+    assert "stays a draft" in await page.inner_text("#publish-state")
+    # The changed pages, side by side, as images read with the page's credentials.
+    await page.wait_for_function(
+        "[...document.querySelectorAll('[data-sample=acme] img')].length === 2 && "
+        "[...document.querySelectorAll('[data-sample=acme] img')].every(i => i.naturalWidth > 0)",
+        timeout=WAIT_MS,
+    )
+    await page.check("#publish-force")
+    await page.click("#publish")
+    await page.wait_for_function(
+        "document.getElementById('publish-state').textContent === 'Version 2 is published.'",
+        timeout=WAIT_MS,
+    )
+    assert await published_version(app) == 2
+    assert errors == []
