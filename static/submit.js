@@ -86,8 +86,12 @@ async function loadTemplates() {
   const groups = items.map((item) => {
     const group = el("optgroup");
     group.label = item.name;
-    group.append(new Option(`${item.name} (latest: ${item.version})`, item.name));
-    for (let version = item.version; version >= 1 && item.versions > 1; version -= 1) {
+    // The name alone is its latest published version (none: a draft is named by its version).
+    if (item.published != null) {
+      group.append(new Option(`${item.name} (published: ${item.published})`, item.name));
+    }
+    const listed = item.versions > 1 || item.published == null; // a lone draft by its version
+    for (let version = item.version; listed && version >= 1; version -= 1) {
       group.append(new Option(`${item.name}@${version}`, `${item.name}@${version}`));
     }
     return group;

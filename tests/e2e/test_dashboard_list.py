@@ -293,7 +293,8 @@ async def test_the_template_filter_from_the_url_lists_counts_and_retries_one_tem
     renderer = FakeRenderer()
     app: RunningApp = await start_app(renderer=renderer, render_slots=1)
     for name, html in (("invoice", "<p>1</p>"), ("invoice", "<p>2</p>"), ("receipt", "<p>r</p>")):
-        async with app.http.post(app.url("/v1/templates"), json={"name": name, "html": html}) as r:
+        body = {"name": name, "html": html, "publish": True}
+        async with app.http.post(app.url("/v1/templates"), json=body) as r:
             assert r.status == 201, await r.text()
 
     async def submit(template_id: str) -> str:

@@ -115,7 +115,7 @@ async def test_each_source_submitted_from_the_form_ends_done_in_the_list(
 ) -> None:
     app: RunningApp = await start_app(render_slots=1, allow_hosts=("127.0.0.1",))
     for html in ("<h1>Invoice {{ n }} (first)</h1>", "<h1>Invoice {{ n }}, second edition</h1>"):
-        body = {"name": "invoice", "html": html}
+        body = {"name": "invoice", "html": html, "publish": True}
         async with app.http.post(app.url("/v1/templates"), json=body) as resp:
             assert resp.status == 201, await resp.text()
     page = await browser.new_page(viewport={"width": 1280, "height": 1000})
