@@ -244,7 +244,9 @@ async def test_batches_and_templates(api: RunningApp, tmp_path: Path) -> None:
         stored = await client.create_template(
             "greeting", "<p>Hello {{who}}</p>", sample_data={"who": "world"}
         )
-        assert stored["template_id"] == "greeting@1"
+        assert stored["template_id"] == "greeting@1" and stored["status"] == "draft"
+        published = await client.publish_template("greeting@1")
+        assert published["status"] == "published"
         assert (await client.get_template("greeting"))["versions"][0]["version"] == 1
         assert [t["name"] for t in (await client.list_templates())["items"]] == ["greeting"]
         assert (await client.preview("greeting")).startswith(b"%PDF-")

@@ -575,14 +575,32 @@ class AsyncClient:
         *,
         options: Json | None = None,
         sample_data: Json | None = None,
+        publish: bool = False,
     ) -> Json:
-        """Store a new version of a template; jobs name it as `name` or `name@version`."""
+        """Store a new version of a template, a draft unless `publish`: jobs name it as
+        `name@version`, and as `name` once it is published."""
         body: Json = {"name": name, "html": html}
         if options is not None:
             body["options"] = options
         if sample_data is not None:
             body["sample_data"] = sample_data
+        if publish:
+            body["publish"] = True
         template: Json = await self._request("POST", "/v1/templates", body=body)
+        return template
+
+    async def publish_template(
+        self, template_id: str, *, force: bool = False, threshold: float | None = None
+    ) -> Json:
+        """Publish a draft (`name@version`) once its samples compare well with the published
+        version (a PressroomError with status 409 otherwise, naming what changed, unless
+        `force`)."""
+        body: Json = {"force": force}
+        if threshold is not None:
+            body["threshold"] = threshold
+        template: Json = await self._request(
+            "POST", f"/v1/templates/{template_id}/publish", body=body
+        )
         return template
 
     async def get_template(self, template_id: str) -> Json:

@@ -142,10 +142,18 @@ class Client:
         *,
         options: Json | None = None,
         sample_data: Json | None = None,
+        publish: bool = False,
     ) -> Json:
         return self._run(
-            self.aio.create_template(name, html, options=options, sample_data=sample_data)
+            self.aio.create_template(
+                name, html, options=options, sample_data=sample_data, publish=publish
+            )
         )
+
+    def publish_template(
+        self, template_id: str, *, force: bool = False, threshold: float | None = None
+    ) -> Json:
+        return self._run(self.aio.publish_template(template_id, force=force, threshold=threshold))
 
     def get_template(self, template_id: str) -> Json:
         return self._run(self.aio.get_template(template_id))
