@@ -54,6 +54,12 @@ EXAMPLES: dict[str, Any] = {
     "name": "walk",
     "html": HTML,
     "sample_data": {"name": "Bo"},
+    "data_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    "samples": {"short": {"name": "Cy"}},
+    "sample": "short",  # walk@1's
+    "publish": True,
+    "force": True,
+    "threshold": 0.01,
     "version": 1,
     "job_id": None,  # filled in with a job of this tenant
     "format": "A5",
@@ -325,7 +331,7 @@ async def walked(start_app: Callable[..., Any], tmp_path: Path) -> tuple[Running
     )
     async with app.http.get(app.url("/v1/openapi.json")) as resp:
         document = await resp.json()
-    published = {"name": "walk", "html": HTML, "publish": True}
+    published = {"name": "walk", "html": HTML, "publish": True, "samples": {"short": {}}}
     async with app.http.post(app.url("/v1/templates"), json=published) as r:
         assert r.status == 201, await r.text()
     logo = {"Content-Type": "image/png"}
