@@ -14,6 +14,9 @@ from playwright.async_api import Browser
 from tests.browser import browser  # noqa: F401 (fixture)
 from tests.conftest import RunningApp
 from tests.e2e.test_dashboard_views import WAIT_MS, open_page, page_text, preview_text
+from tests.e2e.test_docx import DATA
+from tests.e2e.test_docx import invoice as word_invoice
+from tests.e2e.test_office import DOCX, upload
 from tests.pdfs import FakeRenderer
 
 pytestmark = pytest.mark.browser
@@ -205,3 +208,31 @@ async def test_the_dashboard_publishes_a_draft_and_shows_what_refused_it(
     )
     assert await published_version(app) == 2
     assert errors == []
+
+
+@pytest.mark.slow  # the app starts its LibreOffice
+async def test_a_word_templates_samples_are_compared_through_libreoffice(
+    start_app: Callable[..., Any],
+) -> None:
+    app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
+    first = await upload(app, word_invoice("Invoice"), DOCX)
+    unpaid = {**DATA, "paid": False}
+    body = {"name": "word", "docx": first, "samples": {"paid": DATA, "unpaid": unpaid}}
+    status, stored = await post(app, "/v1/templates", {**body, "publish": True})
+    assert status == 201 and stored["status"] == "published", stored
+    status, _ = await post(app, "/v1/templates", body)
+    status, same = await post(app, "/v1/templates/word@2/publish", {})
+    assert status == 200, same
+    assert [(s["pages_before"], s["pages_after"], s["pages"]) for s in same["diff"]["samples"]] == [
+        (1, 1, []),
+        (1, 1, []),
+    ]
+    # Another heading: its text and its pixels change on every sample.
+    second = await upload(app, word_invoice("Invoice, second layout"), DOCX)
+    status, _ = await post(app, "/v1/templates", {**body, "docx": second})
+    status, changed = await post(app, "/v1/templates/word@3/publish", {"threshold": 1})
+    assert status == 200, changed
+    for sample in changed["diff"]["samples"]:
+        (page,) = sample["pages"]
+        assert page["text_added"] == ["Invoice, second layout"]
+        assert page["text_removed"] == ["Invoice"] and page["changed_pixels"] > 0
