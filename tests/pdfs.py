@@ -19,6 +19,13 @@ from server.render.chromium import Assets, RenderResult
 from server.render.sources import Document
 
 
+def page_contents(data: bytes) -> list[bytes]:
+    """Each page's content, decoded: what a PDF draws, whatever Pressroom added to the file
+    around it (its provenance in the XMP, its document information)."""
+    with pikepdf.open(io.BytesIO(data)) as pdf:
+        return [page.Contents.read_bytes() for page in pdf.pages]
+
+
 def minimal_pdf(text: str = "Pressroom") -> bytes:
     """A one-page PDF with `text` in its text layer, built by hand (no browser)."""
     stream = f"BT /F1 24 Tf 72 720 Td ({text}) Tj ET".encode()

@@ -21,7 +21,7 @@ from tests.integration.test_s3_storage import (
     object_keys,
     presigned_signature,
 )
-from tests.pdfs import FakeRenderer, minimal_pdf
+from tests.pdfs import FakeRenderer, minimal_pdf, page_contents
 from tests.sse import collect, messages
 
 # moto's S3 server, a fresh bucket per test and the AWS SDK's variables that lead to it,
@@ -66,7 +66,8 @@ async def test_done_job_links_a_presigned_url_with_the_stored_bytes(
     stored = await admin.get_object(Bucket=bucket, Key=key)
     assert stored["ContentType"] == "application/pdf"
     async with stored["Body"] as body:
-        assert await body.read() == minimal_pdf()
+        kept = await body.read()
+    assert page_contents(kept) == page_contents(minimal_pdf())
     url = job["url"]
     parts = urlsplit(url)
     assert f"{parts.scheme}://{parts.netloc}" == moto_endpoint
@@ -78,7 +79,7 @@ async def test_done_job_links_a_presigned_url_with_the_stored_bytes(
     assert params["X-Amz-Signature"] == presigned_signature(url, SECRET_ACCESS_KEY)
     status, headers, data = await download(url)
     assert status == 200 and headers["Content-Type"] == "application/pdf"
-    assert data == minimal_pdf()
+    assert data == kept
     assert job["bytes"] == len(data)
 
 
@@ -95,7 +96,7 @@ async def test_pdf_route_redirects_to_a_fresh_presigned_url(
     assert location.startswith(f"{moto_endpoint}/{bucket}/pdfs/default/{job['id']}/1.pdf?")
     assert "X-Amz-Signature=" in location
     status, _headers, data = await download(location)
-    assert status == 200 and data == minimal_pdf()
+    assert status == 200 and page_contents(data) == page_contents(minimal_pdf())
 
 
 async def test_a_combined_batch_is_kept_in_the_bucket_and_linked_presigned(

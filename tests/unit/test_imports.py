@@ -30,7 +30,7 @@ def loaded_by(statement: str) -> set[str]:
 def test_importing_the_api_loads_neither_the_browser_nor_s3_nor_pdf_libraries() -> None:
     assert loaded_by("import server.web.jobs_api") & HEAVY == set()
     # The same check sees them where they belong.
-    assert {"playwright", "pikepdf", "pypdfium2"} <= loaded_by("import server.render.chromium")
+    assert {"playwright", "pikepdf", "pypdfium2"} <= loaded_by("import server.pipeline.worker")
     assert {"botocore", "aiobotocore"} <= loaded_by("import server.files.s3")
 
 
