@@ -113,6 +113,12 @@ function renderLinks(story) {
     link.href = `/batches/${encodeURIComponent(batch.id)}`;
     links.push(link);
   }
+  if (story.template) {
+    const [name] = story.template.split("@");
+    const version = el("a", "template-link", `Template ${story.template}`);
+    version.href = `/templates/${encodeURIComponent(name)}`;
+    links.push(version);
+  }
   const raw = el("a", "json-link", "Job JSON");
   raw.href = story.job.links.self;
   links.push(raw);

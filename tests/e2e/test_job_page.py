@@ -151,6 +151,35 @@ async def test_an_unknown_job_says_so(
     assert await page.get_attribute("#conn", "data-state") == "ended"
 
 
+async def test_a_stored_template_job_and_a_pdfs_job_say_what_they_were_made_from(
+    start_hooked: StartHooked,  # noqa: F811
+    browser: Browser,  # noqa: F811
+) -> None:
+    from tests.integration.test_pdf_operations import run_job, upload
+    from tests.pdfmaking import text_pdf
+
+    hooked = await start_hooked(FakeRenderer())
+    app = hooked.app
+    template = {"name": "invoice", "html": "<p>{{ n }}</p>", "publish": True}
+    async with app.http.post(app.url("/v1/templates"), json=template) as resp:
+        assert resp.status == 201, await resp.text()
+    printed, _ = await run_job(app, {"template_id": "invoice", "data": {"n": 1}})
+    terms = await upload(app, text_pdf(["terms"]))
+    merged, _ = await run_job(app, {"pdfs": ["terms.pdf"], "assets": {"terms.pdf": terms}})
+    page = await browser.new_page()
+
+    await page.goto(app.url(f"/jobs/{printed['id']}"))
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    assert "Template invoice@1" in await texts(page, "#facts dd")
+    await page.click("a.template-link")
+    await page.wait_for_url("**/templates/invoice", timeout=WAIT_MS)
+
+    await page.goto(app.url(f"/jobs/{merged['id']}"))
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    facts = await texts(page, "#facts dd")
+    assert "PDFs" in facts and f"terms.pdf ({terms[:19]}…)" in facts, facts
+
+
 async def test_with_keys_the_page_asks_the_key_once_and_streams_with_a_token(
     start_hooked: StartHooked,  # noqa: F811
     browser: Browser,  # noqa: F811
