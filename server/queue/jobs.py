@@ -65,6 +65,9 @@ class NewJob:
     #: The stored template it is made from (template_id): its name and version (None: none).
     template_name: str | None = None
     template_version: int | None = None
+    #: What makes its PDF, hashed, for a job that asked for the render cache (None: it did not):
+    #: a done job of its tenant with the same key serves it (server/web/submission.py).
+    cache_key: str | None = None
 
 
 def object_key(
@@ -159,7 +162,9 @@ class StoredJob:
 
 
 async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> list[JsonDict]:
-    """Insert jobs and their job.queued events in one transaction, with one NOTIFY."""
+    """Insert jobs and their job.queued events in one transaction, with one NOTIFY; a job whose
+    cache key a done job of its tenant has is inserted done with that job's file, and its
+    job.done event (the render cache)."""
     rows = await conn.fetch(
         query("insert_jobs"),
         *job_columns(new),
@@ -170,6 +175,7 @@ async def create(conn: asyncpg.Connection | asyncpg.Pool, new: list[NewJob]) -> 
         [j.channel for j in new],
         [j.traceparent for j in new],
         *template_columns(new),
+        [j.cache_key for j in new],
     )
     by_id = {row["id"]: row["job"] for row in rows}
     return [by_id[j.id] for j in new]

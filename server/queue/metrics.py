@@ -109,6 +109,13 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.render_cache = Counter(
+            "pressroom_render_cache",
+            "Submissions that asked for the render cache (cache: true) by result: hit (done at "
+            "once with a done job's file) or miss (rendered).",
+            ["result"],
+            registry=self.registry,
+        )
         self.snapshot: dict[str, Any] = {}
         self.registry.register(_Snapshot(self))
 

@@ -1,6 +1,7 @@
 """Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files (documents and
-thumbnails), then rows; so do batches whose combined PDF was finished that long ago (the file,
-then the batch, whose jobs stay theirs to the sweep above). The event log is pruned apart
+thumbnails; not a file that a job kept points at too, served from the render cache), then
+rows; so do batches whose combined PDF was finished that long ago (the file, then the batch,
+whose jobs stay theirs to the sweep above). The event log is pruned apart
 from them, by dropping whole partitions of it (0017_event_log_partitions.sql), and kept ahead
 of its writers the same way.
 
@@ -103,7 +104,11 @@ Expired = tuple[object, set[str], Path]
 
 
 def _job_files(row: asyncpg.Record) -> Expired:
-    return row["id"], attempt_keys(row), Path(row["tenant"], str(row["id"]))
+    keys = attempt_keys(row)
+    if row["shared"]:
+        # A job kept points at its file (the render cache): that file stays.
+        keys.discard(row["object_key"])
+    return row["id"], keys, Path(row["tenant"], str(row["id"]))
 
 
 def _combined_files(row: asyncpg.Record) -> Expired:

@@ -202,6 +202,13 @@ class JobRequest(BaseModel):
         "name, else the PDF's own title; encrypted or unreadable files are refused. Options: "
         f"document information, thumbnail and finishing only. At most {MAX_JOB_PDFS}.",
     )
+    cache: bool = Field(
+        False,
+        description="Serve the job from the render cache: when a done job of the tenant that "
+        "asked for it had the same source, data, options, assets and Pressroom version, the job "
+        "is done at once with that job's file (cached_from names it), else it renders and "
+        "serves later ones. Not for page_url (the page may change) or a thumbnail.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -262,6 +269,21 @@ class JobRequest(BaseModel):
     def _page_secrets(cls, given: RenderOptions | None, info: ValidationInfo) -> Any:
         no_cookies_or_headers(given, info.data.get("page_url"))
         return given
+
+    @field_validator("cache")
+    @classmethod
+    def _cacheable(cls, cache: bool, info: ValidationInfo) -> bool:
+        if not cache:
+            return cache
+        if info.data.get("page_url") is not None:
+            raise ValueError(
+                "a page_url job is not cached: the page may change between two jobs; leave "
+                "cache out"
+            )
+        given = info.data.get("options")
+        if isinstance(given, RenderOptions) and given.thumbnail is not None:
+            raise ValueError("a job with a thumbnail is not cached: leave cache or thumbnail out")
+        return cache
 
     @field_validator("assets")
     @classmethod
@@ -633,6 +655,11 @@ class Job(BaseModel):
         None,
         description="What the preflight checks found, once done (each also in warnings); null "
         "when they did not run.",
+    )
+    cached_from: uuid.UUID | None = Field(
+        None,
+        description="The job that rendered its file, for a job served from the render cache "
+        "(cache); null for a job that rendered its own.",
     )
     links: JobLinks = Field(description="What can be done with it.")
     url: str | None = Field(None, description="Signed, expiring download URL (once done).")

@@ -8,26 +8,48 @@
 -- $1..$12 are parallel arrays, one element per job (many requests share one transaction);
 -- $13 holds the jobs' assets (NULL for a job without any); $14 and $15 each job's source and
 -- sealed secrets; $16 each job's channel; $17 each job's traceparent (NULL: tracing off); $18
--- and $19 the name and version of the stored template it was made from (NULL: none). Each job
--- comes with its job.queued event.
+-- and $19 the name and version of the stored template it was made from (NULL: none); $20 its
+-- cache key (NULL: it did not ask for the cache). Each job comes with its job.queued event,
+-- but for one whose key a done job of its tenant has (the render cache, 0037): that one is
+-- inserted done, with that job's file, size, pages, provenance and finishing, naming the job
+-- that rendered the file (cached_from), and comes with its job.done event. The done job is
+-- held (FOR KEY SHARE) until this commits, so retention cannot delete its file meanwhile; one
+-- retention holds is skipped (a miss: rendered again).
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash, channel,
-                      assets, source, secrets, traceparent, template_name, template_version)
-    SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), idempotency_key, request_hash, channel,
-           assets, source, secrets, traceparent, template_name, template_version
+                      assets, source, secrets, traceparent, template_name, template_version,
+                      cache_key, cached_from, status, object_key, bytes, pages, provenance,
+                      finishing, progress, finished_at)
+    SELECT t.id, t.tenant, t.template, t.data, t.options, t.metadata, t.webhook_url, t.priority,
+           t.max_attempts, coalesce(t.run_after, now()), t.idempotency_key, t.request_hash,
+           t.channel, t.assets, t.source, CASE WHEN h.origin IS NULL THEN t.secrets END,
+           t.traceparent, t.template_name, t.template_version, t.cache_key, h.origin,
+           CASE WHEN h.origin IS NULL THEN 'queued' ELSE 'done' END, h.object_key, h.bytes,
+           h.pages, h.provenance, h.finishing, CASE WHEN h.origin IS NOT NULL THEN 100 END,
+           CASE WHEN h.origin IS NOT NULL THEN now() END
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
                 $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[], $18::text[],
-                $19::int[])
+                $19::int[], $20::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, idempotency_key, request_hash, assets, source,
-              secrets, channel, traceparent, template_name, template_version)
+              secrets, channel, traceparent, template_name, template_version, cache_key)
+    LEFT JOIN LATERAL (
+        SELECT coalesce(o.cached_from, o.id) AS origin, o.object_key, o.bytes, o.pages,
+               o.provenance, o.finishing
+        FROM jobs o
+        WHERE t.cache_key IS NOT NULL AND o.tenant = t.tenant AND o.cache_key = t.cache_key
+          AND o.status = 'done'
+        LIMIT 1
+        FOR KEY SHARE OF o SKIP LOCKED
+    ) h ON true
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT id, tenant, 'job.queued', job_public(new::jobs) FROM new
+    SELECT id, tenant, CASE WHEN status = 'done' THEN 'job.done' ELSE 'job.queued' END,
+           job_public(new::jobs)
+    FROM new
     RETURNING job_id, payload
 )
 SELECT job_id AS id, payload AS job FROM ev;
@@ -439,12 +461,26 @@ SELECT pg_try_advisory_xact_lock($1);
 -- expired_jobs --
 -- Finished jobs past retention ($1 days), locked until this batch ($2 rows) is deleted.
 -- Their options say which files each attempt wrote (the output's extension, a thumbnail).
-SELECT id, tenant, attempts, max_attempts, object_key, options FROM jobs
-WHERE status IN ('done', 'failed', 'cancelled')
-  AND finished_at < now() - make_interval(days => $1)
-ORDER BY finished_at
-LIMIT $2
-FOR UPDATE SKIP LOCKED;
+-- `shared`: a job outside this batch points at its file too (the render cache, 0037: the job
+-- that rendered it and those served from it), so the file stays.
+WITH expired AS (
+    SELECT id, tenant, attempts, max_attempts, object_key, options, cached_from, finished_at
+    FROM jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(days => $1)
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.tenant, e.attempts, e.max_attempts, e.object_key, e.options,
+       e.object_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM jobs o
+           WHERE (o.id = coalesce(e.cached_from, e.id)
+                  OR o.cached_from = coalesce(e.cached_from, e.id))
+             AND o.object_key = e.object_key AND o.id <> ALL (ARRAY(SELECT id FROM expired))
+       ) AS shared
+FROM expired e
+ORDER BY e.finished_at;
 
 -- delete_jobs --
 -- Their webhook deliveries go with them (ON DELETE CASCADE); their events stay the log's, which

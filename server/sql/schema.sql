@@ -104,6 +104,11 @@ CREATE TABLE jobs (
     -- ([{kind, page, detail}], server/render/preflight.py; NULL when they did not run) (0033).
     provenance       jsonb,
     preflight        jsonb,
+    -- The render cache (0037): the SHA-256 of what makes its PDF, for a job that asked for the
+    -- cache (NULL otherwise), and the job that rendered the file it points at, for one served
+    -- from it (NULL: rendered by itself).
+    cache_key        text,
+    cached_from      uuid,
     -- The state machine (DESIGN.md, "Job states"); jobs_check_transition refuses the moves.
     CONSTRAINT jobs_status_known
         CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),
@@ -149,6 +154,11 @@ CREATE UNIQUE INDEX jobs_item_key ON jobs (tenant, item_key) WHERE item_key IS N
 -- /metrics counts jobs by state from indexes alone (0007). Retention walks jobs_finished by age.
 CREATE INDEX jobs_tenant_in_flight ON jobs (tenant) WHERE status IN ('queued', 'running');
 CREATE INDEX jobs_finished ON jobs (finished_at) INCLUDE (status) WHERE finished_at IS NOT NULL;
+-- The render cache's lookup: a tenant's done jobs by key; the jobs served from a job's file,
+-- which retention keeps while one of them stays (0037).
+CREATE INDEX jobs_tenant_cache ON jobs (tenant, cache_key)
+    WHERE status = 'done' AND cache_key IS NOT NULL;
+CREATE INDEX jobs_cached_from ON jobs (cached_from) WHERE cached_from IS NOT NULL;
 
 -- Transitions allowed by the state machine; everything else is refused by the database itself.
 CREATE FUNCTION jobs_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -255,7 +265,8 @@ CREATE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
         'trace_id', split_part(j.traceparent, '-', 2),
         'finishing', j.finishing,
         'provenance', j.provenance,
-        'preflight', j.preflight
+        'preflight', j.preflight,
+        'cached_from', j.cached_from
     )
 $$;
 

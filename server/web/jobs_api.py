@@ -18,7 +18,17 @@ from server.access import signing
 from server.delivery import webhooks
 from server.events import JobEvent, streams
 from server.events.hub import Subscription, etag, etag_matches
-from server.keys import ASSET_CACHE, AUTH, GROUP_COMMIT, HUB, IN_FLIGHT, POOL, SETTINGS, STORAGE
+from server.keys import (
+    ASSET_CACHE,
+    AUTH,
+    GROUP_COMMIT,
+    HUB,
+    IN_FLIGHT,
+    METRICS,
+    POOL,
+    SETTINGS,
+    STORAGE,
+)
 from server.pipeline import vault
 from server.problems import Problem, not_found
 from server.queue import admission, jobs, listing
@@ -103,7 +113,11 @@ async def submit(request: web.Request) -> web.Response:
         }
     )
     if not admitted.replayed:
-        log.info("job queued", extra={"job_id": job["id"], "tenant": new.tenant})
+        cached = job.get("cached_from") is not None
+        if new.cache_key is not None:
+            request.app[METRICS].render_cache.labels(result="hit" if cached else "miss").inc()
+        message = "job served from the render cache" if cached else "job queued"
+        log.info(message, extra={"job_id": job["id"], "tenant": new.tenant})
     body = await present.present(request, job, new.tenant)
     if request.get(auth.VIA) == auth.VIA_KEY:
         # Browsers must not hold the API key; this token opens this job's stream only.

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
+import hmac
+import importlib.metadata
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -136,6 +139,20 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         images = {image.ref: image.ref for image in found if assets.is_id(image.ref)}
         paths = {**job.assets, **images, text: asset_id}
     assert text is not None  # JobRequest requires one source
+    job_assets = assets.job_assets(paths, checks.assets)
+    cache_key = None
+    if job.cache:
+        cache_key = render_cache_key(
+            {
+                "source": source,
+                "text": text,
+                "template": [stored.name, stored.version] if stored else None,
+                "data": job.data,
+                "options": job.options.model_dump(exclude_defaults=True) if job.options else {},
+                "assets": job_assets,
+            },
+            secret=checks.settings.secret,
+        )
     job_id = uuid.uuid4()
     shown, sealed = job.options, None
     if shown is not None:
@@ -151,14 +168,43 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
         priority=job.priority,
         webhook_url=job.webhook_url,
         run_at=job.run_at,
-        assets=assets.job_assets(paths, checks.assets),
+        assets=job_assets,
         id=job_id,
         source=source,
         secrets=sealed,
         traceparent=tracing.traceparent(),  # the request's span: the job's attempts go under it
         template_name=stored.name if stored else None,
         template_version=stored.version if stored else None,
+        cache_key=cache_key,
     )
+
+
+def render_cache_key(made_of: dict[str, Any], *, secret: str) -> str:
+    """The render cache's key of a job: what makes its PDF (its source's text, stored template,
+    data, options, assets by id) and Pressroom's version, as sorted compact JSON, hashed with
+    HMAC-SHA256 keyed with PRESSROOM_SECRET: cookie and header values and passwords count, and
+    the key kept on the job is no digest of them that could be guessed at."""
+    text = json.dumps(
+        {**made_of, "pressroom": _version()},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=_plain,
+    )
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """An option's value as the cache key reads it: a secret's own value, else its text."""
+    reveal = getattr(value, "get_secret_value", None)
+    return reveal() if callable(reveal) else str(value)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pressroom")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _word_template(job: JobRequest, checks: Checks) -> tuple[str, str] | None:

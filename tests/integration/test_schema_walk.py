@@ -45,6 +45,7 @@ EXAMPLES: dict[str, Any] = {
     "metadata": {"order": 7},
     "assets": None,  # filled in with an asset of this tenant
     "channel": "walk:user/7@example.com",
+    "cache": True,
     "channels": ["walk:user/7@example.com", "walk:org/1"],
     "ttl_s": 60,
     "key": _key,
