@@ -337,16 +337,7 @@ class Workers:
                 await self._storage.put(
                     file.key, data, filename=file.filename, content_type=file.output.content_type
                 )
-            if report or made is not None:
-                checked = render_options.preflight_checks() is not None
-                await jobs.record_finishing(
-                    self._pool,
-                    job,
-                    report or None,
-                    worker_id=self.worker_id,
-                    provenance=None if made is None else made.to_json(),
-                    preflight=[f.to_json() for f in result.preflight] if checked else None,
-                )
+            checked = render_options.preflight_checks() is not None
         except RenderError as exc:
             raise RenderFailed(str(exc), retryable=exc.retryable, warnings=warnings) from exc
         except options.OptionsError as exc:
@@ -358,7 +349,16 @@ class Workers:
         phases = clock.seconds()
         done = await held.record(
             lambda: self._done.submit(
-                jobs.Done(job, len(result.data), result.pages, warnings, phases)
+                jobs.Done(
+                    job,
+                    len(result.data),
+                    result.pages,
+                    warnings,
+                    phases,
+                    finishing=report or None,
+                    provenance=None if made is None else made.to_json(),
+                    preflight=[f.to_json() for f in result.preflight] if checked else None,
+                )
             )
         )
         self.rendered += 1

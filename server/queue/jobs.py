@@ -267,6 +267,9 @@ async def finish_done_many(pool: asyncpg.Pool, done: list[Done], *, worker_id: s
         [d.pages for d in done],
         [json.dumps(d.warnings) for d in done],
         [json.dumps(attempt_phases(d.job, d.phases)) if d.phases else None for d in done],
+        [_json_or_none(d.finishing) for d in done],
+        [_json_or_none(d.provenance) for d in done],
+        [_json_or_none(d.preflight) for d in done],
     )
     finished = {row["id"] for row in rows}
     return [d.job.id in finished for d in done]
@@ -304,27 +307,8 @@ def attempt_phases(job: ClaimedJob, phases: dict[str, float] | None) -> JsonDict
     return None if phases is None else {"attempt": job.attempt, **phases}
 
 
-async def record_finishing(
-    pool: asyncpg.Pool,
-    job: ClaimedJob,
-    report: dict[str, Any] | None,
-    *,
-    worker_id: str,
-    provenance: dict[str, Any] | None = None,
-    preflight: list[dict[str, Any]] | None = None,
-) -> None:
-    """What the job shows of its finishing (`finishing` on its JSON), of what made its PDF
-    (`provenance`) and of its preflight checks (`preflight`), written by the attempt that holds
-    it, before its done write: that write's event carries it."""
-    await pool.execute(
-        query("job_record_finishing"),
-        job.id,
-        worker_id,
-        job.attempt,
-        report,
-        provenance,
-        preflight,
-    )
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 async def heartbeat(
@@ -462,6 +446,11 @@ class Done:
     warnings: list[str]
     #: The seconds it spent in each phase it went through (template, render, finishing, store).
     phases: dict[str, float] | None = None
+    #: What the job shows of its PDF: what finishing did (`finishing`), what made it
+    #: (`provenance`), what preflight found (`preflight`); None: nothing to say.
+    finishing: dict[str, Any] | None = None
+    provenance: dict[str, Any] | None = None
+    preflight: list[dict[str, Any]] | None = None
 
 
 class DoneRecorder(Batcher[Done, bool]):

@@ -81,14 +81,16 @@ ORDER BY c.priority DESC, c.run_after, c.id;
 
 -- finish_done_many --
 -- Attempts of one worker ($2) are done: $1 ids, $3 attempts, $4 object keys, $5 sizes, $6 page
--- counts, $7 warnings, $8 the seconds of each phase (JSON, for job_attempts, 0032) are parallel
+-- counts, $7 warnings, $8 the seconds of each phase (JSON, for job_attempts, 0032), $9 what
+-- finishing did, $10 the provenance, $11 what preflight found (JSON or NULL, 0038) are parallel
 -- arrays. One statement, so one NOTIFY. Only the worker
 -- holding an attempt may finish it: a cancelled or rescued job stays as it is. A job already
 -- done with the attempt's own file counts as finished: a retry of this write after its first
 -- try committed but its answer was lost (a failover, a cut cable) must not disown that file.
 -- Written in jobs_finish_done (0019), which keeps its plan (see there why).
 SELECT id FROM jobs_finish_done($1::uuid[], $2::text, $3::int[], $4::text[], $5::bigint[],
-                                $6::int[], $7::text[], $8::text[]) AS id;
+                                $6::int[], $7::text[], $8::text[], $9::text[], $10::text[],
+                                $11::text[]) AS id;
 
 -- finish_failed --
 -- A failed attempt: queued again after $5 seconds while attempts remain and the error is
@@ -115,13 +117,6 @@ WITH failed AS (
     FROM failed f
 )
 SELECT f.id, f.status FROM failed f;
-
--- job_record_finishing --
--- What the finishing of attempt $3 of job $1, held by worker $2, reports ($4: the document
--- information it set, the sizes before and after compress), what made its PDF ($5) and what
--- its preflight checks found ($6, 0033); no event: the done write's carries it.
-UPDATE jobs SET finishing = $4::jsonb, provenance = $5::jsonb, preflight = $6::jsonb
-WHERE id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3;
 
 -- heartbeat --
 -- Extend the lease of every job this worker still holds; the ids it no longer holds

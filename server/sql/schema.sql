@@ -1029,9 +1029,12 @@ CREATE TRIGGER job_events_side_effects AFTER INSERT ON job_events
 -- docs/decisions/015).
 -- Only the worker holding an attempt may finish it; a job already done with the attempt's own
 -- file counts as finished (a retry of this write after its answer was lost). $8, each
--- attempt's phases, may be left out (a caller older than 0032): the attempts keep none.
+-- attempt's phases, and $9 to $11, what finishing did, the provenance and what preflight found
+-- (JSON text, 0038), may be left out (an older caller): the attempts keep none, the job's
+-- reports stay as they were.
 CREATE FUNCTION jobs_finish_done(uuid[], text, int[], text[], bigint[], int[], text[],
-                                 text[] DEFAULT NULL)
+                                 text[] DEFAULT NULL, text[] DEFAULT NULL,
+                                 text[] DEFAULT NULL, text[] DEFAULT NULL)
 RETURNS SETOF uuid
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -1040,14 +1043,18 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH input AS (
-        -- warnings and phases arrive as JSON text: a list of lists would be read as a 2-D
-        -- array. Without phases (an older caller), unnest pads the column with NULLs.
-        SELECT * FROM unnest($1, $3, $4, $5, $6, $7, $8)
-            AS t(id, attempt, object_key, bytes, pages, warnings, phases)
+        -- warnings, phases and the reports arrive as JSON text: a list of lists would be read
+        -- as a 2-D array. Left out (an older caller), unnest pads their columns with NULLs.
+        SELECT * FROM unnest($1, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            AS t(id, attempt, object_key, bytes, pages, warnings, phases, finishing,
+                 provenance, preflight)
     ), done AS (
         UPDATE jobs j
         SET status = 'done', object_key = i.object_key, bytes = i.bytes, pages = i.pages,
             warnings = i.warnings::jsonb, attempt_phases = i.phases::jsonb,
+            finishing = coalesce(i.finishing::jsonb, j.finishing),
+            provenance = coalesce(i.provenance::jsonb, j.provenance),
+            preflight = coalesce(i.preflight::jsonb, j.preflight),
             progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
             finished_at = now(), updated_at = now()
         FROM input i

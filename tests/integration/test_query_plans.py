@@ -396,6 +396,9 @@ async def finish_claimed(conn: asyncpg.Connection, claimed: list[asyncpg.Record]
         [1] * count,
         ["[]"] * count,
         [json.dumps({"attempt": row["attempts"], "render": 0.1}) for row in claimed],
+        [None] * count,  # what finishing did
+        [json.dumps({"Version": "test"})] * count,  # the provenance
+        [None] * count,  # what preflight found
     )
     return rows
 
