@@ -28,7 +28,7 @@ import asyncpg
 from bench.common import QUICK, database, machine, percentile, running_app
 from server.queue import db, jobs, listing
 from server.schemas.common import parse_template_id
-from server.schemas.jobs import encode_cursor
+from server.schemas.listing import encode_cursor
 from server.sql import query
 
 TENANT = "default"  # dev mode's tenant: the routes answer for it without a key

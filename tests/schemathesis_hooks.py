@@ -27,7 +27,7 @@ from schemathesis.transport.serialization import Binary
 from server.options.values import FORBIDDEN_HEADERS
 from server.render import templates
 from server.schemas.common import MAX_WAIT_S
-from server.schemas.jobs import encode_cursor
+from server.schemas.listing import encode_cursor
 from tests.pdfs import minimal_pdf
 
 MAX_TEST_WAIT_S = 0.1

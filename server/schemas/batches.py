@@ -25,7 +25,8 @@ from server.options import RenderOptions
 from server.options.finishing import Sign
 from server.queue.jobs import JobState
 from server.schemas.common import QUERY, REQUEST, Channel, Limit, WebhookUrl, parse_time
-from server.schemas.jobs import CURSOR_PATTERN, JobRequest
+from server.schemas.jobs import JobRequest
+from server.schemas.listing import CURSOR_PATTERN
 
 MAX_BATCH_ITEMS = 1000
 MAX_KEY_CHARS = 200

@@ -30,7 +30,7 @@ from server.queue.jobs import NewJob, job_columns, source_columns, template_colu
 from server.render import templates
 from server.schemas.batches import BatchItem, BatchListQuery, BatchRequest, CombineOptions
 from server.schemas.common import MAX_TEMPLATE_BYTES
-from server.schemas.jobs import encode_cursor
+from server.schemas.listing import encode_cursor
 from server.sql import query
 from server.web import auth, files, present, submission
 from server.web.common import (

@@ -35,14 +35,8 @@ from server.queue import admission, jobs, listing
 from server.queue.jobs import JobState, StoredJob
 from server.render import sources, templates
 from server.schemas.common import MAX_TEMPLATE_BYTES
-from server.schemas.jobs import (
-    JobBulkRequest,
-    JobCountsQuery,
-    JobListQuery,
-    JobRequest,
-    JobWaitQuery,
-    encode_cursor,
-)
+from server.schemas.jobs import JobRequest, JobWaitQuery
+from server.schemas.listing import JobBulkRequest, JobCountsQuery, JobListQuery, encode_cursor
 from server.schemas.streams import TokenRequest
 from server.web import auth, files, present, submission, uploads
 from server.web.common import (

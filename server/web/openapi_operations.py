@@ -23,17 +23,13 @@ from server.schemas.common import (
     Health,
     Readiness,
 )
-from server.schemas.jobs import (
-    Job,
+from server.schemas.jobs import Job, JobList, JobRequest, JobWaitQuery, StreamReset
+from server.schemas.listing import (
     JobBulkRequest,
     JobBulkResult,
     JobCounts,
     JobCountsQuery,
-    JobList,
     JobListQuery,
-    JobRequest,
-    JobWaitQuery,
-    StreamReset,
 )
 from server.schemas.stats import Stats
 from server.schemas.story import Story, StoryDelivery
