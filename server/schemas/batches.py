@@ -4,7 +4,6 @@ the batch as GET /v1/batches/{id} shows it."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -13,9 +12,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
     ValidationInfo,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -24,9 +21,9 @@ from pydantic_core import PydanticCustomError
 from server.options import RenderOptions
 from server.options.finishing import Sign
 from server.queue.jobs import JobState
-from server.schemas.common import QUERY, REQUEST, Channel, Limit, WebhookUrl, parse_time
+from server.schemas.common import QUERY, REQUEST, Channel, Limit, WebhookUrl
 from server.schemas.jobs import JobRequest
-from server.schemas.listing import CURSOR_PATTERN
+from server.schemas.listing import Cursor
 
 MAX_BATCH_ITEMS = 1000
 MAX_KEY_CHARS = 200
@@ -199,28 +196,13 @@ class Batch(BaseModel):
     links: BatchLinks = Field(description="What can be done with it.")
 
 
-def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
-    if isinstance(value, str) and re.fullmatch(CURSOR_PATTERN, value):
-        created, _, batch_id = value.partition("~")
-        if (parsed := parse_time(created)) is not None:
-            return parsed, uuid.UUID(batch_id)
-    raise ValueError("is not a cursor this server gave out")
-
-
 class BatchListQuery(BaseModel):
     """GET /v1/batches: the page."""
 
     model_config = QUERY
 
     limit: Limit = Field(50, description="Batches per page.")
-    cursor: (
-        Annotated[
-            tuple[dt.datetime, uuid.UUID],
-            PlainValidator(_cursor),
-            WithJsonSchema({"type": "string", "pattern": f"^{CURSOR_PATTERN}$"}),
-        ]
-        | None
-    ) = Field(None, description="next_cursor of the previous page.")
+    cursor: Cursor | None = Field(None, description="next_cursor of the previous page.")
 
 
 class BatchSummary(BaseModel):

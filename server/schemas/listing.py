@@ -38,6 +38,15 @@ def _cursor(value: Any) -> tuple[dt.datetime, uuid.UUID]:
     raise ValueError("is not a cursor this server gave out")
 
 
+#: A page's cursor as a query takes it (the job list's and the batch list's): the created_at
+#: and id of the previous page's last row.
+Cursor = Annotated[
+    tuple[dt.datetime, uuid.UUID],
+    PlainValidator(_cursor),
+    WithJsonSchema({"type": "string", "pattern": f"^{CURSOR_PATTERN}$"}),
+]
+
+
 def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:
     return f"{created_at.isoformat()}~{job_id}"
 
@@ -98,14 +107,7 @@ class JobListQuery(JobFilterFields):
 
     status: State | None = Field(None, description="Only jobs in this state.")
     limit: Limit = Field(50, description="Jobs per page.")
-    cursor: (
-        Annotated[
-            tuple[dt.datetime, uuid.UUID],
-            PlainValidator(_cursor),
-            WithJsonSchema({"type": "string", "pattern": f"^{CURSOR_PATTERN}$"}),
-        ]
-        | None
-    ) = Field(None, description="next_cursor of the previous page.")
+    cursor: Cursor | None = Field(None, description="next_cursor of the previous page.")
 
 
 class JobBulkRequest(JobFilterFields):
