@@ -84,6 +84,20 @@ def _one_source(schema: dict[str, Any]) -> None:
     ]
 
 
+#: A file a job names: an asset id, or its path in the job's `assets` (a multipart part's).
+AssetOrPath = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": f"^{stored_assets.ID_PATTERN}$"},
+                {"type": "string", "pattern": f"^{ASSET_PATH_PATTERN}$"},
+            ]
+        }
+    ),
+]
+
+
 class JobRequest(BaseModel):
     """A job: exactly one source (template, template_id, page_url, markdown, office, docx or
     pdfs), with its data and options."""
@@ -134,20 +148,7 @@ class JobRequest(BaseModel):
         f"storage. At most {MAX_JOB_ASSETS}; with template_id, on top of the template's own.",
     )
     # After `assets`: its validator reads the map a multipart body's file is in.
-    office: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {
-                    "anyOf": [
-                        {"type": "string", "pattern": f"^{stored_assets.ID_PATTERN}$"},
-                        {"type": "string", "pattern": f"^{ASSET_PATH_PATTERN}$"},
-                    ]
-                }
-            ),
-        ]
-        | None
-    ) = Field(
+    office: AssetOrPath | None = Field(
         None,
         description="An Office file that LibreOffice converts to PDF (finishing applies as to "
         f"any PDF): {office_formats.accepted()}, told by content. An asset id from POST "
@@ -155,20 +156,7 @@ class JobRequest(BaseModel):
         "named office gives). Its own title and author are kept unless the options set them; "
         "page_ranges, landscape (spreadsheets) and outline (its headings as bookmarks) apply.",
     )
-    docx: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {
-                    "anyOf": [
-                        {"type": "string", "pattern": f"^{stored_assets.ID_PATTERN}$"},
-                        {"type": "string", "pattern": f"^{ASSET_PATH_PATTERN}$"},
-                    ]
-                }
-            ),
-        ]
-        | None
-    ) = Field(
+    docx: AssetOrPath | None = Field(
         None,
         description="A Word template (.docx, told by content) whose text carries Jinja2 "
         "placeholders, loops and conditions (docxtpl's convention: {%tr for %} repeats a table "
