@@ -182,7 +182,7 @@ async def test_a_page_far_past_the_page_limit_fails_before_chromium_paginates_it
     try:
         long = PageUrl(f"http://127.0.0.1:{server.port}/report?rows=60000")  # 1,500 pages
         with pytest.raises(PageLimitError) as raised:
-            await renderer.render(long, parse({}), timeout_s=10)
+            await renderer.render(long, parse({}), timeout_s=30)
         assert str(raised.value) == LIMIT_50
         short = PageUrl(f"http://127.0.0.1:{server.port}/report?rows=100")
         assert (await renderer.render(short, parse({}), timeout_s=30)).pages == 3

@@ -131,10 +131,19 @@ def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
     server.removeHandler(handler)
 
 
-def lines_of(out: io.StringIO, job_id: str) -> dict[str, dict[str, Any]]:
-    """A job's log lines by message."""
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    return {line["message"]: line for line in lines if line.get("job_id") == job_id}
+async def lines_of(out: io.StringIO, job_id: str, *messages: str) -> dict[str, dict[str, Any]]:
+    """A job's log lines by message, once those messages are written.
+
+    A line the worker writes after its database write may come after the client saw the
+    write's event.
+    """
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            lines = [json.loads(line) for line in out.getvalue().splitlines()]
+            mine = {line["message"]: line for line in lines if line.get("job_id") == job_id}
+            if all(message in mine for message in messages):
+                return mine
+            await asyncio.sleep(0.02)
 
 
 async def submit(
@@ -242,7 +251,9 @@ async def test_a_traceparent_continues_through_the_attempt_to_the_webhook(
     # The job and its events show the trace id; the worker's log lines carry both ids.
     assert (await final(hooked, job["id"]))["trace_id"] == TRACE
     assert (await job_of(hooked, job["id"]))["trace_id"] == TRACE
-    lines = lines_of(log_lines, job["id"])
+    lines = await lines_of(
+        log_lines, job["id"], "job queued", "job running (attempt 1/3)", "job done"
+    )
     assert lines["job queued"]["trace_id"] == TRACE
     assert lines["job queued"]["span_id"] == f"{span_id(request):016x}"
     for message in ("job running (attempt 1/3)", "job done"):
@@ -338,7 +349,8 @@ async def test_a_failed_attempt_marks_its_span_and_step_failed(
     failed = await final(hooked, job["id"])
     assert failed["status"] == "failed" and failed["trace_id"] == TRACE
     # The line that records the failure, once the attempt's span ended, still names it.
-    line = lines_of(log_lines, job["id"])["job failed: the page cannot be printed"]
+    failure = "job failed: the page cannot be printed"
+    line = (await lines_of(log_lines, job["id"], failure))[failure]
     assert line["trace_id"] == TRACE and line["span_id"] == f"{span_id(attempt):016x}"
 
 
@@ -356,8 +368,8 @@ async def test_with_tracing_off_a_job_has_no_trace_and_sends_none(
     )
     assert stored is None
     assert (await job_of(hooked, job["id"]))["trace_id"] is None
+    await lines_of(log_lines, job["id"], "job done")
     lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
-    assert "job done" in lines_of(log_lines, job["id"])
     assert not any("trace_id" in line or "span_id" in line for line in lines)
 
 
