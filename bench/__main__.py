@@ -6,7 +6,7 @@ BENCH_QUICK=1 runs reduced sizes; --tiny the smallest that still run every path 
 smoke test, tests/integration/test_bench_quick.py). A benchmark that fails is reported and the
 others still run; the exit status says whether any failed.
 
-    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard] [--tiny]
+    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard,cost] [--tiny]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ TINY = {
     "office": "--docs 1 --peers soffice",
     "pdfops": "--pages 2 --rounds 1",
     "dashboard": "--jobs 500 --requests 3",
+    "cost": "--docs 4 --slots 1 --rounds 1 --latency-docs 2",
 }
 
 

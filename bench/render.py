@@ -84,13 +84,24 @@ class RawLoop:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    async def pdf(self, slot: int, html: str) -> bytes:
+        """One document printed on page `slot` (the bare service's render, bench/bare.py)."""
+        return await self._pdf(self._pages[slot], html)
+
+    async def _pdf(self, page: Page, html: str) -> bytes:
+        await page.set_content(html, wait_until="load")
+        return await page.pdf(**self._pdf_args)
+
     async def _print(self, html: list[str], pages: list[Page]) -> None:
         queue = list(reversed(html))
 
         async def loop(page: Page) -> None:
             while queue:
-                await page.set_content(queue.pop(), wait_until="load")
-                await page.pdf(**self._pdf_args)
+                await self._pdf(page, queue.pop())
 
         await asyncio.gather(*(loop(p) for p in pages))
 

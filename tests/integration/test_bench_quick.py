@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Two runs at once, with about the same CPU each, so both cores stay busy while a run waits
 # on a child process, Chromium or PostgreSQL.
-GROUPS = ["render,latency,soak,pdfops", "accept,queue,push,dashboard,office"]
+GROUPS = ["render,latency,soak,pdfops,cost", "accept,queue,push,dashboard,office"]
 # What each benchmark prints once it has its figures and its baseline's.
 FIGURES = {
     "accept": "ratio p99",
@@ -26,6 +26,7 @@ FIGURES = {
     "office": "Pressroom / soffice --convert-to per file",
     "pdfops": "compress, image_dpi 150",
     "dashboard": "counts, channel",
+    "cost": "Pressroom / bare:",
 }
 
 
