@@ -1,20 +1,21 @@
 """Where a job's CPU goes outside Chromium: Pressroom against the bare service (bench/bare.py),
-in the same run.
+and against Pressroom at another commit (--against), in the same run.
 
-Both serve from processes of their own (`python -m bench.cost serve pressroom|bare DSN SLOTS`)
-on one throwaway cluster of Debian's PostgreSQL with pg_stat_statements (tracking the
-statements that triggers and functions run too), each in a database of its own, and are
-warmed. Then, in --rounds rounds, in alternating order, each prints the same styled one-page
+Each system serves from a process of its own on one throwaway cluster of Debian's PostgreSQL
+with pg_stat_statements (tracking the statements that triggers and functions run too), each in
+a database of its own; `pressroom@REV` runs from a git worktree of REV. All are warmed. Then,
+in --rounds rounds, in an order that turns each round, each prints the same styled one-page
 invoices: a client in a process of its own (bench/clients.py `burst`) submits --docs of them
 over HTTP and follows the event stream until the last is done. Around each burst the CPU
 counters are read: the server's process (its own threads; Playwright's driver and Chromium
 below it are not counted) and every PostgreSQL process. Each then takes --latency-docs jobs one
 at a time (`one-at-a-time`): the p50 from POST to `job.done`. A last burst runs Pressroom under
 py-spy: its samples of the server, sorted into the stages of a job, share out the server's
-median CPU per job. PostgreSQL's time by statement is pg_stat_statements' execution time over
-every round (↳: a statement run inside another, such as a trigger's).
+median CPU per job. PostgreSQL's time by statement is pg_stat_statements' execution and
+planning time over every round (↳: a statement run inside another, such as a trigger's).
 
     python -m bench.cost [--docs 300] [--slots 2] [--rounds 5] [--latency-docs 100]
+                         [--against REV] [--samples FILE]
 """
 
 from __future__ import annotations
@@ -38,19 +39,31 @@ import asyncpg
 import psutil
 
 from bench.bare import BareService
-from bench.common import QUICK, ROOT, at, execute, machine, run_module, running_app, summary
+from bench.common import QUICK, ROOT, at, execute, machine, run_module, summary
 from bench.render import RawLoop
-from server.queue import db
 from server.queue.embedded import ensure_run_as_user
 from server.sql import queries
 
-SYSTEMS = ("pressroom", "bare")
 #: The cluster's settings beyond initdb's: statements by pg_stat_statements, nested ones too.
 SERVER_SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",
     "pg_stat_statements.track": "all",
     "pg_stat_statements.max": "5000",
 }
+#: Pressroom's server process, run in the tree it is to measure (its working folder).
+SERVE_PRESSROOM = """
+import asyncio, sys
+from bench.common import running_app
+from server.queue import db
+
+async def main(dsn, slots):
+    await db.migrate_at(dsn)
+    async with running_app(dsn, render_slots=int(slots)) as (base, _app):
+        print(base, flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
 #: A sample belongs to the first stage (in this order) one of whose markers is in its stack;
 #: py-spy's frames read "function (path/file.py)".
 STAGES: list[tuple[str, tuple[str, ...]]] = [
@@ -73,10 +86,6 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
 OTHER = "event loop and other"
 
 
-def stage_of(stack: str) -> str:
-    return next((name for name, marks in STAGES if any(m in stack for m in marks)), OTHER)
-
-
 def debian_bin() -> Path:
     """The bin folder of the newest Debian PostgreSQL with pg_stat_statements (the wheel's
     server has none)."""
@@ -92,7 +101,7 @@ def debian_bin() -> Path:
 @contextlib.asynccontextmanager
 async def cluster() -> AsyncIterator[tuple[str, psutil.Process]]:
     """A throwaway cluster on a free port: its DSN and its postmaster."""
-    bin_dir, folder, user = debian_bin(), Path(tempfile.mkdtemp(prefix="prb-cost-")), None
+    bin_dir, folder = debian_bin(), Path(tempfile.mkdtemp(prefix="prb-cost-"))
     if (user := ensure_run_as_user()) is not None:  # PostgreSQL refuses to run as root
         shutil.chown(folder, user)
     with socket.socket() as sock:
@@ -100,30 +109,27 @@ async def cluster() -> AsyncIterator[tuple[str, psutil.Process]]:
         port = sock.getsockname()[1]
     data, settings = folder / "data", " ".join(f"-c {k}={v}" for k, v in SERVER_SETTINGS.items())
 
-    def run(*args: str) -> None:
+    def run(command: str, *args: str) -> None:
         subprocess.run(
-            [str(bin_dir / args[0]), *args[1:]],
+            [str(bin_dir / command), "-D", str(data), *args],
             check=True,
             user=user,
-            timeout=120,
             capture_output=True,
+            timeout=120,
         )
 
     try:
         # Throwaway data: initdb need not sync what it wrote; the server itself runs durably.
-        await asyncio.to_thread(
-            run, "initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"
-        )
+        await asyncio.to_thread(run, "initdb", "-U", "postgres", "--auth=trust", "--no-sync")
         options = f"-p {port} -h 127.0.0.1 -k {folder} {settings}"
-        log = str(folder / "log")
         await asyncio.to_thread(
-            run, "pg_ctl", "-D", str(data), "-o", options, "-l", log, "-w", "start"
+            run, "pg_ctl", "-o", options, "-l", str(folder / "log"), "-w", "start"
         )
         postmaster = psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres", postmaster
     finally:
         with contextlib.suppress(subprocess.SubprocessError):
-            await asyncio.to_thread(run, "pg_ctl", "-D", str(data), "-m", "fast", "stop")
+            await asyncio.to_thread(run, "pg_ctl", "-m", "fast", "stop")
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -139,218 +145,200 @@ def postgres_cpu_s(postmaster: psutil.Process) -> float:
 
 
 class Service:
-    """One system serving from a process of its own, until closed."""
+    """One system's server in a process of its own, until closed; its CPU and its statements
+    (total milliseconds and calls by text and level) summed over the bursts measured."""
 
-    def __init__(self, name: str, proc: asyncio.subprocess.Process, base: str, dsn: str) -> None:
-        self.name, self.proc, self.base, self.dsn = name, proc, base, dsn
-        self.process = psutil.Process(proc.pid)
+    def __init__(self, name: str, dsn: str) -> None:
+        self.name, self.dsn = name, dsn
+        self.cpu: list[tuple[float, float]] = []  # (server, PostgreSQL) ms per job, by burst
+        self.p50: list[float] = []
+        self.statements: dict[tuple[str, bool], list[float]] = {}
 
-    @classmethod
-    async def start(cls, name: str, dsn: str, slots: int) -> Service:
-        proc = await asyncio.create_subprocess_exec(
+    async def start(self, slots: int, tree: Path | None) -> None:
+        if self.name == "bare":
+            command = ["-m", "bench.cost", "serve-bare", self.dsn, str(slots)]
+        else:
+            command = ["-c", SERVE_PRESSROOM, self.dsn, str(slots)]
+        self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-m",
-            "bench.cost",
-            "serve",
-            name,
-            dsn,
-            str(slots),
-            cwd=ROOT,
+            *command,
+            cwd=tree or ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        assert proc.stdout is not None
-        base = (await proc.stdout.readline()).decode().strip()
-        if not base.startswith("http"):
-            raise RuntimeError(f"bench.cost serve {name} did not start (exit {proc.returncode})")
-        return cls(name, proc, base, dsn)
-
-    def cpu_s(self) -> float:
-        return float(sum(self.process.cpu_times()[:2]))
+        assert self.proc.stdout is not None
+        self.base = (await self.proc.stdout.readline()).decode().strip()
+        if not self.base.startswith("http"):
+            raise RuntimeError(f"{self.name}'s server did not start")
+        self.process = psutil.Process(self.proc.pid)
 
     async def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        await self.proc.wait()
+        if hasattr(self, "proc") and self.proc.stdin is not None:
+            self.proc.stdin.close()
+            await self.proc.wait()
+
+    async def burst(
+        self, observer: asyncpg.Connection, postmaster: psutil.Process, docs: int
+    ) -> None:
+        await observer.execute("SELECT pg_stat_statements_reset()")
+        server, pg = sum(self.process.cpu_times()[:2]), postgres_cpu_s(postmaster)
+        await run_module("bench.clients", "burst", self.base, f"--docs={docs}")
+        await asyncio.sleep(0.5)  # what follows the last job.done (its hub read, the next claim)
+        server, pg = sum(self.process.cpu_times()[:2]) - server, postgres_cpu_s(postmaster) - pg
+        self.cpu.append((server * 1000 / docs, pg * 1000 / docs))
+        for row in await observer.fetch(
+            "SELECT query, toplevel, total_exec_time + total_plan_time AS ms, calls FROM "
+            "pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
+            self.dsn.rsplit("/", 1)[1],
+        ):
+            key = (" ".join(row["query"].split()), row["toplevel"])
+            sums = self.statements.setdefault(key, [0, 0])
+            sums[0], sums[1] = sums[0] + row["ms"], sums[1] + row["calls"]
+
+    async def one_at_a_time(self, docs: int) -> None:
+        timed = await run_module("bench.clients", "one-at-a-time", self.base, f"--docs={docs}")
+        self.p50.append(summary(timed)["p50"])
+
+    def median(self, part: int | None = None) -> float:
+        return statistics.median(sum(c) if part is None else c[part] for c in self.cpu)
+
+    def statement_rows(self, jobs: int) -> list[str]:
+        """The 12 statements that took longest, per job; one of queries.sql by its name."""
+        names = {" ".join(sql.split())[:60]: name for name, sql in queries().items()}
+        top = sorted(self.statements.items(), key=lambda item: -item[1][0])[:12]
+        return [
+            f"  {ms / jobs:7.3f} ms {calls / jobs:5.2f} calls {'' if level else '↳ '}"
+            + names.get(text[:60], text[:80])
+            for (text, level), (ms, calls) in top
+        ]
 
 
-async def serve(name: str, dsn: str, slots: int) -> None:
-    """`python -m bench.cost serve`: one system on a free port, its URL printed, until stdin
-    closes."""
-    async with contextlib.AsyncExitStack() as stack:
-        if name == "pressroom":
-            base, _app = await stack.enter_async_context(running_app(dsn, render_slots=slots))
-        else:
-            raw = await stack.enter_async_context(RawLoop(slots))
-            base = (await stack.enter_async_context(BareService(dsn, raw))).base
-        print(base, flush=True)
+async def serve_bare(dsn: str, slots: int) -> None:
+    """`python -m bench.cost serve-bare DSN SLOTS`: the bare service on a free port, its URL
+    printed, until stdin closes."""
+    async with RawLoop(slots) as raw, BareService(dsn, raw) as bare:
+        print(bare.base, flush=True)
         await asyncio.to_thread(sys.stdin.read)
 
 
-async def client(*args: str) -> Any:
-    return await run_module("bench.clients", *args)
-
-
-async def burst(
-    service: Service,
-    observer: asyncpg.Connection,
-    postmaster: psutil.Process,
-    docs: int,
-    statements: dict[tuple[str, bool], list[float]],
-) -> tuple[float, float]:
-    """The server's and PostgreSQL's CPU milliseconds per job over one burst of `docs` jobs;
-    the burst's statements added to `statements` (total ms and calls by text and level)."""
-    database = service.dsn.rsplit("/", 1)[1]
-    await observer.execute("SELECT pg_stat_statements_reset()")
-    server, pg = service.cpu_s(), postgres_cpu_s(postmaster)
-    await client("burst", service.base, f"--docs={docs}")
-    await asyncio.sleep(0.5)  # what follows the last job.done (its hub read, the next claim)
-    server, pg = service.cpu_s() - server, postgres_cpu_s(postmaster) - pg
-    for row in await observer.fetch(
-        "SELECT query, toplevel, total_exec_time + total_plan_time AS ms, calls "
-        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
-        database,
-    ):
-        sums = statements.setdefault((" ".join(row["query"].split()), row["toplevel"]), [0, 0])
-        sums[0] += row["ms"]
-        sums[1] += row["calls"]
-    return server * 1000 / docs, pg * 1000 / docs
-
-
-async def profile(service: Service, docs: int) -> collections.Counter[str]:
-    """py-spy's samples of the server's process over one burst, by stage."""
-    out = Path(tempfile.mkdtemp(prefix="prb-spy-")) / "samples.txt"
+async def profile(service: Service, docs: int, keep: str | None) -> collections.Counter[str]:
+    """py-spy's samples of the server's process over one burst (holding the GIL: the CPU of
+    its Python), by stage; kept in `keep` if given."""
+    folder = Path(tempfile.mkdtemp(prefix="prb-spy-"))
+    out = Path(keep) if keep else folder / "samples.txt"
     spy = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("py-spy")),
-        "record",
-        "--pid",
-        str(service.proc.pid),
-        "--rate",
-        "250",
-        "--format",
-        "raw",
-        "--nolineno",
-        "--gil",
-        "--output",
-        str(out),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(service.proc.pid),
+        "--rate", "250", "--format", "raw", "--nolineno", "--gil", "--output", str(out),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     await asyncio.sleep(1)  # attached
-    await client("burst", service.base, f"--docs={docs}")
+    await run_module("bench.clients", "burst", service.base, f"--docs={docs}")
     spy.send_signal(signal.SIGINT)
     await spy.wait()
+    try:
+        return stages_of(out)
+    finally:
+        shutil.rmtree(folder)
+
+
+def stages_of(samples: Path) -> collections.Counter[str]:
     stages: collections.Counter[str] = collections.Counter()
-    for line in out.read_text().splitlines():
+    for line in samples.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        stages[stage_of(stack)] += int(count)
-    shutil.rmtree(out.parent, ignore_errors=True)
+        stage = next((name for name, marks in STAGES if any(m in stack for m in marks)), OTHER)
+        stages[stage] += int(count)
     return stages
 
 
-def statement_rows(statements: dict[tuple[str, bool], list[float]], jobs: int) -> list[str]:
-    """The 12 statements that took longest, per job; one of queries.sql by its block's name."""
-    names = {" ".join(sql.split())[:60]: name for name, sql in queries().items()}
-    top = sorted(statements.items(), key=lambda item: -item[1][0])[:12]
-    return [
-        f"  {ms / jobs:7.3f} ms {calls / jobs:5.2f} calls {'' if level else '↳ '}"
-        + names.get(text[:60], text[:80])
-        for (text, level), (ms, calls) in top
-    ]
+@contextlib.contextmanager
+def worktree(rev: str | None) -> Any:
+    """A git worktree of `rev` (None: none)."""
+    if rev is None:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="prb-tree-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(folder), rev],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(folder)],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    async with cluster() as (server, postmaster):
-        observer = await asyncpg.connect(server)
-        services: dict[str, Service] = {}
-        try:
-            await observer.execute("CREATE EXTENSION pg_stat_statements")
-            for name in SYSTEMS:
-                await execute(server, f"CREATE DATABASE {name}")
-                if name == "pressroom":
-                    await db.migrate_at(at(server, name))
-                services[name] = await Service.start(name, at(server, name), args.slots)
-                await client("burst", services[name].base, f"--docs={4 * args.slots}")
-            cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in SYSTEMS}
-            p50: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-            statements: dict[str, dict[tuple[str, bool], list[float]]] = {n: {} for n in SYSTEMS}
-            for number in range(args.rounds):
-                order = SYSTEMS if number % 2 == 0 else SYSTEMS[::-1]
-                for name in order:
-                    service = services[name]
-                    cpu[name].append(
-                        await burst(service, observer, postmaster, args.docs, statements[name])
+    names = ["pressroom", "bare"] + ([f"pressroom@{args.against}"] if args.against else [])
+    with worktree(args.against) as tree:
+        async with cluster() as (server, postmaster):
+            observer = await asyncpg.connect(server)
+            services = [Service(name, at(server, name.replace("@", "_"))) for name in names]
+            try:
+                await observer.execute("CREATE EXTENSION pg_stat_statements")
+                for service in services:
+                    await execute(server, f'CREATE DATABASE "{service.dsn.rsplit("/", 1)[1]}"')
+                    await service.start(args.slots, tree if "@" in service.name else None)
+                    await run_module("bench.clients", "burst", service.base, "--docs=8")
+                for number in range(args.rounds):
+                    order = services[number % len(services) :] + services[: number % len(services)]
+                    for service in order:
+                        await service.burst(observer, postmaster, args.docs)
+                    for service in order:
+                        await service.one_at_a_time(args.latency_docs)
+                    print(
+                        f"round {number + 1}: "
+                        + "; ".join(
+                            f"{s.name} {sum(s.cpu[-1]):.2f} ms CPU/job (server {s.cpu[-1][0]:.2f}, "
+                            f"PostgreSQL {s.cpu[-1][1]:.2f}), p50 {s.p50[-1]:.1f} ms"
+                            for s in services
+                        ),
+                        flush=True,
                     )
-                for name in order:
-                    timed = await client(
-                        "one-at-a-time", services[name].base, f"--docs={args.latency_docs}"
-                    )
-                    p50[name].append(summary(timed)["p50"])
-                row = {n: (sum(cpu[n][-1]), p50[n][-1]) for n in SYSTEMS}
-                print(
-                    f"round {number + 1}: "
-                    + "; ".join(
-                        f"{n} {c:.2f} ms CPU/job (server {cpu[n][-1][0]:.2f}, PostgreSQL "
-                        f"{cpu[n][-1][1]:.2f}), p50 {p:.1f} ms"
-                        for n, (c, p) in row.items()
-                    ),
-                    flush=True,
-                )
-            stages = await profile(services["pressroom"], args.docs)
-        finally:
-            for service in services.values():
-                await service.close()
-            await observer.close()
-    return report(args, cpu, p50, statements, stages)
+                stages = await profile(services[0], args.docs, args.samples)
+            finally:
+                for service in services:
+                    await service.close()
+                await observer.close()
+    return report(args, services, stages)
 
 
 def report(
-    args: argparse.Namespace,
-    cpu: dict[str, list[tuple[float, float]]],
-    p50: dict[str, list[float]],
-    statements: dict[str, dict[tuple[str, bool], list[float]]],
-    stages: collections.Counter[str],
+    args: argparse.Namespace, services: list[Service], stages: collections.Counter[str]
 ) -> dict[str, Any]:
-    def med(name: str, part: int | None = None) -> float:
-        return statistics.median(sum(c) if part is None else c[part] for c in cpu[name])
-
-    ratios = [sum(p) / sum(b) for p, b in zip(cpu["pressroom"], cpu["bare"], strict=True)]
-    gaps = [p - b for p, b in zip(p50["pressroom"], p50["bare"], strict=True)]
-    figures: dict[str, Any] = {
-        "cpu_ms": {n: med(n) for n in SYSTEMS},
-        "server_ms": {n: med(n, 0) for n in SYSTEMS},
-        "postgres_ms": {n: med(n, 1) for n in SYSTEMS},
-        "ratio": statistics.median(ratios),
-        "ratios": ratios,
-        "p50_ms": {n: statistics.median(p50[n]) for n in SYSTEMS},
-        "p50_gap_ms": statistics.median(gaps),
-    }
+    ours, bare = services[0], services[1]
     print(
         f"\nCPU per job outside Chromium, median of {args.rounds} rounds of {args.docs} jobs, "
         f"{args.slots} slots:"
     )
-    for name in SYSTEMS:
+    for s in services:
         print(
-            f"  {name:9} {figures['cpu_ms'][name]:.2f} ms (server "
-            f"{figures['server_ms'][name]:.2f}, PostgreSQL {figures['postgres_ms'][name]:.2f})"
+            f"  {s.name:20} {s.median():.2f} ms (server {s.median(0):.2f}, PostgreSQL "
+            f"{s.median(1):.2f}); submit → job.done p50 {statistics.median(s.p50):.1f} ms"
         )
-    print(
-        f"  Pressroom / bare: {figures['ratio']:.2f} (rounds "
-        f"{', '.join(f'{r:.2f}' for r in ratios)})"
-    )
-    print(
-        f"submit → job.done one at a time, p50: Pressroom {figures['p50_ms']['pressroom']:.1f} "
-        f"ms, bare {figures['p50_ms']['bare']:.1f} ms, gap median {figures['p50_gap_ms']:+.1f} "
-        f"ms (rounds {', '.join(f'{g:+.1f}' for g in gaps)})"
-    )
+    figures: dict[str, Any] = {"cpu_ms": {s.name: s.median() for s in services}}
+    for other in services[1:]:
+        ratios = [sum(a) / sum(b) for a, b in zip(ours.cpu, other.cpu, strict=True)]
+        gaps = [a - b for a, b in zip(ours.p50, other.p50, strict=True)]
+        figures[other.name] = {"ratio": statistics.median(ratios), "p50_gap_ms": gaps}
+        print(
+            f"  Pressroom / {other.name}: {statistics.median(ratios):.2f} (rounds "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}); p50 {statistics.median(gaps):+.1f} ms "
+            f"(rounds {', '.join(f'{g:+.1f}' for g in gaps)})"
+        )
     total = sum(stages.values()) or 1
     print(f"\nPressroom's server CPU per job by stage ({total} py-spy samples):")
     for name, count in stages.most_common():
-        print(f"  {figures['server_ms']['pressroom'] * count / total:6.2f} ms  {name}")
-    for name in SYSTEMS:
-        jobs = args.docs * args.rounds
-        print(f"\nPostgreSQL's time per job by statement, {name} (execution and planning):")
-        print("\n".join(statement_rows(statements[name], jobs)))
+        print(f"  {ours.median(0) * count / total:6.2f} ms  {name}")
+    for s in (ours, bare):
+        print(f"\nPostgreSQL's time per job by statement, {s.name} (execution and planning):")
+        print("\n".join(s.statement_rows(args.docs * args.rounds)))
     return figures
 
 
@@ -362,13 +350,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1 if QUICK else 5)
     parser.add_argument("--latency-docs", type=int, default=20 if QUICK else 100)
+    parser.add_argument("--against", help="a commit whose Pressroom runs beside, from a worktree")
+    parser.add_argument("--samples", help="keep py-spy's samples (collapsed stacks) in this file")
     return parser
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["serve"]:
-        name, dsn, slots = sys.argv[2:5]
-        asyncio.run(serve(name, dsn, int(slots)))
+    if sys.argv[1:2] == ["serve-bare"]:
+        asyncio.run(serve_bare(sys.argv[2], int(sys.argv[3])))
         return
     args = parser().parse_args()
     print(f"machine: {machine()}")
