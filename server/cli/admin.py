@@ -21,7 +21,7 @@ import asyncpg
 
 from pressroom.cli.commands import CLIENT_COMMANDS, add_client_parsers, run_client_command
 from server.access import apikeys, tenants, token_keys
-from server.cli import backup, doctor, restore
+from server.cli import backup, doctor, endpoints, restore
 from server.queue import db
 from server.queue.embedded import EmbeddedPostgresError
 from server.settings import (
@@ -480,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make a new secret and print it; the old one also signs for 24 h",
     )
+    endpoints.add_parser(tenants_commands, _tenant)
     token_secret = tenants_commands.add_parser(
         "secret", help="make a new secret that signs a tenant's subscription tokens"
     )
@@ -559,6 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return asyncio.run(restore.run_restore(settings, args))
             elif args.command == "keys":
                 return asyncio.run(run_keys(settings, args))
+            elif args.command == "tenants" and args.tenants_command == "webhooks":
+                return asyncio.run(endpoints.run(settings, args, _database))
             elif args.command == "tenants":
                 return asyncio.run(run_tenants(settings, args))
             else:

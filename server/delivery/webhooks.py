@@ -4,7 +4,9 @@ Receivers verify deliveries with the standardwebhooks package (`Webhook(secret).
 library that signs them here.
 
 Rows of `webhook_deliveries` are written by the trigger that follows every event row, in the
-transaction of the job's state change (0010_event_side_effects.sql). Any process may send: its
+transaction of the job's state change (0010_event_side_effects.sql), and for a tenant's own
+events (template.published) one per endpoint of the tenant (server/delivery/endpoints.py), in
+the transaction that logs the event. Any process may send: its
 sender is a handler on the lease consumer (server/queue/lease.py), which claims due rows with
 SKIP LOCKED and a lease (a lease that ran out is claimed again, with the same webhook-id), and
 retries an attempt that did not deliver on the webhook schedule; the sender POSTs outside any
@@ -79,13 +81,18 @@ def sign_all(secrets: list[str], msg_id: str, timestamp: int, body: bytes | str)
 
 # --- Sending ------------------------------------------------------------------------------
 
+#: What adds a subject's links and fresh download URLs at send time, by subject.
+PRESENTERS = {"job": downloads.present, "batch": downloads.present_batch}
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Delivery:
     """One claimed attempt at one outbox row."""
 
     id: uuid.UUID
-    job_id: uuid.UUID | None  # None for a batch's delivery (batch.done of a combined batch)
+    #: None for a batch's delivery (batch.done of a combined batch) and a tenant's (its own
+    #: events, naming no job and no batch: template.published, to its endpoints).
+    job_id: uuid.UUID | None
     tenant: str
     url: str
     type: str
@@ -101,17 +108,26 @@ class Delivery:
         return self.id
 
     @property
+    def subject(self) -> str:
+        """What it carries, the name its body's `data` gives it: job, batch or template."""
+        return self.type.partition(".")[0]
+
+    def _about(self, job_key: str, batch_key: str) -> dict[str, str]:
+        """The job or the batch it is about, under these names (a tenant's: neither)."""
+        if self.job_id is not None:
+            return {job_key: str(self.job_id)}
+        if self.batch_id is not None:
+            return {batch_key: str(self.batch_id)}
+        return {}
+
+    @property
     def log_extra(self) -> dict[str, str]:
-        subject = {"job_id": str(self.job_id)} if self.job_id else {"batch_id": str(self.batch_id)}
+        subject = self._about("job_id", "batch_id")
         return {**subject, "tenant": self.tenant, "webhook_id": str(self.id)}
 
     @property
     def span_attributes(self) -> dict[str, tracing.Attribute]:
-        subject = (
-            {tracing.JOB_ID: str(self.job_id)}
-            if self.job_id
-            else {tracing.BATCH_ID: str(self.batch_id)}
-        )
+        subject = self._about(tracing.JOB_ID, tracing.BATCH_ID)
         return {
             **subject,
             tracing.TENANT: self.tenant,
@@ -476,22 +492,25 @@ class WebhookSender:
 
     async def body(self, delivery: Delivery) -> bytes:
         """`{type, timestamp, data: {job}}`; the job as the API shows it, with a fresh URL (a
-        batch's delivery: `data: {batch}`, its combined file's URL fresh likewise)."""
+        batch's delivery: `data: {batch}`, its combined file's URL fresh likewise; a tenant's:
+        `data: {template}`, as its event carries it)."""
         # Minted by the server for the tenant's own endpoint, not with a key: revoking the key
         # that submitted the job does not void its URLs (they expire as any link does). Local
         # storage signs a path on this server; the receiver gets the whole URL.
-        present = downloads.present if delivery.job_id is not None else downloads.present_batch
-        subject = await present(
-            dict(delivery.payload),
-            delivery.tenant,
-            storage=self._storage,
-            settings=self._settings,
-            minted_by=NO_KEY,
-        )
+        shown: dict[str, Any] = dict(delivery.payload)
+        present = PRESENTERS.get(delivery.subject)  # none for a tenant's event: it has no file
+        if present is not None:
+            shown = await present(
+                shown,
+                delivery.tenant,
+                storage=self._storage,
+                settings=self._settings,
+                minted_by=NO_KEY,
+            )
         message = {
             "type": delivery.type,
             "timestamp": delivery.created_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
-            "data": {"job" if delivery.job_id is not None else "batch": subject},
+            "data": {delivery.subject: shown},
         }
         return json.dumps(message, separators=(",", ":")).encode()
 

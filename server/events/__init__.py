@@ -32,6 +32,9 @@ TYPES = frozenset(
         "template.published",
     }
 )
+#: The events of a tenant as a whole, naming no job and no batch, which a tenant's own webhook
+#: endpoints take (`pressroom tenants webhooks`; the CHECK tenant_webhooks_types_known).
+TENANT_TYPES = frozenset({"template.published"})
 
 
 def type_errors(field: str, asked: Iterable[str]) -> list[tuple[str, str]]:

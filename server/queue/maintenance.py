@@ -83,6 +83,11 @@ def services(pool: asyncpg.Pool, storage: Storage, settings: Settings) -> list[S
         deleted = await retention.sweep_batches(pool, storage, older_than_days=days)
         if deleted:
             log.info("retention deleted %s combined batches older than %s days", deleted, days)
+        deleted = await retention.sweep_tenant_deliveries(pool, older_than_days=days)
+        if deleted:
+            log.info(
+                "retention deleted %s tenant webhook deliveries older than %s days", deleted, days
+            )
 
     found = [
         Service("rescuer", RESCUE_INTERVAL_S, rescue),

@@ -1,7 +1,8 @@
 """Retention: jobs finished more than PRESSROOM_RETENTION_DAYS ago lose files (documents and
 thumbnails; not a file that a job kept points at too, served from the render cache), then
 rows; so do batches whose combined PDF was finished that long ago (the file, then the batch,
-whose jobs stay theirs to the sweep above). The event log is pruned apart
+whose jobs stay theirs to the sweep above), and a tenant's own webhook deliveries settled that
+long ago (a job's and a batch's go with it). The event log is pruned apart
 from them, by dropping whole partitions of it (0017_event_log_partitions.sql), and kept ahead
 of its writers the same way.
 
@@ -133,6 +134,13 @@ async def sweep_batches(
     return await _sweep(
         pool, storage, older_than_days, ("expired_combines", "delete_batches"), _combined_files
     )
+
+
+async def sweep_tenant_deliveries(pool: asyncpg.Pool, *, older_than_days: int) -> int:
+    """Delete a tenant's own webhook deliveries (no job, no batch: template.published) settled
+    before retention, their attempts with them; a job's and a batch's go with it. How many."""
+    status: str = await pool.execute(query("delete_tenant_deliveries"), older_than_days)
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def _sweep(

@@ -345,6 +345,25 @@ class Template(BaseModel):
     diff: TemplateDiff | None = Field(None, description="What publishing found (publish only).")
 
 
+class PublishedTemplateLinks(BaseModel):
+    self: str = Field(description="The version published.")
+    diff: str = Field(description="What its publishing found.")
+
+
+class PublishedTemplate(BaseModel):
+    """What template.published carries, on the tenant's streams and to its webhook endpoints."""
+
+    name: str = Field(description="The template's name.")
+    version: Annotated[int, Field(ge=1)] = Field(description="The version published.")
+    template_id: str = Field(description="name@version.")
+    kind: Literal["html", "docx"] = Field(description="Jinja2 HTML, or a Word template.")
+    published_at: dt.datetime = Field(description="Published at.")
+    replaces: int | None = Field(
+        description="The version jobs naming the template got until now (null: none)."
+    )
+    links: PublishedTemplateLinks = Field(description="Where it is.")
+
+
 class TemplateSummaryLinks(BaseModel):
     self: str = Field(description="The template's latest version.")
 

@@ -335,7 +335,8 @@ SELECT job_events_drop_expired(make_interval(secs => $1));
 -- claim_webhooks --
 -- Due deliveries for this sender ($2), the attempt counted and the row leased for $3 seconds.
 -- The POST happens after this commits: no transaction stays open across the network. A job's
--- delivery carries the job's traceparent, which its span continues (a batch's has none).
+-- delivery carries the job's traceparent, which its span continues (a batch's and a tenant's
+-- have none).
 WITH due AS (
     SELECT id FROM webhook_deliveries
     WHERE status = 'pending' AND next_attempt_at <= now()
@@ -355,7 +356,8 @@ RETURNING w.id, w.job_id, w.batch_id, w.tenant, w.url, w.type, w.payload, w.atte
 -- One attempt's outcome ($7: pending = retry in $8 s, delivered, failed, disabled) and its log
 -- row. Only the sender still holding the lease moves the delivery on; the attempt is logged
 -- either way. A 410 also stops the job's (or the batch's) other pending deliveries to the
--- same URL.
+-- same URL; for a tenant's delivery (no job, no batch), those of the tenant's endpoint, which
+-- is disabled (tenant_webhooks.disabled_at) until it is added again.
 WITH mine AS (
     UPDATE webhook_deliveries
     SET status = $7::text,
@@ -366,7 +368,7 @@ WITH mine AS (
         last_status_code = $4::int, last_error = $6::text,
         locked_until = NULL, locked_by = NULL
     WHERE id = $1 AND attempts = $2 AND locked_by = $3
-    RETURNING id, job_id, batch_id, url
+    RETURNING id, job_id, batch_id, tenant, url
 ), logged AS (
     INSERT INTO webhook_attempts (delivery_id, attempt, status_code, duration_ms, error)
     SELECT id, $2, $4::int, $5::int, $6::text FROM webhook_deliveries WHERE id = $1
@@ -376,9 +378,17 @@ WITH mine AS (
     SET status = 'disabled', locked_until = NULL, locked_by = NULL,
         last_error = 'not sent: an earlier delivery to this URL was answered 410 Gone'
     FROM mine m
-    WHERE $7::text = 'disabled' AND (w.job_id = m.job_id OR w.batch_id = m.batch_id)
+    WHERE $7::text = 'disabled'
+      AND (w.job_id = m.job_id OR w.batch_id = m.batch_id
+           OR (num_nonnulls(m.job_id, m.batch_id, w.job_id, w.batch_id) = 0
+               AND w.tenant = m.tenant))
       AND w.url = m.url
       AND w.status = 'pending' AND w.id <> m.id
+), endpoint AS (
+    UPDATE tenant_webhooks t SET disabled_at = now()
+    FROM mine m
+    WHERE $7::text = 'disabled' AND num_nonnulls(m.job_id, m.batch_id) = 0
+      AND t.tenant = m.tenant AND t.url = m.url
 )
 SELECT count(*) > 0 AS recorded FROM mine;
 
@@ -601,6 +611,49 @@ RETURNING origin;
 -- tenant_origin_remove --
 -- NULL when the tenant ($1) did not have the origin ($2).
 DELETE FROM tenant_origins WHERE tenant = $1 AND origin = $2 RETURNING origin;
+
+-- tenant_webhook_list --
+-- A tenant's ($1) own webhook endpoints (0040), each with its latest delivery: its state and
+-- last error (NULL: none yet).
+SELECT t.url, t.types, t.created_at, t.disabled_at, d.status AS last_status,
+       d.created_at AS last_at, d.last_error
+FROM tenant_webhooks t
+LEFT JOIN LATERAL (
+    SELECT w.status, w.created_at, w.last_error FROM webhook_deliveries w
+    WHERE w.tenant = t.tenant AND w.url = t.url AND w.job_id IS NULL AND w.batch_id IS NULL
+    ORDER BY w.created_at DESC LIMIT 1
+) d ON true
+WHERE t.tenant = $1
+ORDER BY t.url;
+
+-- tenant_webhook_add --
+-- The tenant ($1) sends the types $3 of its own events to $2 from now on: a new endpoint, or
+-- one it had, with these types, enabled again. `added`: it is new; `was_disabled`: since when
+-- it was (410 Gone), NULL for none.
+WITH before AS (
+    SELECT disabled_at FROM tenant_webhooks WHERE tenant = $1 AND url = $2
+)
+INSERT INTO tenant_webhooks (tenant, url, types) VALUES ($1, $2, $3::text[])
+ON CONFLICT (tenant, url) DO UPDATE SET types = EXCLUDED.types, disabled_at = NULL
+RETURNING NOT EXISTS (SELECT 1 FROM before) AS added,
+          (SELECT disabled_at FROM before) AS was_disabled;
+
+-- tenant_webhook_remove --
+-- The tenant ($1) sends nothing to $2 any more: the endpoint goes, and its deliveries still
+-- pending with it (disabled, saying why). NULL when it had no such endpoint; else how many
+-- deliveries were stopped.
+WITH gone AS (
+    DELETE FROM tenant_webhooks WHERE tenant = $1 AND url = $2 RETURNING url
+), stopped AS (
+    UPDATE webhook_deliveries w
+    SET status = 'disabled', locked_until = NULL, locked_by = NULL,
+        last_error = 'not sent: the endpoint was removed'
+    FROM gone g
+    WHERE w.tenant = $1 AND w.url = g.url AND w.job_id IS NULL AND w.batch_id IS NULL
+      AND w.status = 'pending'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM stopped) AS stopped FROM gone;
 
 -- tenant_in_flight --
 SELECT count(*) FROM jobs WHERE tenant = $1 AND status IN ('queued', 'running');
@@ -976,6 +1029,13 @@ FOR UPDATE OF b SKIP LOCKED;
 -- delete_batches --
 -- Their items and combined rows go with them (ON DELETE CASCADE); their jobs stay.
 DELETE FROM batches WHERE id = ANY($1::uuid[]);
+
+-- delete_tenant_deliveries --
+-- A tenant's own deliveries (no job, no batch: its template.published, 0040) settled more than
+-- $1 days ago, with their attempts (ON DELETE CASCADE); a job's and a batch's go with it.
+DELETE FROM webhook_deliveries
+WHERE job_id IS NULL AND batch_id IS NULL AND status <> 'pending'
+  AND created_at < now() - make_interval(days => $1);
 
 -- job_stats_hour --
 -- The tenant's ($1) jobs done and failed in each minute from $2 (the start of a minute) on,

@@ -13,7 +13,8 @@
 -- 3. Templates
 -- 4. Batches and their combined PDFs
 -- 5. Webhooks: the outbox and its attempts
--- 6. The write path: what follows an event row (one trigger), the done write
+-- 6. The write path: what follows an event row (one trigger; a tenant's events' deliveries,
+--    a second), the done write
 -- 7. Tenants and keys
 -- 8. Assets
 --
@@ -849,8 +850,9 @@ CREATE TRIGGER batch_combines_events AFTER UPDATE ON batch_combines
 -- ---------------------------------------------------------------------------------------------
 
 -- The webhook outbox: one row per delivered event (event_is_delivered) of a job or a batch
--- with a webhook_url, written by the event trigger in the transaction of the state change, so
--- a crash between the change and the POST loses nothing.
+-- with a webhook_url, and per endpoint of a tenant (tenant_webhooks) for each of its own events
+-- (template.published), written by the event triggers in the transaction of the change, so a
+-- crash between the change and the POST loses nothing.
 CREATE TABLE webhook_deliveries (
     -- Sent as the `webhook-id` header on every attempt, so receivers can de-duplicate.
     id               uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -871,15 +873,17 @@ CREATE TABLE webhook_deliveries (
     last_error       text,
     created_at       timestamptz NOT NULL DEFAULT now(),
     delivered_at     timestamptz,
-    -- Set for a batch's batch.done (a batch with combine); job_id for a job's final events.
+    -- Set for a batch's batch.done (a batch with combine); job_id for a job's final events;
+    -- neither for a tenant's event (0040).
     batch_id         uuid        REFERENCES batches (id) ON DELETE CASCADE,
     CONSTRAINT webhook_deliveries_status_known
         CHECK (status IN ('pending', 'delivered', 'failed', 'disabled')),
     CONSTRAINT webhook_deliveries_delivered_at
         CHECK ((status = 'delivered') = (delivered_at IS NOT NULL)),
-    CONSTRAINT webhook_deliveries_subject CHECK ((job_id IS NULL) <> (batch_id IS NULL)),
-    CONSTRAINT webhook_deliveries_type_known
-        CHECK (type IN ('job.done', 'job.failed', 'job.cancelled', 'batch.done'))
+    CONSTRAINT webhook_deliveries_subject CHECK (
+        num_nonnulls(job_id, batch_id) = CASE WHEN type LIKE 'template.%' THEN 0 ELSE 1 END),
+    CONSTRAINT webhook_deliveries_type_known CHECK (type IN (
+        'job.done', 'job.failed', 'job.cancelled', 'batch.done', 'template.published'))
 );
 
 -- The sender's claim reads only pending rows, earliest due first.
@@ -955,7 +959,8 @@ $$;
 --   insert comes back here one level deeper and notifies nothing, the statement that caused
 --   them does. A batch event written on its own (batch_announce) notifies as any other.
 -- - the webhook outbox: a row per delivered event, unless a delivery of that job or batch to
---   that URL was disabled (410 Gone); then one NOTIFY on pressroom_webhooks, payload 'w'.
+--   that URL was disabled (410 Gone); then one NOTIFY on pressroom_webhooks, payload 'w'. The
+--   rows of a tenant's own events are job_events_tenant_webhooks' (below).
 -- - NOTIFY on pressroom, payload '<kind>:<greatest event id of the statement>': kind 'q' when
 --   some job of the statement was queued or retried, so the workers look for work (0023);
 --   'e' otherwise.
@@ -1020,6 +1025,27 @@ END $$;
 CREATE TRIGGER job_events_side_effects AFTER INSERT ON job_events
     REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION job_events_after_insert();
+
+-- An event of the tenant as a whole (template.published, naming no job and no batch) goes to
+-- each endpoint of the tenant that takes its type and is not disabled (tenant_webhooks), then
+-- one NOTIFY on pressroom_webhooks, as above (0040). A row trigger whose WHEN only such events
+-- pass: the statements of jobs and batches queue nothing and call nothing for it.
+CREATE FUNCTION job_events_to_tenant_webhooks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO webhook_deliveries (tenant, url, type, payload)
+    SELECT NEW.tenant, t.url, NEW.type, NEW.payload
+    FROM tenant_webhooks t
+    WHERE t.tenant = NEW.tenant AND NEW.type = ANY (t.types) AND t.disabled_at IS NULL;
+    IF FOUND THEN
+        PERFORM pg_notify('pressroom_webhooks', 'w');
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER job_events_tenant_webhooks AFTER INSERT ON job_events
+    FOR EACH ROW
+    WHEN (NEW.job_id IS NULL AND NEW.type NOT LIKE 'batch.%')
+    EXECUTE FUNCTION job_events_to_tenant_webhooks();
 
 -- The write that makes jobs done (queries.sql, finish_done_many), in a function for its plan
 -- alone, as job_events_after_all for the hub's read. Run as a statement, PostgreSQL planned it
@@ -1150,6 +1176,21 @@ CREATE TABLE tenant_token_keys (
     CONSTRAINT tenant_token_keys_one_kid_per_key UNIQUE (tenant, thumbprint),
     CONSTRAINT tenant_token_keys_kid_format CHECK (kid ~ '^[A-Za-z0-9_.:-]{1,64}$'),
     CONSTRAINT tenant_token_keys_algorithm CHECK (algorithm IN ('RS256', 'ES256', 'EdDSA'))
+);
+
+-- A tenant's own webhook endpoints (`pressroom tenants webhooks`), each taking the types of the
+-- tenant's events it lists, a CHECKed list that grows with them (server/events: TENANT_TYPES);
+-- job_events_to_tenant_webhooks writes their deliveries. Disabled (disabled_at) by a delivery
+-- answered 410 Gone: it gets nothing until it is added again (0040).
+CREATE TABLE tenant_webhooks (
+    tenant      text        NOT NULL REFERENCES tenants (name) ON DELETE CASCADE,
+    url         text        NOT NULL,
+    types       text[]      NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    disabled_at timestamptz,
+    PRIMARY KEY (tenant, url),
+    CONSTRAINT tenant_webhooks_types_known
+        CHECK (cardinality(types) > 0 AND types <@ ARRAY['template.published'])
 );
 
 -- Every process keeps what it read of the keys, the tenants' token secrets and token keys and

@@ -18,6 +18,7 @@ from server.schemas.batches import Batch
 from server.schemas.common import EVENT_ID_PATTERN
 from server.schemas.jobs import Job
 from server.schemas.streams import Event, StreamClosed
+from server.schemas.templates import PublishedTemplate
 from server.web import sockets, sse
 
 JsonSchema = dict[str, Any]
@@ -28,6 +29,8 @@ BATCH_TYPES = sorted(t for t in events.TYPES if t.startswith("batch."))
 #: The events a webhook is POSTed for (the SQL function event_is_delivered decides).
 JOB_WEBHOOKS = sorted(FINAL_TYPES)
 BATCH_WEBHOOK = "batch.done"
+#: The events POSTed to a tenant's own endpoints (`pressroom tenants webhooks`).
+TENANT_WEBHOOKS = sorted(events.TENANT_TYPES)
 
 
 def ref(name: str) -> JsonSchema:
@@ -187,8 +190,23 @@ class BatchWebhook(BaseModel):
     data: BatchWebhookData
 
 
+class TemplateWebhookData(BaseModel):
+    template: PublishedTemplate = Field(description="The version published.")
+
+
+class TemplateWebhook(BaseModel):
+    """The body of a tenant's webhook, POSTed to each of its own endpoints that takes the
+    event (`pressroom tenants webhooks`) when one of its template versions is published."""
+
+    type: Annotated[str, WithJsonSchema({"type": "string", "enum": TENANT_WEBHOOKS})] = Field(
+        description="What happened."
+    )
+    timestamp: dt.datetime = Field(description="When it was published (UTC).")
+    data: TemplateWebhookData
+
+
 #: Models the document's components hold for this module (server/web/openapi.py).
-MODELS: tuple[type[BaseModel], ...] = (JobWebhook, BatchWebhook, EventBatch)
+MODELS: tuple[type[BaseModel], ...] = (JobWebhook, BatchWebhook, TemplateWebhook, EventBatch)
 
 
 SIGNATURE = "v1,[A-Za-z0-9+/]+={0,2}"
@@ -223,7 +241,10 @@ WEBHOOK_HEADERS: list[JsonSchema] = [
 SCHEDULE = ", ".join(_duration(s) for s in webhooks.SCHEDULE_S)
 WEBHOOK_RESPONSES: JsonSchema = {
     "2XX": {"description": f"Delivered. Answer within {webhooks.TIMEOUT_S:g} s, and work later."},
-    "410": {"description": "Gone: no more deliveries to this URL for this job."},
+    "410": {
+        "description": "Gone: no more deliveries to this URL for this job (or batch); to a "
+        "tenant's own endpoint, none at all until it is added again."
+    },
     "429": {"description": "Retried as a 5XX is, not before its Retry-After."},
     "5XX": {
         "description": f"Retried, as a timeout or a network error is, after {SCHEDULE} "
@@ -268,6 +289,10 @@ WEBHOOKS: dict[str, tuple[str, type[BaseModel]]] = {
     BATCH_WEBHOOK: (
         "A batch with combine is done (one without posts its items' only)",
         BatchWebhook,
+    ),
+    "template.published": (
+        "A template version was published (to the tenant's own endpoints)",
+        TemplateWebhook,
     ),
 }
 

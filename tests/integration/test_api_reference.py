@@ -22,7 +22,7 @@ CONTENT_TYPES = {
     "icon": {"image/svg+xml"},
 }
 #: The events a webhook is POSTed for: the CHECK of webhook_deliveries.type (schema.sql).
-WEBHOOK_TYPES = {"job.done", "job.failed", "job.cancelled", "batch.done"}
+WEBHOOK_TYPES = {"job.done", "job.failed", "job.cancelled", "batch.done", "template.published"}
 CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]*)")
 
 
