@@ -6,11 +6,11 @@ library that signs them here.
 Rows of `webhook_deliveries` are written by the trigger that follows every event row, in the
 transaction of the job's state change (0010_event_side_effects.sql), and for a tenant's own
 events (template.published) one per endpoint of the tenant (server/delivery/endpoints.py), in
-the transaction that logs the event. Any process may send: its
-sender is a handler on the lease consumer (server/queue/lease.py), which claims due rows with
-SKIP LOCKED and a lease (a lease that ran out is claimed again, with the same webhook-id), and
-retries an attempt that did not deliver on the webhook schedule; the sender POSTs outside any
-transaction, then records the attempt.
+the transaction that logs the event. Any process may send: its sender is a handler on the
+lease consumer (server/queue/lease.py), which claims due rows with SKIP LOCKED and a lease (a
+lease that ran out is claimed again, with the same webhook-id), and retries an attempt that did
+not deliver on the webhook schedule; the sender POSTs outside any transaction, then records
+the attempt.
 """
 
 from __future__ import annotations
