@@ -23,7 +23,10 @@ signed one (the signature holds its time).
 The XMP is written in the pass the PDF goes through anyway: the finishing steps' single write
 (server/pdf/finishing.py) when the job has any, before PDF/A reads the metadata and before the
 signature, which covers it; otherwise one pass of its own (`seal`), which also sets the
-document information the options ask for (the pass server/pdf/docinfo.py made alone before).
+document information the options ask for. That pass appends the new information and the XMP to
+the printed file as an incremental update (server/pdf/update.py: about 0.3 ms for a one-page
+PDF here, against 1 ms to write it whole through qpdf); the information it supersedes stays in
+the file with its dates blanked, so the bytes still depend on the inputs alone.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import re
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -43,7 +47,7 @@ from lxml import etree
 
 from server.options import RenderOptions
 from server.options.values import FINISHED_BY
-from server.pdf import docinfo
+from server.pdf import docinfo, update
 
 NAMESPACE = "https://pressroom.dev/ns/provenance/1.0/"
 PREFIX = "pressroom"
@@ -247,13 +251,55 @@ def save_arguments(options: RenderOptions) -> dict[str, Any]:
 
 def sealed(pdf: bytes, options: RenderOptions, provenance: Provenance) -> bytes:
     """A PDF with no finishing step through its one pass: the document information the options
-    ask for, the dates of printing out, the provenance in, a deterministic document ID."""
+    ask for, the dates of printing out, the provenance in, a deterministic document ID. As an
+    incremental update where the file allows one (server/pdf/update.py), else written whole."""
     with pikepdf.open(io.BytesIO(pdf)) as document:
         docinfo.set_fields(document, options.document_info())
+        updated = _appended(pdf, document, provenance)
+        if updated is not None:
+            return updated
         write(document, provenance, pdfa=False)
         out = io.BytesIO()
         document.save(out, **save_arguments(options))
     return out.getvalue()
+
+
+#: A date of the document information, as Chromium and LibreOffice write it: a literal string.
+_DATE = re.compile(rb"(/(?:CreationDate|ModDate)\s*\()([^()\\]*)(\))")
+
+
+def _appended(pdf: bytes, document: pikepdf.Pdf, provenance: Provenance) -> bytes | None:
+    """`pdf` with the document information of `document` (open on it, its fields set), without
+    the dates of printing, and the provenance's XMP, appended as an incremental update; None
+    for a file that cannot take one here (the caller writes it whole). The information it
+    replaces stays in its place with its dates blanked, so that the bytes depend on the inputs
+    alone (the module's text)."""
+    file = update.Updatable.of(pdf)
+    info = document.trailer.get("/Info")
+    if file is None or info is None or not info.is_indirect or "/Metadata" in document.Root:
+        return None
+    old = file.body(info.objgen[0])
+    if old is None or "/Encrypt" in document.trailer:
+        return None
+    blanked, dates = _DATE.subn(lambda m: m[1] + b" " * len(m[2]) + m[3], pdf[old])
+    if dates != pdf[old].count(b"Date"):
+        return None  # a date written otherwise: left to the whole write
+    for name in ("/CreationDate", "/ModDate"):
+        if name in document.docinfo:
+            del document.docinfo[name]
+    root = document.Root.unparse(resolved=True)
+    number = int(document.trailer.Size)
+    packet = _packet(provenance)
+    changed = {
+        info.objgen[0]: document.docinfo.unparse(resolved=True),
+        document.Root.objgen[0]: root.removesuffix(b">>") + b" /Metadata %d 0 R>>" % number,
+        number: b"<</Type /Metadata /Subtype /XML /Length %d>>\nstream\n%s\nendstream"
+        % (len(packet), packet),
+    }
+    refs = {"Root": document.Root.objgen, "Info": info.objgen}
+    trailer = {b"Size": b"%d" % (number + 1)}
+    trailer |= {name.encode(): b"%d %d R" % objgen for name, objgen in refs.items()}
+    return file.appended(pdf[: old.start] + blanked + pdf[old.stop :], changed, trailer)
 
 
 async def seal(pdf: bytes, options: RenderOptions, provenance: Provenance) -> bytes:
