@@ -6,7 +6,8 @@ BENCH_QUICK=1 runs reduced sizes; --tiny the smallest that still run every path 
 smoke test, tests/integration/test_bench_quick.py). A benchmark that fails is reported and the
 others still run; the exit status says whether any failed.
 
-    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard,cost] [--tiny]
+    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard,cost]
+                    [--tiny]
 """
 
 from __future__ import annotations
