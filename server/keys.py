@@ -29,12 +29,14 @@ if TYPE_CHECKING:
     from server.settings import Settings
     from server.web.auth import Authenticator
     from server.web.cors import Cors
+    from server.web.defaults import TenantDefaults
     from server.web.sse import Streams as SseStreams
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 AUTH: web.AppKey[Authenticator] = web.AppKey("auth")
 CORS: web.AppKey[Cors] = web.AppKey("cors")
+TENANT_DEFAULTS: web.AppKey[TenantDefaults] = web.AppKey("tenant_defaults")
 DSN: web.AppKey[str] = web.AppKey("dsn")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 GROUP_COMMIT: web.AppKey[GroupCommit] = web.AppKey("group_commit")

@@ -12,7 +12,8 @@ The open dev mode's tenant has no key and no row; its deliveries are signed with
 PRESSROOM_WEBHOOK_SECRET (settings.webhook_secret), its tokens with PRESSROOM_SECRET.
 
 A tenant with keys may also allow browser origins of its own (`pressroom tenants origins`),
-which server/web/cors.py keeps in memory.
+which server/web/cors.py keeps in memory, and have the render cache serve all its jobs
+(`pressroom tenants cache`), which server/web/defaults.py keeps in memory.
 """
 
 from __future__ import annotations
@@ -154,3 +155,27 @@ async def add_origin(
 async def remove_origin(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, origin: str) -> bool:
     """Stop allowing `origin` for the tenant; False when it was not one of its origins."""
     return await conn.fetchval(query("tenant_origin_remove"), tenant, origin) is not None
+
+
+async def render_cache_tenants(conn: asyncpg.Connection | asyncpg.Pool) -> frozenset[str]:
+    """The tenants whose jobs use the render cache unless they say `cache: false`."""
+    return frozenset(row["name"] for row in await conn.fetch(query("tenant_render_cache")))
+
+
+async def render_cache(conn: asyncpg.Connection | asyncpg.Pool, tenant: str) -> bool | None:
+    """Whether the render cache serves every job of the tenant by default; None for a tenant
+    without keys (the dev-mode tenant), which has no default."""
+    if await webhook_secrets(conn, tenant, overlap_s=0) is None:
+        return None  # no keys; else its row exists now
+    on: bool = await conn.fetchval(query("tenant_render_cache_of"), tenant)
+    return on
+
+
+async def set_render_cache(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, *, on: bool
+) -> bool | None:
+    """Turn the tenant's default on or off: True when that changed it, False when it was so
+    already, None for a tenant without keys."""
+    if await webhook_secrets(conn, tenant, overlap_s=0) is None:
+        return None  # no keys; else its row exists now
+    return await conn.fetchval(query("tenant_set_render_cache"), tenant, on) is not None

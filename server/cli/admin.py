@@ -246,13 +246,16 @@ async def run_keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_tenants(settings: Settings, args: argparse.Namespace) -> int:
-    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate | token-key | origins."""
+    """tenants webhook-secret TENANT [--rotate] | secret TENANT --rotate | token-key | origins
+    | cache."""
     if args.tenants_command == "secret":
         return await run_token_secret(settings, args)
     if args.tenants_command == "token-key":
         return await run_token_keys(settings, args)
     if args.tenants_command == "origins":
         return await run_origins(settings, args)
+    if args.tenants_command == "cache":
+        return await run_cache(settings, args)
     overlap_s = tenants.ROTATION_OVERLAP_S
     async with _database(settings) as conn:
         if args.rotate:
@@ -430,6 +433,43 @@ async def run_origins(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_cache(settings: Settings, args: argparse.Namespace) -> int:
+    """tenants cache TENANT --on | --off | --show: whether the render cache serves every job of
+    the tenant that leaves `cache` out (server/web/defaults.py)."""
+    tenant = args.tenant
+    async with _database(settings) as conn:
+        if args.show:
+            found = await tenants.render_cache(conn, tenant)
+        else:
+            found = await tenants.set_render_cache(conn, tenant, on=args.on)
+    if found is None:
+        print(
+            f"pressroom: tenant {tenant!r} has no API key, so no render cache default of its "
+            'own (the dev-mode tenant\'s jobs use the cache when they say "cache": true); '
+            f"create a key first: pressroom keys create --tenant {tenant}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.show:
+        print("on" if found else "off")  # alone on stdout, for scripts
+        return 0
+    if args.on:
+        state = "now serves" if found else "already serves"
+        print(
+            f"tenant {tenant!r} {state} its jobs from the render cache unless they say "
+            '"cache": false; every server does so now',
+            file=sys.stderr,
+        )
+    else:
+        state = "no longer serves" if found else "does not serve"
+        print(
+            f"tenant {tenant!r} {state} its jobs from the render cache unless they say "
+            '"cache": true; every server does so now',
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -469,7 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys_commands.add_parser("list", help="every key: id, tenant, prefix, created, revoked")
     revoke = keys_commands.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id", type=int, help="the key's id (see keys list)")
-    tenants_cmd = commands.add_parser("tenants", help="a tenant's secrets, token keys and origins")
+    tenants_cmd = commands.add_parser(
+        "tenants", help="a tenant's secrets, token keys, origins and render cache default"
+    )
     tenants_commands = tenants_cmd.add_subparsers(dest="tenants_command", required=True)
     secret = tenants_commands.add_parser(
         "webhook-secret", help="print the secret that signs a tenant's webhooks"
@@ -516,6 +558,20 @@ def build_parser() -> argparse.ArgumentParser:
     change.add_argument("--add", metavar="ORIGIN", help="allow an origin: https://app.example.com")
     change.add_argument("--remove", metavar="ORIGIN", help="stop allowing an origin")
     change.add_argument("--list", action="store_true", help="print the tenant's own origins")
+    cache = tenants_commands.add_parser(
+        "cache", help="whether the render cache serves every job of a tenant (its default)"
+    )
+    cache.add_argument("tenant", type=_tenant, help="a tenant with API keys")
+    switch = cache.add_mutually_exclusive_group(required=True)
+    switch.add_argument(
+        "--on",
+        action="store_true",
+        help='serve its jobs from the render cache unless they say "cache": false',
+    )
+    switch.add_argument(
+        "--off", action="store_true", help='only its jobs that say "cache": true (the default)'
+    )
+    switch.add_argument("--show", action="store_true", help="print on or off")
     add_client_parsers(commands)  # submit, jobs, watch, batch: clients of a running server
     return parser
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
 
@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "pressroom"
 #: New rows in the webhook outbox (server/delivery/webhooks.py); the payload carries nothing.
 WEBHOOK_CHANNEL = "pressroom_webhooks"
-#: API keys, token secrets, token keys or origins changed (access_changed in schema.sql); the
-#: payload names the table.
+#: API keys, token secrets, token keys, origins or a tenant's defaults changed (access_changed
+#: in schema.sql); the payload names the table.
 ACCESS_CHANNEL = "pressroom_access"
 #: How a LISTEN connection is named in pg_stat_activity (the others are "pressroom").
 LISTEN_APPLICATION = "pressroom listen"
@@ -38,6 +38,37 @@ POLL_INTERVAL_S = 1.0
 
 #: What asyncpg calls on a notification: connection, sender's pid, channel, payload.
 Callback = Callable[[object, int, str, str], None]
+
+
+class Rereads:
+    """A read of what a process keeps in memory (the tenants' origins, their defaults), run
+    again whenever a change to access is heard, and every POLL_INTERVAL_S while none can be
+    (the LISTEN connection is away)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._listening = False
+        self._changed = asyncio.Event()
+
+    def changed(self, *, listening: bool = True) -> None:
+        """A change to access was heard, or the LISTEN connection listens again, or it was
+        lost (not `listening`): read again now, and poll until it is back."""
+        self._listening = listening
+        self._changed.set()
+
+    async def run(self, read: Callable[[], Awaitable[None]]) -> None:
+        """Call `read` on every change until cancelled (a background task); a read that fails
+        is logged, and the next change or poll reads again."""
+        while True:
+            if not self._listening:
+                await asyncio.sleep(POLL_INTERVAL_S)
+            else:
+                await self._changed.wait()
+            self._changed.clear()
+            try:
+                await read()
+            except DB_OR_QUERY_ERRORS as exc:
+                log.warning("could not read %s again: %s", self._what, exc)
 
 
 async def hold(

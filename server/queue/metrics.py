@@ -111,8 +111,9 @@ class Metrics:
         )
         self.render_cache = Counter(
             "pressroom_render_cache",
-            "Submissions that asked for the render cache (cache: true) by result: hit (done at "
-            "once with a done job's file) or miss (rendered).",
+            "New jobs and batch items that use the render cache (cache: true, or their "
+            "tenant's default) by result: hit (done at once with a done job's file) or miss "
+            "(rendered).",
             ["result"],
             registry=self.registry,
         )

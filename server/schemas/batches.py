@@ -152,6 +152,11 @@ class BatchItemSummary(BaseModel):
     error: str | None = Field(None, description="Its job's last error.")
     pages: int | None = Field(None, description="Pages, once done.")
     url: str | None = Field(None, description="Signed download URL, once done.")
+    cached_from: uuid.UUID | None = Field(
+        None,
+        description="The job that rendered its file, for an item served from the render cache "
+        "(cache); null for one that rendered its own.",
+    )
 
 
 class BatchLinks(BaseModel):

@@ -185,12 +185,15 @@ class JobRequest(BaseModel):
         "name, else the PDF's own title; encrypted or unreadable files are refused. Options: "
         f"document information, thumbnail and finishing only. At most {MAX_JOB_PDFS}.",
     )
-    cache: bool = Field(
-        False,
+    cache: bool | None = Field(
+        None,
         description="Serve the job from the render cache: when a done job of the tenant that "
-        "asked for it had the same source, data, options, assets and Pressroom version, the job "
-        "is done at once with that job's file (cached_from names it), else it renders and "
-        "serves later ones. Not for page_url (the page may change) or a thumbnail.",
+        "used it had the same source, data, options, assets and Pressroom version, the job is "
+        "done at once with that job's file (cached_from names it), else it renders and serves "
+        "later ones. Left out or null: as the tenant's default (`pressroom tenants cache`; off "
+        "unless turned on, and off for the dev-mode tenant); false: not even then. true is "
+        "refused for page_url (the page may change) and a thumbnail; the default leaves those "
+        "jobs to render.",
     )
 
     @model_validator(mode="before")
@@ -255,18 +258,19 @@ class JobRequest(BaseModel):
 
     @field_validator("cache")
     @classmethod
-    def _cacheable(cls, cache: bool, info: ValidationInfo) -> bool:
-        if not cache:
-            return cache
-        if info.data.get("page_url") is not None:
-            raise ValueError(
-                "a page_url job is not cached: the page may change between two jobs; leave "
-                "cache out"
-            )
-        given = info.data.get("options")
-        if isinstance(given, RenderOptions) and given.thumbnail is not None:
-            raise ValueError("a job with a thumbnail is not cached: leave cache or thumbnail out")
+    def _cacheable(cls, cache: bool | None, info: ValidationInfo) -> bool | None:
+        if cache:
+            refused = _not_cached(info.data.get("page_url"), info.data.get("options"))
+            if refused is not None:
+                raise ValueError(refused)
         return cache
+
+    def uses_cache(self, tenant_default: bool) -> bool:
+        """Whether the render cache serves the job: as its `cache` says, else as its tenant's
+        default, for a job the cache may serve (a default makes no valid job invalid)."""
+        if self.cache is not None:
+            return self.cache
+        return tenant_default and _not_cached(self.page_url, self.options) is None
 
     @field_validator("assets")
     @classmethod
@@ -374,6 +378,15 @@ class JobRequest(BaseModel):
                     "options"
                 )
         return refs
+
+
+def _not_cached(page_url: Any, options: Any) -> str | None:
+    """Why the render cache cannot serve a job (what `cache: true` is refused with), or None."""
+    if page_url is not None:
+        return "a page_url job is not cached: the page may change between two jobs; leave cache out"
+    if isinstance(options, RenderOptions) and options.thumbnail is not None:
+        return "a job with a thumbnail is not cached: leave cache or thumbnail out"
+    return None
 
 
 def office_asset(office: str, mapped: Mapping[str, str]) -> str | None:

@@ -9,12 +9,10 @@
 -- $13 holds the jobs' assets (NULL for a job without any); $14 and $15 each job's source and
 -- sealed secrets; $16 each job's channel; $17 each job's traceparent (NULL: tracing off); $18
 -- and $19 the name and version of the stored template it was made from (NULL: none); $20 its
--- cache key (NULL: it did not ask for the cache). Each job comes with its job.queued event,
--- but for one whose key a done job of its tenant has (the render cache, 0037): that one is
--- inserted done, with that job's file, size, pages, provenance and finishing, naming the job
--- that rendered the file (cached_from), and comes with its job.done event. The done job is
--- held (FOR KEY SHARE) until this commits, so retention cannot delete its file meanwhile; one
--- retention holds is skipped (a miss: rendered again).
+-- cache key (NULL: it does not use the render cache). Each job comes with its job.queued event,
+-- but for one that the render cache serves (render_cache_hit): that one is inserted done, with
+-- the file of a done job of its tenant, and comes with its job.done event; its secrets are not
+-- kept, as no attempt will read them.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, idempotency_key, request_hash, channel,
@@ -23,11 +21,10 @@ WITH new AS (
                       finishing, progress, finished_at)
     SELECT t.id, t.tenant, t.template, t.data, t.options, t.metadata, t.webhook_url, t.priority,
            t.max_attempts, coalesce(t.run_after, now()), t.idempotency_key, t.request_hash,
-           t.channel, t.assets, t.source, CASE WHEN h.origin IS NULL THEN t.secrets END,
-           t.traceparent, t.template_name, t.template_version, t.cache_key, h.origin,
-           CASE WHEN h.origin IS NULL THEN 'queued' ELSE 'done' END, h.object_key, h.bytes,
-           h.pages, h.provenance, h.finishing, CASE WHEN h.origin IS NOT NULL THEN 100 END,
-           CASE WHEN h.origin IS NOT NULL THEN now() END
+           t.channel, t.assets, t.source, CASE WHEN h.cached_from IS NULL THEN t.secrets END,
+           t.traceparent, t.template_name, t.template_version, t.cache_key, h.cached_from,
+           coalesce(h.status, 'queued'), h.object_key, h.bytes, h.pages, h.provenance,
+           h.finishing, h.progress, h.finished_at
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
                 $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[], $18::text[],
@@ -35,15 +32,7 @@ WITH new AS (
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, idempotency_key, request_hash, assets, source,
               secrets, channel, traceparent, template_name, template_version, cache_key)
-    LEFT JOIN LATERAL (
-        SELECT coalesce(o.cached_from, o.id) AS origin, o.object_key, o.bytes, o.pages,
-               o.provenance, o.finishing
-        FROM jobs o
-        WHERE t.cache_key IS NOT NULL AND o.tenant = t.tenant AND o.cache_key = t.cache_key
-          AND o.status = 'done'
-        LIMIT 1
-        FOR KEY SHARE OF o SKIP LOCKED
-    ) h ON true
+    LEFT JOIN LATERAL render_cache_hit(t.tenant, t.cache_key) h ON true
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
@@ -573,6 +562,19 @@ UPDATE tenants SET token_secret = CASE WHEN $3::boolean THEN $2 ELSE coalesce(to
 WHERE name = $1
 RETURNING token_secret;
 
+-- tenant_render_cache --
+-- The tenants whose jobs use the render cache unless they say otherwise: what each process
+-- keeps for submissions (server/web/defaults.py).
+SELECT name FROM tenants WHERE render_cache;
+
+-- tenant_render_cache_of --
+-- One tenant's ($1) default; no row for a tenant without one.
+SELECT render_cache FROM tenants WHERE name = $1;
+
+-- tenant_set_render_cache --
+-- The tenant's ($1) default becomes $2; NULL when it was so already.
+UPDATE tenants SET render_cache = $2 WHERE name = $1 AND render_cache <> $2 RETURNING name;
+
 -- token_key_add --
 -- A tenant's ($1) new token key: kid $2, algorithm $3, public key PEM $4, thumbprint $5.
 INSERT INTO tenant_token_keys (tenant, kid, algorithm, public_key, thumbprint)
@@ -797,36 +799,51 @@ FOR SHARE;
 INSERT INTO batches (id, tenant, request_hash, webhook_url, channel) VALUES ($1, $2, $3, $4, $5);
 
 -- insert_batch_jobs --
--- A batch's new jobs, their job.queued events and all its item rows (new and reused jobs) in
--- one statement; its NOTIFY and the batch event follow from the job_events trigger.
+-- A batch's new jobs, their events and all its item rows (new and reused jobs) in one
+-- statement; its NOTIFY and the batch event follow from the job_events trigger, which counts
+-- the items once they are all in (an item done at once counts as done).
 -- $1..$12 are parallel arrays, one element per new job; $13 is the batch; $14..$16 give
 -- every item's position, key and job id; $17 holds the new jobs' assets, $18 and $19 each new
 -- job's source and sealed secrets, $20 each new job's channel, $21 its traceparent (the batch
--- request's trace), $22 and $23 its stored template's name and version.
+-- request's trace), $22 and $23 its stored template's name and version, $24 its cache key.
+-- As in insert_jobs, a new job that the render cache serves is inserted done with its
+-- job.done event, the others queued with job.queued. Counts the new jobs, and of those with a
+-- cache key, the hits and the misses.
 WITH new AS (
     INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
                       max_attempts, run_after, item_key, item_hash, assets, source, secrets,
-                      channel, traceparent, template_name, template_version)
-    SELECT id, tenant, template, data, options, metadata, webhook_url, priority,
-           max_attempts, coalesce(run_after, now()), item_key, item_hash, assets, source, secrets,
-           channel, traceparent, template_name, template_version
+                      channel, traceparent, template_name, template_version, cache_key,
+                      cached_from, status, object_key, bytes, pages, provenance, finishing,
+                      progress, finished_at)
+    SELECT t.id, t.tenant, t.template, t.data, t.options, t.metadata, t.webhook_url,
+           t.priority, t.max_attempts, coalesce(t.run_after, now()), t.item_key, t.item_hash,
+           t.assets, t.source, CASE WHEN h.cached_from IS NULL THEN t.secrets END, t.channel,
+           t.traceparent, t.template_name, t.template_version, t.cache_key, h.cached_from,
+           coalesce(h.status, 'queued'), h.object_key, h.bytes, h.pages, h.provenance,
+           h.finishing, h.progress, h.finished_at
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
                 $17::jsonb[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[],
-                $23::int[])
+                $23::int[], $24::text[])
          AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
               max_attempts, run_after, item_key, item_hash, assets, source, secrets, channel,
-              traceparent, template_name, template_version)
+              traceparent, template_name, template_version, cache_key)
+    LEFT JOIN LATERAL render_cache_hit(t.tenant, t.cache_key) h ON true
     RETURNING *
 ), ev AS (
     INSERT INTO job_events (job_id, tenant, type, payload)
-    SELECT n.id, n.tenant, 'job.queued', job_public(n::jobs) FROM new n
+    SELECT n.id, n.tenant, CASE WHEN n.status = 'done' THEN 'job.done' ELSE 'job.queued' END,
+           job_public(n::jobs)
+    FROM new n
 ), items AS (
     INSERT INTO batch_items (batch_id, position, key, job_id)
     SELECT $13::uuid, position, key, job_id
     FROM unnest($14::int[], $15::text[], $16::uuid[]) AS t(position, key, job_id)
 )
-SELECT count(*) AS created FROM new;
+SELECT count(*) AS created,
+       count(*) FILTER (WHERE n.cache_key IS NOT NULL AND n.cached_from IS NOT NULL) AS hits,
+       count(*) FILTER (WHERE n.cache_key IS NOT NULL AND n.cached_from IS NULL) AS misses
+FROM new n;
 
 -- batch_announce --
 -- The first event of a batch whose jobs all existed before (no job event fires the trigger);

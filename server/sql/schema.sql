@@ -271,6 +271,27 @@ CREATE FUNCTION job_public(j jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
     )
 $$;
 
+-- The render cache's lookup, for a job's insert and a batch's alike (insert_jobs,
+-- insert_batch_jobs; 0037, 0039): a done job of the tenant with the same cache key, as a job
+-- served from it is inserted: done, naming the job that rendered the file (cached_from), with
+-- that file, its size, pages, provenance and finishing. No row for a miss, or for a job without
+-- a key (STRICT: not even called). The done job is held (FOR KEY SHARE) until the caller
+-- commits, so retention cannot delete its file meanwhile; one that retention holds is skipped (a
+-- miss: rendered again). In PL/pgSQL for its plan, kept by each connection.
+CREATE FUNCTION render_cache_hit(of_tenant text, of_key text)
+RETURNS TABLE (cached_from uuid, status text, object_key text, bytes bigint, pages integer,
+               provenance jsonb, finishing jsonb, progress integer, finished_at timestamptz)
+LANGUAGE plpgsql VOLATILE STRICT AS $$
+BEGIN
+    RETURN QUERY
+    SELECT coalesce(o.cached_from, o.id), 'done'::text, o.object_key, o.bytes, o.pages,
+           o.provenance, o.finishing, 100, now()
+    FROM jobs o
+    WHERE o.tenant = of_tenant AND o.cache_key = of_key AND o.status = 'done'
+    LIMIT 1
+    FOR KEY SHARE OF o SKIP LOCKED;
+END $$;
+
 
 -- ---------------------------------------------------------------------------------------------
 -- 2. The event log
@@ -1142,6 +1163,9 @@ CREATE TABLE tenants (
     -- Rotating it invalidates every token signed with the old one.
     token_secret            text
         CONSTRAINT tenants_token_secret_format CHECK (token_secret LIKE 'prts\_%'),
+    -- The render cache for every job of the tenant that does not say `cache: false`
+    -- (`pressroom tenants cache`, 0039); every process keeps it in memory (server/web/defaults.py).
+    render_cache            boolean     NOT NULL DEFAULT false,
     CONSTRAINT tenants_name
         CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$'),
     CONSTRAINT tenants_webhook_secret_format
@@ -1194,11 +1218,12 @@ CREATE TABLE tenant_webhooks (
 );
 
 -- Every process keeps what it read of the keys, the tenants' token secrets and token keys and
--- their origins in memory, and reads it again when told: a statement that changes one of them
--- notifies 'pressroom_access' (payload: the table) when its transaction commits, so a new,
--- revoked or removed key, a rotated secret or a changed origin is in force on every process at
--- once, and the streams that rested on what went are closed (server/web/auth.py). Writes that
--- change nothing of that (last_used_at, the webhook secrets) notify nothing.
+-- their origins and render cache defaults in memory, and reads it again when told: a statement
+-- that changes one of them notifies 'pressroom_access' (payload: the table) when its
+-- transaction commits, so a new, revoked or removed key, a rotated secret, a changed origin or
+-- default is in force on every process at once, and the streams that rested on what went are
+-- closed (server/web/auth.py). Writes that change nothing of that (last_used_at, the webhook
+-- secrets) notify nothing.
 CREATE FUNCTION access_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('pressroom_access', TG_TABLE_NAME);
@@ -1207,7 +1232,8 @@ END $$;
 
 CREATE TRIGGER api_keys_changed AFTER INSERT OR DELETE OR UPDATE OF revoked_at ON api_keys
     FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
-CREATE TRIGGER tenants_changed AFTER INSERT OR DELETE OR UPDATE OF token_secret ON tenants
+CREATE TRIGGER tenants_changed
+    AFTER INSERT OR DELETE OR UPDATE OF token_secret, render_cache ON tenants
     FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
 CREATE TRIGGER tenant_origins_changed AFTER INSERT OR DELETE OR UPDATE ON tenant_origins
     FOR EACH STATEMENT EXECUTE FUNCTION access_changed();

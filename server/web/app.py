@@ -33,6 +33,7 @@ from server.keys import (
     SETTINGS,
     SSE_STREAMS,
     STORAGE,
+    TENANT_DEFAULTS,
     WEBHOOKS,
     WORKERS,
 )
@@ -66,6 +67,7 @@ from server.web import (
 )
 from server.web.auth import Authenticator
 from server.web.cors import Cors
+from server.web.defaults import TenantDefaults
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,7 @@ def create_app(
     # Authentication runs inside the problem middleware, so its 401s and 429s are problem+json.
     authenticator = Authenticator(settings)
     cors = Cors(settings)
+    defaults = TenantDefaults(settings)
     app = web.Application(
         middlewares=[problem_middleware, authenticator.middleware],
         client_max_size=settings.max_body_bytes,
@@ -102,6 +105,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     app[AUTH] = authenticator
     app[CORS] = cors
+    app[TENANT_DEFAULTS] = defaults
     app[POLICY] = NetworkPolicy(settings.allow_hosts)
     app[SSE_STREAMS] = sse.Streams(app)
 
@@ -150,6 +154,7 @@ def create_app(
         def access_changed() -> None:
             authenticator.access_changed()
             cors.access_changed()
+            defaults.access_changed()
 
         def listen_lost() -> None:
             # This process hears of no commit now: its streams would go quiet, so they end
@@ -158,6 +163,7 @@ def create_app(
             hub.close_all(LISTEN_LOST_REASON)
             authenticator.access_changed(listening=False)
             cors.access_changed(listening=False)
+            defaults.access_changed(listening=False)
 
         listener = Listener(
             app[DSN],
@@ -273,6 +279,7 @@ def create_app(
         [database, authentication, storage, hub, renderer, workers, combiner, webhooks, maintenance]
     )
     app.cleanup_ctx.append(cors.context)  # the tenants' origins; it needs the database only
+    app.cleanup_ctx.append(defaults.context)  # the tenants' defaults; the same
     app.on_response_prepare.append(cors.on_response_prepare)  # streams and files too
     app.on_shutdown.append(_close_streams)
 

@@ -22,7 +22,7 @@ from aiohttp import web
 from server import tracing
 from server.access import signing
 from server.delivery import downloads
-from server.keys import ASSET_CACHE, POOL, SETTINGS, STORAGE
+from server.keys import ASSET_CACHE, METRICS, POOL, SETTINGS, STORAGE, TENANT_DEFAULTS
 from server.pipeline import vault
 from server.problems import Problem, invalid, not_found
 from server.queue import admission, combine
@@ -45,7 +45,7 @@ from server.web.common import (
 log = logging.getLogger(__name__)
 
 IN_FLIGHT_RETRY_S = 5
-ITEM_SUMMARY_FIELDS = ("status", "error", "pages", "url")
+ITEM_SUMMARY_FIELDS = ("status", "error", "pages", "url", "cached_from")
 
 routes = web.RouteTableDef()
 
@@ -85,8 +85,12 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
     await submission.check_docx(
         request.app[ASSET_CACHE], tenant, list(batch.items), named, prefix="items[{index}]."
     )
+    cache_default = request.app[TENANT_DEFAULTS].render_cache(tenant)
     jobs = [
-        submission.new_job(_with_batch_defaults(item, batch), tenant, named) for item in batch.items
+        submission.new_job(
+            _with_batch_defaults(item, batch), tenant, named, cache_default=cache_default
+        )
+        for item in batch.items
     ]
     secret = request.app[SETTINGS].secret
     shown = [vault.fingerprinted(item, secret=secret) for item in raw_items]
@@ -104,6 +108,16 @@ async def _validate(request: web.Request, body: Any) -> NewBatch:
         combine=batch.combine,
         request_hash=admission.request_hash(asked),
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Inserted:
+    """A batch's new jobs: how many, and of those that use the render cache, how many it
+    served (hits) and how many render (misses)."""
+
+    created: int
+    hits: int
+    misses: int
 
 
 def _with_batch_defaults(item: BatchItem, batch: BatchRequest) -> BatchItem:
@@ -125,13 +139,14 @@ async def create_batch(request: web.Request) -> web.Response:
     tenant = tenant_of(request)
     body = await read_json(request)
     batch = await _validate(request, body)
+    inserted = None
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(query("batch_lock"), tenant)
         batch_id = await conn.fetchval(query("batch_find"), tenant, batch.request_hash)
         replayed = batch_id is not None
         if batch_id is None:
             batch_id = uuid.uuid4()
-            created = await _insert(
+            inserted = await _insert(
                 conn,
                 batch_id,
                 tenant,
@@ -139,10 +154,19 @@ async def create_batch(request: web.Request) -> web.Response:
                 max_in_flight=settings.tenant_max_inflight,
                 max_attempts=settings.max_attempts,
             )
-            log.info(
-                "batch accepted",
-                extra={"batch_id": str(batch_id), "tenant": tenant, "new_jobs": created},
-            )
+    if inserted is not None:
+        cache = request.app[METRICS].render_cache
+        cache.labels(result="hit").inc(inserted.hits)
+        cache.labels(result="miss").inc(inserted.misses)
+        log.info(
+            "batch accepted",
+            extra={
+                "batch_id": str(batch_id),
+                "tenant": tenant,
+                "new_jobs": inserted.created,
+                "from_render_cache": inserted.hits,
+            },
+        )
     tracing.annotate(
         {tracing.BATCH_ID: str(batch_id), tracing.TENANT: tenant, tracing.ITEMS: len(batch.keys)}
     )
@@ -160,8 +184,9 @@ async def _insert(
     *,
     max_in_flight: int,
     max_attempts: int,
-) -> int:
-    """Insert the batch and the jobs of keys not seen before; returns how many jobs are new."""
+) -> Inserted:
+    """Insert the batch and the jobs of keys not seen before, those the render cache serves
+    done at once."""
     keys, new, item_hashes = batch.keys, batch.jobs, batch.item_hashes
     rows = await conn.fetch(query("batch_item_jobs"), tenant, keys)
     known = {row["item_key"]: row for row in rows}
@@ -213,7 +238,7 @@ async def _insert(
         known[key]["id"] if key in known else job.id for key, job in zip(keys, new, strict=True)
     ]
     jobs = [job for _, job, _ in fresh]
-    created: int = await conn.fetchval(
+    row = await conn.fetchrow(
         query("insert_batch_jobs"),
         *job_columns(jobs),
         [keys[position] for position, _, _ in fresh],
@@ -227,10 +252,12 @@ async def _insert(
         [job.channel for job in jobs],
         [job.traceparent for job in jobs],
         *template_columns(jobs),
+        [job.cache_key for job in jobs],
     )
-    if created == 0:
+    inserted = Inserted(created=row["created"], hits=row["hits"], misses=row["misses"])
+    if inserted.created == 0:
         await conn.execute(query("batch_announce"), batch_id)
-    return created
+    return inserted
 
 
 async def present_batch(request: web.Request, batch_id: uuid.UUID, tenant: str) -> dict[str, Any]:

@@ -15,8 +15,6 @@ request pays a set lookup; while no change can be heard, every poll interval.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -25,15 +23,12 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.access import tenants
-from server.errors import DB_OR_QUERY_ERRORS
 from server.keys import POOL
 from server.problems import Problem
 from server.queue import listener as notifications
 from server.settings import Settings
 from server.tasks import background
 from server.web import auth
-
-log = logging.getLogger(__name__)
 
 #: The methods of Pressroom's routes that need a preflight's leave (HEAD needs none).
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
@@ -80,14 +75,12 @@ class Cors:
         # Swapped whole by each read, so a request sees one read or the next, never half.
         self._by_tenant: dict[str, frozenset[str]] = {}
         self._anywhere = self.deployment
-        self._listening = False
-        self._changed = asyncio.Event()
+        self._rereads = notifications.Rereads("the tenants' CORS origins")
 
     def access_changed(self, *, listening: bool = True) -> None:
         """A change to access was heard, or the LISTEN connection listens again, or it was
         lost (not `listening`): read the origins again now, and poll until it is back."""
-        self._listening = listening
-        self._changed.set()
+        self._rereads.changed(listening=listening)
 
     # --- what is allowed --------------------------------------------------------------------
 
@@ -127,20 +120,8 @@ class Cors:
             return
         pool = app[POOL]
         await self._read(pool)
-        async with background("cors-refresh", self._refresh_loop(pool)):
+        async with background("cors-refresh", self._rereads.run(lambda: self._read(pool))):
             yield
-
-    async def _refresh_loop(self, pool: asyncpg.Pool) -> None:
-        while True:
-            if not self._listening:
-                await asyncio.sleep(notifications.POLL_INTERVAL_S)
-            else:
-                await self._changed.wait()
-            self._changed.clear()
-            try:
-                await self._read(pool)
-            except DB_OR_QUERY_ERRORS as exc:
-                log.warning("could not read the tenants' CORS origins again: %s", exc)
 
     async def _read(self, pool: asyncpg.Pool) -> None:
         by_tenant = await tenants.all_origins(pool)

@@ -28,6 +28,7 @@ from server.keys import (
     POOL,
     SETTINGS,
     STORAGE,
+    TENANT_DEFAULTS,
 )
 from server.pipeline import vault
 from server.problems import Problem, not_found
@@ -79,7 +80,8 @@ async def submit(request: web.Request) -> web.Response:
     await submission.check_invoices(request.app[ASSET_CACHE], tenant, [valid], pending)
     await submission.check_pdfs(request.app[ASSET_CACHE], tenant, [valid], pending)
     await submission.check_docx(request.app[ASSET_CACHE], tenant, [valid], named, pending)
-    new = submission.new_job(valid, tenant, named)
+    cache_default = request.app[TENANT_DEFAULTS].render_cache(tenant)
+    new = submission.new_job(valid, tenant, named, cache_default=cache_default)
     if multipart is not None and multipart.uploads:
         await uploads.store(
             pool,

@@ -267,7 +267,7 @@ class Op:
 
 OPERATIONS = (
     Op("post", "/v1/jobs", "Submit a job (JSON, or multipart/form-data with its files)", "jobs",
-       {"202": ("Queued.", Job),
+       {"202": ("Queued, or done already when the render cache served it (cached_from).", Job),
         "200": ("An earlier request with this Idempotency-Key and body made this job.", Job)},
        {**BODY_ERRORS, "400": "The body is not JSON, not UTF-8, or the key is malformed.",
         "409": "A request with this Idempotency-Key is still in progress.",
@@ -357,7 +357,8 @@ OPERATIONS = (
        "submit→done p50 and p95) and its queue now (depth, the oldest due job)", "jobs",
        {"200": ("The figures.", Stats)}),
     Op("post", "/v1/batches", "Submit many documents, one job per item key", "batches",
-       {"202": ("Accepted.", Batch), "200": ("The same request was made before.", Batch)},
+       {"202": ("Accepted; the items the render cache served are done already.", Batch),
+        "200": ("The same request was made before.", Batch)},
        {**BODY_ERRORS, "422": "Invalid items (see errors), or a key reused with new content."},
        body=BatchRequest, headers={"202": ("Location",), "200": ("Location",)}),
     Op("get", "/v1/batches", "The tenant's batches, newest first, with their progress",

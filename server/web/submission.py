@@ -109,9 +109,10 @@ def _template_name(body: Any) -> str | None:
     return ref[0] if ref else None
 
 
-def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
-    """The job to insert for a validated request: its source, and its options as shown, with
-    cookie and header values sealed apart (server/pipeline/vault.py)."""
+def new_job(job: JobRequest, tenant: str, checks: Checks, *, cache_default: bool) -> NewJob:
+    """The job to insert for a validated request: its source, its options as shown, with
+    cookie and header values sealed apart (server/pipeline/vault.py), and its render cache key
+    when it uses the cache (as it asks, else as its tenant's default: `cache_default`)."""
     ref = parse_template_id(job.template_id)
     source, text = "template", job.template
     stored = checks.templates[ref] if ref else None
@@ -141,7 +142,7 @@ def new_job(job: JobRequest, tenant: str, checks: Checks) -> NewJob:
     assert text is not None  # JobRequest requires one source
     job_assets = assets.job_assets(paths, checks.assets)
     cache_key = None
-    if job.cache:
+    if job.uses_cache(cache_default):
         cache_key = render_cache_key(
             {
                 "source": source,
