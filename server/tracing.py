@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, TypeAlias
 
+import server
+
 if TYPE_CHECKING:
     import aiohttp
     from aiohttp import web
@@ -136,8 +138,8 @@ def configured(environ: Mapping[str, str] | None = None) -> TracerProvider | Non
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    version = _version()
-    if version and "service.version" not in resource.attributes:
+    version = server.version()
+    if version != "unknown" and "service.version" not in resource.attributes:
         resource = resource.merge(Resource({"service.version": version}))
     provider = TracerProvider(resource=resource)
     for _name, exporter in made:
@@ -170,21 +172,12 @@ def _exporter(name: str, protocol: str) -> SpanExporter | None:
     return OTLPSpanExporter()
 
 
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("pressroom")
-    except metadata.PackageNotFoundError:
-        return ""
-
-
 def use(provider: TracerProvider | None) -> None:
     """Trace with `provider` from now on (None: off). `start` calls it; tests and benchmarks
     call it with a provider of their own, as the global one can be set once per process."""
     global _tracer, _provider
     _provider = provider
-    _tracer = None if provider is None else provider.get_tracer(SERVICE_NAME, _version() or None)
+    _tracer = None if provider is None else provider.get_tracer(SERVICE_NAME, server.version())
 
 
 def enabled() -> bool:

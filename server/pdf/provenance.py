@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import hashlib
-import importlib.metadata
 import io
 import json
 import re
@@ -69,16 +67,6 @@ PROPERTIES = {
 #: that order but for the metadata step, which also runs for title, author, subject, keywords).
 _STEP_ORDER = ("select_pages", "rotate", "fill_form", "flatten", "metadata", "stamp",
                "attachments", "facturx", "pdfa", "compress", "encrypt", "sign")  # fmt: skip
-
-
-@functools.cache
-def pressroom_version() -> str:
-    """The installed distribution's version, read once: importlib.metadata scans the path's
-    distributions on every call (about 1 ms, each job's provenance asks)."""
-    try:
-        return importlib.metadata.version("pressroom")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

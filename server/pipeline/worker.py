@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 import pikepdf
 
+import server
 from server import options, tracing
 from server.errors import PageLimitError, PermanentError, RenderError
 from server.events import JobEvent
@@ -378,7 +379,7 @@ class Workers:
         """What makes this job's PDF (server/pdf/provenance.py), `engine` printed it."""
         name, version = job.template_name, job.template_version
         return provenance.Provenance(
-            pressroom=provenance.pressroom_version(),
+            pressroom=server.version(),
             engine=engine,
             template=f"{name}@{version}" if name is not None else None,
             data_sha256=provenance.data_sha256(job.data),

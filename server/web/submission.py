@@ -8,7 +8,6 @@ import asyncio
 import datetime as dt
 import hashlib
 import hmac
-import importlib.metadata
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+import server
 from server import options, tracing
 from server.errors import PermanentError
 from server.files import assets, library
@@ -186,7 +186,7 @@ def render_cache_key(made_of: dict[str, Any], *, secret: str) -> str:
     HMAC-SHA256 keyed with PRESSROOM_SECRET: cookie and header values and passwords count, and
     the key kept on the job is no digest of them that could be guessed at."""
     text = json.dumps(
-        {**made_of, "pressroom": _version()},
+        {**made_of, "pressroom": server.version()},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -199,13 +199,6 @@ def _plain(value: Any) -> Any:
     """An option's value as the cache key reads it: a secret's own value, else its text."""
     reveal = getattr(value, "get_secret_value", None)
     return reveal() if callable(reveal) else str(value)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("pressroom")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _word_template(job: JobRequest, checks: Checks) -> tuple[str, str] | None:
