@@ -6,8 +6,7 @@ BENCH_QUICK=1 runs reduced sizes; --tiny the smallest that still run every path 
 smoke test, tests/integration/test_bench_quick.py). A benchmark that fails is reported and the
 others still run; the exit status says whether any failed.
 
-    python -m bench [--only accept,queue,render,latency,soak,push,office,pdfops,dashboard,cost]
-                    [--tiny]
+    python -m bench [--only accept,queue,render,soak,push,office,pdfops,dashboard,cost] [--tiny]
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ TINY = {
     "accept": "--duration 0.3 --clients 4 --rate 40 --connections 2",
     "queue": "--jobs 20 --slots 2 --pgqueuer 1x10 --procrastinate 2",
     "render": "--docs 2 --slots 1 --pages 1 --rounds 1 --engines default",
-    "latency": "--docs 2 --rounds 1",
     "soak": "--jobs 10 --every 5 --from-job 5 --slots 1",
     "push": "--events 3 --subscribers 10 --sio-subscribers 10",
     "office": "--docs 1 --peers soffice",

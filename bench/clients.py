@@ -12,7 +12,7 @@ the subscribers, which talk to the fan-out benchmark (bench/push.py) line by lin
 requests on a fixed schedule (latency, from each request's scheduled moment, so that a stall
 is not hidden by a client waiting for it). `burst` (bench.render): submits the invoices 32 at
 a time and follows the all-jobs stream, opened first and live, until the last is done.
-`one-at-a-time` (bench.latency): each invoice POSTed and its `job.done` awaited before the
+`one-at-a-time` (bench.cost): each invoice POSTed and its `job.done` awaited before the
 next. `subscribers`: idle subscribers on bare sockets, as light as a client can be, an SSE
 stream (`GET /v1/events`) or a Socket.IO session over a websocket (engine.io 4, `subscribe
 {"all": true}`, pings answered), framed here by hand:

@@ -9,7 +9,8 @@ invoices: a client in a process of its own (bench/clients.py `burst`) submits --
 over HTTP and follows the event stream until the last is done. Around each burst the CPU
 counters are read: the server's process (its own threads; Playwright's driver and Chromium
 below it are not counted) and every PostgreSQL process. Each then takes --latency-docs jobs one
-at a time (`one-at-a-time`): the p50 from POST to `job.done`. A last burst runs Pressroom under
+at a time (`one-at-a-time`): p50 and p99 from POST to `job.done`, beside the raw print of the
+same pages one at a time (bench.render's raw loop, one page). A last burst runs Pressroom under
 py-spy: its samples of the server, sorted into the stages of a job, share out the server's
 median CPU per job. PostgreSQL's time by statement is pg_stat_statements' execution and
 planning time over every round (↳: a statement run inside another, such as a trigger's).
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,11 @@ import asyncpg
 import psutil
 
 from bench.bare import BareService
+from bench.clients import INVOICE, invoice_data
 from bench.common import QUICK, ROOT, at, execute, machine, run_module, summary
 from bench.render import RawLoop
 from server.queue.embedded import ensure_run_as_user
+from server.render import templates
 from server.sql import queries
 
 #: The cluster's settings beyond initdb's: statements by pg_stat_statements, nested ones too.
@@ -151,8 +155,9 @@ class Service:
     def __init__(self, name: str, dsn: str) -> None:
         self.name, self.dsn = name, dsn
         self.cpu: list[tuple[float, float]] = []  # (server, PostgreSQL) ms per job, by burst
-        self.p50: list[float] = []
-        self.statements: dict[tuple[str, bool], list[float]] = {}
+        self.latency: list[dict[str, float]] = []  # p50 and p99 ms, one at a time, by round
+        self.statements: dict[tuple[int, bool], list[float]] = {}
+        self.texts: dict[int, str] = {}
 
     async def start(self, slots: int, tree: Path | None) -> None:
         if self.name == "bare":
@@ -187,17 +192,21 @@ class Service:
         server, pg = sum(self.process.cpu_times()[:2]) - server, postgres_cpu_s(postmaster) - pg
         self.cpu.append((server * 1000 / docs, pg * 1000 / docs))
         for row in await observer.fetch(
-            "SELECT query, toplevel, total_exec_time + total_plan_time AS ms, calls FROM "
+            "SELECT queryid, query, toplevel, total_exec_time + total_plan_time AS ms, calls FROM "
             "pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
             self.dsn.rsplit("/", 1)[1],
         ):
-            key = (" ".join(row["query"].split()), row["toplevel"])
-            sums = self.statements.setdefault(key, [0, 0])
+            # By queryid: its text is the first one seen since the reset, constants and all.
+            self.texts.setdefault(row["queryid"], " ".join(row["query"].split()))
+            sums = self.statements.setdefault((row["queryid"], row["toplevel"]), [0, 0])
             sums[0], sums[1] = sums[0] + row["ms"], sums[1] + row["calls"]
 
     async def one_at_a_time(self, docs: int) -> None:
         timed = await run_module("bench.clients", "one-at-a-time", self.base, f"--docs={docs}")
-        self.p50.append(summary(timed)["p50"])
+        self.latency.append(summary(timed))
+
+    def p(self, which: str) -> float:
+        return statistics.median(r[which] for r in self.latency)
 
     def median(self, part: int | None = None) -> float:
         return statistics.median(sum(c) if part is None else c[part] for c in self.cpu)
@@ -208,9 +217,19 @@ class Service:
         top = sorted(self.statements.items(), key=lambda item: -item[1][0])[:12]
         return [
             f"  {ms / jobs:7.3f} ms {calls / jobs:5.2f} calls {'' if level else '↳ '}"
-            + names.get(text[:60], text[:80])
-            for (text, level), (ms, calls) in top
+            + names.get(self.texts[queryid][:60], self.texts[queryid][:80])
+            for (queryid, level), (ms, calls) in top
         ]
+
+
+async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
+    """Milliseconds per document on the raw loop's page, one document at a time."""
+    times = []
+    for doc in html:
+        started = time.perf_counter()
+        await raw.run([doc])
+        times.append((time.perf_counter() - started) * 1000)
+    return times
 
 
 async def serve_bare(dsn: str, slots: int) -> None:
@@ -276,8 +295,11 @@ def worktree(rev: str | None) -> Any:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     names = ["pressroom", "bare"] + ([f"pressroom@{args.against}"] if args.against else [])
+    html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.latency_docs)]
+    raw: list[dict[str, float]] = []
     with worktree(args.against) as tree:
-        async with cluster() as (server, postmaster):
+        async with cluster() as (server, postmaster), RawLoop(1) as loop:
+            await loop.warm(html)
             observer = await asyncpg.connect(server)
             services = [Service(name, at(server, name.replace("@", "_"))) for name in names]
             try:
@@ -292,11 +314,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         await service.burst(observer, postmaster, args.docs)
                     for service in order:
                         await service.one_at_a_time(args.latency_docs)
+                    raw.append(summary(await raw_latencies(loop, html)))
                     print(
                         f"round {number + 1}: "
                         + "; ".join(
                             f"{s.name} {sum(s.cpu[-1]):.2f} ms CPU/job (server {s.cpu[-1][0]:.2f}, "
-                            f"PostgreSQL {s.cpu[-1][1]:.2f}), p50 {s.p50[-1]:.1f} ms"
+                            f"PostgreSQL {s.cpu[-1][1]:.2f}), p50 {s.latency[-1]['p50']:.1f} ms"
                             for s in services
                         ),
                         flush=True,
@@ -306,11 +329,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for service in services:
                     await service.close()
                 await observer.close()
-    return report(args, services, stages)
+    return report(args, services, raw, stages)
 
 
 def report(
-    args: argparse.Namespace, services: list[Service], stages: collections.Counter[str]
+    args: argparse.Namespace,
+    services: list[Service],
+    raw: list[dict[str, float]],
+    stages: collections.Counter[str],
 ) -> dict[str, Any]:
     ours, bare = services[0], services[1]
     print(
@@ -318,14 +344,18 @@ def report(
         f"{args.slots} slots:"
     )
     for s in services:
-        print(
-            f"  {s.name:20} {s.median():.2f} ms (server {s.median(0):.2f}, PostgreSQL "
-            f"{s.median(1):.2f}); submit → job.done p50 {statistics.median(s.p50):.1f} ms"
-        )
+        print(f"  {s.name:20} {s.median():.2f} ms (server {s.median(0):.2f}, PostgreSQL "
+              f"{s.median(1):.2f})")  # fmt: skip
+    print(f"submit → job.done one at a time, {args.latency_docs} jobs a round, medians:")
+    floor = {which: statistics.median(r[which] for r in raw) for which in ("p50", "p99")}
+    print(f"  {'raw print':20} p50 {floor['p50']:.1f} ms, p99 {floor['p99']:.1f} ms")
+    for s in services:
+        print(f"  {s.name:20} p50 {s.p('p50'):.1f} ms ({s.p('p50') - floor['p50']:+.1f} to the raw "
+              f"print), p99 {s.p('p99'):.1f} ms ({s.p('p99') - floor['p99']:+.1f})")  # fmt: skip
     figures: dict[str, Any] = {"cpu_ms": {s.name: s.median() for s in services}}
     for other in services[1:]:
         ratios = [sum(a) / sum(b) for a, b in zip(ours.cpu, other.cpu, strict=True)]
-        gaps = [a - b for a, b in zip(ours.p50, other.p50, strict=True)]
+        gaps = [a["p50"] - b["p50"] for a, b in zip(ours.latency, other.latency, strict=True)]
         figures[other.name] = {"ratio": statistics.median(ratios), "p50_gap_ms": gaps}
         print(
             f"  Pressroom / {other.name}: {statistics.median(ratios):.2f} (rounds "

@@ -14,13 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Two runs at once, with about the same CPU each, so both cores stay busy while a run waits
 # on a child process, Chromium or PostgreSQL.
-GROUPS = ["render,latency,soak,pdfops,cost", "accept,queue,push,dashboard,office"]
+GROUPS = ["render,soak,pdfops,cost", "accept,queue,push,dashboard,office"]
 # What each benchmark prints once it has its figures and its baseline's.
 FIGURES = {
     "accept": "ratio p99",
     "queue": "the best of each: Pressroom",
     "render": "raw Playwright",
-    "latency": "raw print p50",
     "soak": "zombies 0, orphans 0",
     "push": "Socket.IO (websocket) subscribers",
     "office": "Pressroom / soffice --convert-to per file",
