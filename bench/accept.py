@@ -21,7 +21,6 @@ every request a span, exported over OTLP/HTTP to a receiver on loopback, bench/o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import statistics
 from collections.abc import AsyncIterator
@@ -30,11 +29,10 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from bench import otlp
+from bench import common, otlp
 from bench.common import (
     QUICK,
     database,
-    machine,
     postgres,
     run_module,
     running_app,
@@ -141,9 +139,7 @@ async def traced(args: argparse.Namespace, load: list[str]) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--duration", type=float, default=3 if QUICK else 15, help="seconds")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rate", type=float, default=500, help="requests per second")
@@ -155,11 +151,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)

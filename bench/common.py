@@ -3,6 +3,7 @@ the clients in processes of their own (bench/clients.py), and the machine's name
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -12,7 +13,7 @@ import statistics
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -159,6 +160,22 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def arguments(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser, its module's text as its --help."""
+    return argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def main(
+    parser: Callable[[], argparse.ArgumentParser], run: Callable[[Any], Coroutine[Any, Any, Any]]
+) -> None:
+    """`python -m bench.<name>`: the machine's line, then the benchmark."""
+    args = parser().parse_args()
+    print(f"machine: {machine()}")
+    asyncio.run(run(args))
 
 
 async def run_module(module: str, *args: str) -> Any:

@@ -40,9 +40,10 @@ from typing import Any
 import asyncpg
 import psutil
 
+from bench import common
 from bench.bare import BareService
 from bench.clients import INVOICE, invoice_data
-from bench.common import QUICK, ROOT, at, execute, machine, run_module, summary
+from bench.common import QUICK, ROOT, at, execute, run_module, summary
 from bench.render import RawLoop
 from server.queue.embedded import ensure_run_as_user
 from server.render import templates
@@ -373,9 +374,7 @@ def report(
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--docs", type=int, default=40 if QUICK else 300, help="per burst")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1 if QUICK else 5)
@@ -389,9 +388,7 @@ def main() -> None:
     if sys.argv[1:2] == ["serve-bare"]:
         asyncio.run(serve_bare(sys.argv[2], int(sys.argv[3])))
         return
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
+    common.main(parser, run)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ import aiohttp
 import asyncpg
 import socketio
 
-from bench.common import QUICK, ROOT, database, machine, postgres, summary
+from bench import common
+from bench.common import QUICK, ROOT, database, postgres, summary
 from server.cli.admin import OPEN_FILES_WITHOUT_LIMIT
 from server.queue import db, jobs
 from server.queue.jobs import NewJob
@@ -287,9 +288,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--events", type=int, default=100 if QUICK else 1000, help="0: none")
     parser.add_argument("--subscribers", type=int, default=200 if QUICK else 50_000)
     parser.add_argument("--sio-subscribers", type=int, default=200 if QUICK else 20_000)
@@ -297,11 +296,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)

@@ -29,7 +29,8 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import QUICK, database, machine, postgres, running_app
+from bench import common
+from bench.common import QUICK, database, postgres, running_app
 from server.keys import WORKERS
 from server.options import RenderOptions
 from server.queue import db, jobs
@@ -268,9 +269,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--jobs", type=int, default=1000 if QUICK else 10_000)
     parser.add_argument("--slots", default="4,16,64", help="Pressroom's render slots, each run")
     parser.add_argument("--pgqueuer", default="1x10,5x10,2x100,5x100", help="managers x batch")
@@ -278,11 +277,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)

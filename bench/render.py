@@ -35,9 +35,9 @@ from typing import Any
 
 from playwright.async_api import Page, async_playwright
 
-from bench import otlp
+from bench import common, otlp
 from bench.clients import INVOICE, burst, invoice_data
-from bench.common import QUICK, checkpoint, database, machine, postgres, run_module, running_app
+from bench.common import QUICK, checkpoint, database, postgres, run_module, running_app
 from server.options import RenderOptions
 from server.render import templates
 from server.render.browsers import CHROMIUM_ARGS, choose_chromium
@@ -269,9 +269,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--docs", type=int, default=20 if QUICK else 150, help="per round")
     parser.add_argument("--slots", default="1,2" if QUICK else "1,2,4")
     parser.add_argument("--pages", default="1,20", help="page counts, e.g. 1,20")
@@ -290,11 +288,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)

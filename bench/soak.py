@@ -21,8 +21,9 @@ from typing import Any
 import psutil
 from aiohttp import ClientSession
 
+from bench import common
 from bench.clients import INVOICE, invoice_data, submit_many
-from bench.common import QUICK, database, machine, postgres, running_app
+from bench.common import QUICK, database, postgres, running_app
 from server.events import JobEvent
 from server.keys import CHROMIUM, HUB
 from server.render.browsers import browser_processes
@@ -147,9 +148,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.arguments(__doc__)
     parser.add_argument("--jobs", type=int, default=300 if QUICK else 5000)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--from-job", type=int, default=100 if QUICK else 500)
@@ -157,11 +156,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    asyncio.run(run(args))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)
