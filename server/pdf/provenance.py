@@ -13,12 +13,12 @@ Reproducible: Chromium writes the time of printing into the document information
 ModDate), the only bytes of its PDF that change from one print of a page to the next, and no
 document ID. The dates are removed (from the XMP too: Factur-X's library writes the time into
 it), not replaced by the job's times, which differ between two jobs of the same inputs; the
-job keeps its own times (created_at, finished_at). The document ID is qpdf's deterministic
-one, a digest of the file's contents. So the same template version, data, options, assets and
-engine give the same file (an attachment is dated when its asset was uploaded, PDF/A's sRGB
-profile has a fixed date, a stamp's resources fixed names). Not so for an encrypted PDF
-(AES-256 draws a fresh key salt and IVs each time, and qpdf derives no ID without them), nor a
-signed one (the signature holds its time).
+job keeps its own times (created_at, finished_at). The document ID is a digest of the file's
+contents (qpdf's deterministic one when the file is written whole). So the same template
+version, data, options, assets and engine give the same file (an attachment is dated when its
+asset was uploaded, PDF/A's sRGB profile has a fixed date, a stamp's resources fixed names).
+Not so for an encrypted PDF (AES-256 draws a fresh key salt and IVs each time, and qpdf derives
+no ID without them), nor a signed one (the signature holds its time).
 
 The XMP is written in the pass the PDF goes through anyway: the finishing steps' single write
 (server/pdf/finishing.py) when the job has any, before PDF/A reads the metadata and before the
