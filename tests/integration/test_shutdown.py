@@ -52,6 +52,8 @@ async def test_jobs_of_a_claim_in_flight_at_stop_go_back_to_the_queue(
         return taken
 
     monkeypatch.setattr(jobs, "claim", slow_answer)
+    # Listening and idle, so the insert's notification wakes it (else the poll, much later).
+    await asyncio.wait_for(app.app[WORKERS].leases.waiting.wait(), 10)
     pool: asyncpg.Pool = app.app[POOL]
     new = NewJob(
         tenant="default", template="<p>x</p>", data={}, options={}, metadata={}, max_attempts=3
