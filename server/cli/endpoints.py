@@ -8,18 +8,14 @@ import argparse
 import datetime as dt
 import sys
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-
-import asyncpg
 
 from server import events
 from server.access import tenants
+from server.cli.common import database
 from server.delivery import endpoints
 from server.netpolicy import NetworkPolicy
 from server.settings import Settings
 
-#: A migrated connection to the database `pressroom serve` would use (admin._database).
-Database = Callable[[Settings], AbstractAsyncContextManager[asyncpg.Connection]]
 TYPES = sorted(events.TENANT_TYPES)
 
 
@@ -53,7 +49,7 @@ def add_parser(
     )
 
 
-async def run(settings: Settings, args: argparse.Namespace, database: Database) -> int:
+async def run(settings: Settings, args: argparse.Namespace) -> int:
     """Add, remove or list the tenant's endpoints."""
     tenant = args.tenant
     if args.types is not None and args.add is None:

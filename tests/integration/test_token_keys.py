@@ -23,7 +23,7 @@ from jwt.algorithms import ECAlgorithm
 from server.access import apikeys, token_keys
 from server.access.signing import MAX_TOKEN_CHANNELS
 from server.channels import MAX_CHANNEL_CHARS
-from server.cli import admin
+from server.cli import admin, tenant_settings
 from server.events.hub import Hub, Subscription
 from server.keys import HUB
 from server.settings import Settings
@@ -417,7 +417,7 @@ async def test_the_cli_refuses_what_is_not_a_public_key_and_changes_nothing(
     async def pressroom(*argv: str) -> tuple[int, str, str]:
         """The CLI's command, run here (the round trip test runs the real process)."""
         args = admin.build_parser().parse_args(["tenants", "token-key", *argv])
-        code = await admin.run_tenants(settings, args)
+        code = await tenant_settings.run_tenants(settings, args)
         out, err = capsys.readouterr()
         return code, out, err
 

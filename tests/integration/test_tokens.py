@@ -20,7 +20,7 @@ import socketio
 from aiohttp import ClientSession
 from yarl import URL
 
-from server.cli import admin
+from server.cli import admin, tenant_settings
 from server.settings import Settings
 from tests.conftest import RunningApp
 from tests.processes import admin_cli
@@ -262,7 +262,7 @@ async def test_keys_create_shows_a_new_tenants_token_secret_once(
     async def pressroom(*argv: str) -> tuple[int, str, str]:
         """The CLI's commands, run here (the rotation test runs the real process)."""
         args = admin.build_parser().parse_args(argv)
-        run = admin.run_keys if args.command == "keys" else admin.run_tenants
+        run = admin.run_keys if args.command == "keys" else tenant_settings.run_tenants
         code = await run(settings, args)
         out, err = capsys.readouterr()
         return code, out, err
