@@ -4,8 +4,8 @@ and aiohttp only, so each starts in a fraction of a second. Each prints one JSON
 the subscribers, which talk to the fan-out benchmark (bench/push.py) line by line.
 
     python -m bench.clients load URL [URL...] --clients 32 --duration 15 --rate 500
-    python -m bench.clients burst URL --docs 150 [--lines 20]
-    python -m bench.clients one-at-a-time URL --docs 100
+    python -m bench.clients burst URL --docs 150 [--lines 20] [--key KEY]
+    python -m bench.clients one-at-a-time URL --docs 100 [--key KEY]
     python -m bench.clients subscribers URL --transport sse|socketio --count N [--local ADDR]
 
 `load` (bench.accept): against each URL in turn, clients in a closed loop (throughput), then
@@ -115,8 +115,17 @@ async def until_done(resp: ClientResponse, ids: set[str]) -> None:
                 return
 
 
+def authorized(key: str | None) -> ClientSession:
+    """A session that sends the API key `key` (None: none, as in dev mode)."""
+    return ClientSession(headers={"Authorization": f"Bearer {key}"} if key else None)
+
+
 async def burst(
-    base: str, docs: int, lines: int = 20, options: dict[str, Any] | None = None
+    base: str,
+    docs: int,
+    lines: int = 20,
+    options: dict[str, Any] | None = None,
+    key: str | None = None,
 ) -> float:
     """Submit `docs` invoices (with `options`), 32 at a time, and follow the stream until the
     last is done; seconds from the first submission."""
@@ -125,17 +134,17 @@ async def burst(
     ]
     if options:
         bodies = [{**body, "options": options} for body in bodies]
-    async with ClientSession() as session:
+    async with authorized(key) as session:
         async with session.get(f"{base}/v1/events?type={FINAL_TYPES}") as stream:
             started = time.perf_counter()
             await until_done(stream, set(await submit_many(session, base, bodies, 32)))
             return time.perf_counter() - started
 
 
-async def one_at_a_time(base: str, docs: int) -> list[float]:
+async def one_at_a_time(base: str, docs: int, key: str | None = None) -> list[float]:
     """Milliseconds from each POST to its job.done on the stream, one job at a time."""
     latencies: list[float] = []
-    async with ClientSession() as session:
+    async with authorized(key) as session:
         async with session.get(f"{base}/v1/events?type={FINAL_TYPES}") as stream:
             for n in range(docs):
                 body = {"template": INVOICE, "data": invoice_data(n)}
@@ -408,9 +417,11 @@ def main() -> None:
     one.add_argument("--docs", type=int, required=True)
     one.add_argument("--lines", type=int, default=20)
     one.add_argument("--options", default="{}", help="the jobs' options, as JSON")
+    one.add_argument("--key", help="an API key, sent as Authorization: Bearer")
     one = client.add_parser("one-at-a-time")
     one.add_argument("url")
     one.add_argument("--docs", type=int, required=True)
+    one.add_argument("--key", help="an API key, sent as Authorization: Bearer")
     one = client.add_parser("subscribers")
     one.add_argument("url", help="the server, http://host:port")
     one.add_argument("--transport", choices=("sse", "socketio"), default="sse")
@@ -425,9 +436,9 @@ def main() -> None:
     if args.client == "load":
         result: Any = load(args.url, args.clients, args.duration, args.rate)
     elif args.client == "burst":
-        result = burst(args.url, args.docs, args.lines, json.loads(args.options))
+        result = burst(args.url, args.docs, args.lines, json.loads(args.options), args.key)
     else:
-        result = one_at_a_time(args.url, args.docs)
+        result = one_at_a_time(args.url, args.docs, args.key)
     print(json.dumps(asyncio.run(result)))
 
 

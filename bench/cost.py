@@ -3,17 +3,18 @@ and against Pressroom at another commit (--against), in the same run.
 
 Each system serves from a process of its own on one throwaway cluster of Debian's PostgreSQL
 with pg_stat_statements (tracking the statements that triggers and functions run too), each in
-a database of its own; `pressroom@REV` runs from a git worktree of REV. All are warmed. Then,
-in --rounds rounds, in an order that turns each round, each prints the same styled one-page
-invoices: a client in a process of its own (bench/clients.py `burst`) submits --docs of them
-over HTTP and follows the event stream until the last is done. Around each burst the CPU
-counters are read: the server's process (its own threads; Playwright's driver and Chromium
-below it are not counted) and every PostgreSQL process. Each then takes --latency-docs jobs one
-at a time (`one-at-a-time`): p50 and p99 from POST to `job.done`, beside the raw print of the
-same pages one at a time (bench.render's raw loop, one page). A last burst runs Pressroom under
-py-spy: its samples of the server, sorted into the stages of a job, share out the server's
-median CPU per job. PostgreSQL's time by statement is pg_stat_statements' execution and
-planning time over every round (↳: a statement run inside another, such as a trigger's).
+a database of its own; `pressroom@REV` runs from a git worktree of REV. Pressroom runs keyed,
+as in production (its clients send an API key). All are warmed. Then, in --rounds rounds, in an
+order that turns each round, each prints the same styled one-page invoices: a client in a
+process of its own (bench/clients.py `burst`) submits --docs of them over HTTP and follows the
+event stream until the last is done. Around each burst the CPU counters are read: the server's
+process (its own threads; Playwright's driver and Chromium below it are not counted) and every
+PostgreSQL process. Each then takes --latency-docs jobs one at a time (`one-at-a-time`): p50
+and p99 from POST to `job.done`, beside the raw print of the same pages one at a time
+(bench.render's raw loop, one page). A last burst runs Pressroom under py-spy: its samples of
+the server, sorted into the stages of a job, share out the server's median CPU per job.
+PostgreSQL's time by statement is pg_stat_statements' execution and planning time over every
+round (↳: a statement run inside another, such as a trigger's).
 
     python -m bench.cost [--docs 300] [--slots 2] [--rounds 5] [--latency-docs 100]
                          [--against REV] [--samples FILE]
@@ -55,16 +56,21 @@ SERVER_SETTINGS = {
     "pg_stat_statements.track": "all",
     "pg_stat_statements.max": "5000",
 }
-#: Pressroom's server process, run in the tree it is to measure (its working folder).
+#: Pressroom's server process, run in the tree it is to measure (its working folder), keyed as
+#: in production: it prints its URL and the API key its clients send.
 SERVE_PRESSROOM = """
 import asyncio, sys
 from bench.common import running_app
+from server.access import apikeys
 from server.queue import db
 
 async def main(dsn, slots):
     await db.migrate_at(dsn)
+    conn = await db.connect(dsn)
+    _row, key, _secret = await apikeys.create_key_and_tenant(conn, "bench")
+    await conn.close()
     async with running_app(dsn, render_slots=int(slots)) as (base, _app):
-        print(base, flush=True)
+        print(base, key, flush=True)
         await asyncio.to_thread(sys.stdin.read)
 
 asyncio.run(main(*sys.argv[1:]))
@@ -173,9 +179,10 @@ class Service:
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None
-        self.base = (await self.proc.stdout.readline()).decode().strip()
+        self.base, *key = (await self.proc.stdout.readline()).decode().split()
         if not self.base.startswith("http"):
             raise RuntimeError(f"{self.name}'s server did not start")
+        self.key = [f"--key={given}" for given in key]  # none for the bare service
         self.process = psutil.Process(self.proc.pid)
 
     async def close(self) -> None:
@@ -188,7 +195,7 @@ class Service:
     ) -> None:
         await observer.execute("SELECT pg_stat_statements_reset()")
         server, pg = sum(self.process.cpu_times()[:2]), postgres_cpu_s(postmaster)
-        await run_module("bench.clients", "burst", self.base, f"--docs={docs}")
+        await run_module("bench.clients", "burst", self.base, f"--docs={docs}", *self.key)
         await asyncio.sleep(0.5)  # what follows the last job.done (its hub read, the next claim)
         server, pg = sum(self.process.cpu_times()[:2]) - server, postgres_cpu_s(postmaster) - pg
         self.cpu.append((server * 1000 / docs, pg * 1000 / docs))
@@ -203,7 +210,9 @@ class Service:
             sums[0], sums[1] = sums[0] + row["ms"], sums[1] + row["calls"]
 
     async def one_at_a_time(self, docs: int) -> None:
-        timed = await run_module("bench.clients", "one-at-a-time", self.base, f"--docs={docs}")
+        timed = await run_module(
+            "bench.clients", "one-at-a-time", self.base, f"--docs={docs}", *self.key
+        )
         self.latency.append(summary(timed))
 
     def p(self, which: str) -> float:
@@ -252,7 +261,7 @@ async def profile(service: Service, docs: int, keep: str | None) -> collections.
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     await asyncio.sleep(1)  # attached
-    await run_module("bench.clients", "burst", service.base, f"--docs={docs}")
+    await run_module("bench.clients", "burst", service.base, f"--docs={docs}", *service.key)
     spy.send_signal(signal.SIGINT)
     await spy.wait()
     try:
@@ -308,7 +317,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for service in services:
                     await execute(server, f'CREATE DATABASE "{service.dsn.rsplit("/", 1)[1]}"')
                     await service.start(args.slots, tree if "@" in service.name else None)
-                    await run_module("bench.clients", "burst", service.base, "--docs=8")
+                    await run_module(
+                        "bench.clients", "burst", service.base, "--docs=8", *service.key
+                    )
                 for number in range(args.rounds):
                     order = services[number % len(services) :] + services[: number % len(services)]
                     for service in order:
