@@ -296,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key_change.add_argument("--list", action="store_true", help="kid, algorithm, added at")
     key_change.add_argument(
-        "--remove", metavar="KID", help="remove a key: its tokens stop working, their streams end"
+        "--remove",
+        metavar="KID",
+        help="remove a key: its tokens stop working, their streams end (--remove=KID for a kid "
+        "that starts with -)",
     )
     token_key.add_argument(
         "--kid",
