@@ -1,6 +1,7 @@
 """The recipes in deploy/ kept working without a container runtime: the variables they set are
 settings, the commands they run are `pressroom` commands, their probes are routes the app
-serves, and the image installs the browser and fonts scripts/install-browser.sh does."""
+serves, and the image installs the browser, fonts and LibreOffice scripts/install-browser.sh
+does."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from server.cli.admin import build_parser
+from server.render import office
 from server.settings import Settings, env_name, new_webhook_secret, unread_variables
 from server.web import app as web_app
 from server.web import reference
@@ -441,6 +443,29 @@ def test_the_image_installs_the_browser_and_fonts_install_browser_does() -> None
     header = UNIT.read_text().replace("\\\n#", " ")
     [line] = [line for line in header.splitlines() if "apt-get install" in line]
     assert fonts | (browsers - {"chromium"}) <= apt_packages(line.lstrip("# "))
+
+
+def office_packages_of_install_script() -> set[str]:
+    """The LibreOffice packages scripts/install-browser.sh installs (`make install` runs it)."""
+    script = (ROOT / "scripts" / "install-browser.sh").read_text()
+    [line] = re.findall(r"apt_install (libreoffice-[^|]*)\|\|", script)
+    return set(line.split())
+
+
+def test_the_image_and_the_unit_install_the_libreoffice_packages_install_browser_does() -> None:
+    packages = office_packages_of_install_script()
+    # The packages an Office job's error tells a server without them to install.
+    assert packages == set(office.PACKAGES.split())
+    nogui = {f"libreoffice-{part}-nogui" for part in ("writer", "calc", "impress")}
+    assert nogui | {"python3-uno"} <= packages
+    image = set().union(
+        *(apt_packages(rest) for keyword, rest in final_stage() if keyword == "RUN")
+    )
+    assert packages <= image, packages - image
+    header = UNIT.read_text().replace("\\\n#", " ")
+    [line] = [line for line in header.splitlines() if "apt-get install" in line]
+    listed = apt_packages(line.lstrip("# "))
+    assert packages <= listed, packages - listed
 
 
 def test_the_image_ships_the_files_the_app_serves_from_beside_its_package() -> None:
