@@ -12,8 +12,11 @@ const LIST_LIMIT = 50;
 const LIST_FALLBACK_MS = 2500;
 // Events come in bursts; the counts are read again once a burst has passed.
 const COUNTS_AFTER_EVENT_MS = 250;
-// The filters of GET /v1/jobs, as the URL and the API name them.
+// The filters of GET /v1/jobs, as the API names them.
 const FILTERS = ["status", "channel", "template", "q", "created_from", "created_to"];
+// The dashboard's URL names the state filter `state` (/?state=failed&template=invoice); older
+// links name it as the API does, `status`, which is still read.
+const URL_NAMES = { status: "state" };
 
 const state = {
   jobs: new Map(),          // job id -> row entry {job, row, ...elements}
@@ -48,18 +51,21 @@ export function startOver() {
 
 // ---------------------------------------------------------------- the view and the URL
 
-/** The filters and the page a URL names (/?status=failed&channel=user-1&cursor=…). */
+/** The filters and the page a URL names (/?state=failed&channel=user-1&cursor=…). */
 function viewOfUrl() {
   const params = new URLSearchParams(window.location.search);
   const filter = emptyFilter();
-  for (const name of FILTERS) filter[name] = (params.get(name) ?? "").trim();
+  for (const name of FILTERS) {
+    const value = params.get(URL_NAMES[name] ?? name) ?? params.get(name);
+    filter[name] = (value ?? "").trim();
+  }
   if (!STATUSES.includes(filter.status)) filter.status = "";
   return { filter, cursor: params.get("cursor") ?? "" };
 }
 
 function urlOf(filter, cursor = "") {
   const params = new URLSearchParams();
-  for (const name of FILTERS) if (filter[name]) params.set(name, filter[name]);
+  for (const name of FILTERS) if (filter[name]) params.set(URL_NAMES[name] ?? name, filter[name]);
   if (cursor) params.set("cursor", cursor);
   const query = params.toString();
   return query ? `/?${query}` : "/";

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.browser
 
 LIVE = "#conn[data-state=live]"
 ROWS = "#jobs tr.job"
+WIDTHS = [1280, 390]
 #: Where the docs' screenshots are written when DOC_SCREENSHOTS=1 (docs/dashboard.md).
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
 
@@ -54,6 +55,13 @@ async def wait_count(page: Page, state: str, n: int) -> None:
 
 def query_of(page: Page) -> dict[str, str]:
     return dict(URL(page.url).query)
+
+
+async def open_at(browser: Browser, width: int) -> Page:  # noqa: F811
+    """A page as wide as a desktop's window or a phone's screen."""
+    if width < 500:
+        return await browser.new_page(viewport={"width": width, "height": 844}, is_mobile=True)
+    return await browser.new_page(viewport={"width": width, "height": 1000})
 
 
 async def keep_screenshot(page: Page, tmp_path: Path, name: str, selector: str = "body") -> None:
@@ -86,6 +94,12 @@ async def test_fifty_jobs_fit_a_desktop_screen_and_a_phone_shows_the_list_first(
 ) -> None:
     app: RunningApp = await start_app(render_slots=0)
     await some_jobs(pool)
+    timed = await pool.fetchval(
+        """UPDATE jobs SET finished_at = started_at + interval '2.4 s'
+           WHERE id = (SELECT id FROM jobs WHERE tenant = 'default' AND status = 'done'
+                       ORDER BY created_at DESC LIMIT 1)
+           RETURNING id"""
+    )
     page = await browser.new_page(viewport={"width": 1280, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -103,6 +117,8 @@ async def test_fifty_jobs_fit_a_desktop_screen_and_a_phone_shows_the_list_first(
     assert {"Template", "Markdown", "shop.example.com"} <= set(sources), set(sources)
     created = await first.locator(".job-created time").inner_text()
     assert ":" in created and any(ch.isdigit() for ch in created.split(",")[0]), created
+    # A done job's time from its claim to its end.
+    assert await page.inner_text(f'{ROWS}[data-job-id="{timed}"] .job-duration') == "2.4 s"
     await wait_count(page, "done", 62)
     await keep_screenshot(page, tmp_path, "list-1280.png", ".jobs-panel")
 
@@ -119,15 +135,18 @@ async def test_fifty_jobs_fit_a_desktop_screen_and_a_phone_shows_the_list_first(
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
     row_box = await phone.locator(ROWS).first.bounding_box()
     assert row_box is not None and row_box["x"] + row_box["width"] <= 390
+    assert await phone.is_visible(f'{ROWS}[data-job-id="{timed}"] .job-duration:text("2.4 s")')
     await wait_count(phone, "done", 62)
     await keep_screenshot(phone, tmp_path, "list-390.png")
     assert errors == []
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 async def test_counts_filters_search_and_pages_live_in_the_url(
     start_app: Callable[..., Any],
     browser: Browser,  # noqa: F811
     pool: asyncpg.Pool,
+    width: int,
 ) -> None:
     app: RunningApp = await start_app(render_slots=0)
     await some_jobs(pool)
@@ -137,9 +156,11 @@ async def test_counts_filters_search_and_pages_live_in_the_url(
         "WHERE id = $1",
         ordered,
     )
-    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    [early] = await insert(pool, 1, "done")
+    await pool.execute("UPDATE jobs SET created_at = '2020-06-01T12:00:00Z' WHERE id = $1", early)
+    page = await open_at(browser, width)
     # A shared link opens its filter.
-    await page.goto(app.url("/?status=failed&channel=user-1"))
+    await page.goto(app.url("/?state=failed&channel=user-1"))
     await page.wait_for_selector(LIVE)
     failed = await rows(page, 3)
     assert await page.input_value("#filter-status") == "failed"
@@ -154,28 +175,28 @@ async def test_counts_filters_search_and_pages_live_in_the_url(
     # A count is a link to its filter; the pages go by cursor, all in the URL.
     await page.click("#counts .count-done")
     await rows(page, 30)
-    assert query_of(page) == {"status": "done", "channel": "user-1"}
+    assert query_of(page) == {"state": "done", "channel": "user-1"}
     await page.click("#channel-filter-clear")
     await rows(page, 50)
     assert query_of(page) == {}
     await page.click("#counts .count-done")
     first_page = await rows(page, 50)
     await page.click("#older")
-    older = await rows(page, 12)
+    older = await rows(page, 13)
     assert "cursor" in query_of(page) and not set(older) & set(first_page)
     await page.click("#newer")
     assert await rows(page, 50) == first_page
 
     # Back and forward walk the same views.
     await page.go_back()
-    assert await rows(page, 12) == older
+    assert await rows(page, 13) == older
     await page.go_back()
     assert await rows(page, 50) == first_page
     await page.go_back()
     await rows(page, 50)
     assert query_of(page) == {}
     await page.go_back()
-    assert await rows(page, 30) and query_of(page) == {"status": "done", "channel": "user-1"}
+    assert await rows(page, 30) and query_of(page) == {"state": "done", "channel": "user-1"}
     await page.go_back()
     assert await rows(page, 3) == failed
     assert await page.input_value("#filter-status") == "failed"
@@ -193,10 +214,19 @@ async def test_counts_filters_search_and_pages_live_in_the_url(
     await rows(page, 0)
     assert await page.inner_text("#jobs-message") == "No job matches these filters."
 
-    # A time range from the URL; one the server refuses says so.
+    # A time range from the URL, either end; one the server refuses says so.
     await page.goto(app.url("/?created_from=2999-01-01T00:00:00.000Z"))
     await rows(page, 0)
     assert await page.input_value("#filter-from") != ""
+    until = "2021-01-01T00:00:00.000Z"
+    await page.goto(app.url(f"/?created_to={until}"))
+    assert await rows(page, 1) == [str(early)]
+    shown_to = await page.eval_on_selector("#filter-to", "box => new Date(box.value).toISOString()")
+    assert shown_to == until, "the box shows the same instant, in this browser's zone"
+    # A link made before the state was named state= in the URL still opens its filter.
+    await page.goto(app.url("/?status=failed&channel=user-1"))
+    assert await rows(page, 3) == failed
+    assert await page.input_value("#filter-status") == "failed"
     await page.goto(app.url("/?q=" + "x" * 201))
     await page.wait_for_function(
         "document.getElementById('jobs-message').textContent.startsWith('Could not load jobs')"
@@ -230,10 +260,12 @@ async def test_the_copy_button_copies_the_full_id_and_the_id_opens_its_page(
     await context.close()
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 async def test_bulk_retry_of_a_filter_confirms_its_count_then_the_rows_and_counts_go_live(
     start_app: Callable[..., Any],
     browser: Browser,  # noqa: F811
     pool: asyncpg.Pool,
+    width: int,
 ) -> None:
     renderer = FakeRenderer()
     app: RunningApp = await start_app(renderer=renderer, render_slots=1)
@@ -241,8 +273,8 @@ async def test_bulk_retry_of_a_filter_confirms_its_count_then_the_rows_and_count
     await insert(pool, 1, "done", channel="user-1")
     await insert(pool, 2, "failed", channel="user-2")
     await insert(pool, 3, "failed", tenant="other")
-    page = await browser.new_page(viewport={"width": 1280, "height": 1000})
-    await page.goto(app.url("/?status=failed&channel=user-1"))
+    page = await open_at(browser, width)
+    await page.goto(app.url("/?state=failed&channel=user-1"))
     await page.wait_for_selector(LIVE)
     await rows(page, 4)
     await wait_count(page, "failed", 4)
@@ -311,6 +343,11 @@ async def test_the_template_filter_from_the_url_lists_counts_and_retries_one_tem
     await submit("receipt")
 
     page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+    # The issue's link: one state of one template.
+    await page.goto(app.url("/?state=failed&template=invoice"))
+    assert await rows(page, 1) == [failed_invoice]
+    assert await page.input_value("#filter-status") == "failed"
+    assert await page.input_value("#filter-template") == "invoice"
     await page.goto(app.url("/?template=invoice"))
     await page.wait_for_selector(LIVE)
     assert set(await rows(page, 3)) == {failed_invoice, first, latest}
