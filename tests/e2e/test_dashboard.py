@@ -211,7 +211,7 @@ async def test_phone_sized_screen_has_no_sideways_scroll_and_works(
     browser: Browser,  # noqa: F811
 ) -> None:
     app: RunningApp = await start_app(renderer=FakeRenderer(), render_slots=1)
-    page = await browser.new_page(viewport={"width": 375, "height": 740}, is_mobile=True)
+    page = await browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     await page.goto(app.url("/"))
     await page.wait_for_selector(LIVE)
     assert await page.is_hidden("#job-form"), "folded below the list"
@@ -224,7 +224,7 @@ async def test_phone_sized_screen_has_no_sideways_scroll_and_works(
     )
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
     box = await link.bounding_box()
-    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 375
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
     await page.close()
 
 
