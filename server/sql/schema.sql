@@ -1072,7 +1072,8 @@ CREATE TRIGGER job_events_tenant_webhooks AFTER INSERT ON job_events
 -- alone, as job_events_after_all for the hub's read. Run as a statement, PostgreSQL planned it
 -- afresh on every call, and planning it (eleven indexes on jobs, the log's partitions,
 -- job_public inlined) cost more than running it. With sequential scans off while it is
--- planned, the kept plan finds each job by its primary key at any size of the table (0019,
+-- planned, and the state compared with IS NOT DISTINCT FROM, which no index answers, the kept
+-- plan finds each job by its primary key alone at any size of the table (0019, 0041,
 -- docs/decisions/015).
 -- Only the worker holding an attempt may finish it; a job already done with the attempt's own
 -- file counts as finished (a retry of this write after its answer was lost). $8, each
@@ -1105,8 +1106,8 @@ BEGIN
             progress = 100, error = NULL, lease_expires_at = NULL, worker_id = NULL,
             finished_at = now(), updated_at = now()
         FROM input i
-        WHERE j.id = ANY ($1) AND j.id = i.id AND j.status = 'running' AND j.worker_id = $2
-          AND j.attempts = i.attempt
+        WHERE j.id = ANY ($1) AND j.id = i.id AND j.status IS NOT DISTINCT FROM 'running'
+          AND j.worker_id = $2 AND j.attempts = i.attempt
         RETURNING j.*
     ), ev AS (
         INSERT INTO job_events (job_id, tenant, type, payload)
@@ -1115,7 +1116,8 @@ BEGIN
     SELECT d.id FROM done d
     UNION ALL
     SELECT j.id FROM jobs j JOIN input i ON j.id = i.id
-    WHERE j.id = ANY ($1) AND j.status = 'done' AND j.object_key = i.object_key;
+    WHERE j.id = ANY ($1) AND j.status IS NOT DISTINCT FROM 'done'
+      AND j.object_key = i.object_key;
 END $$;
 
 
