@@ -1,19 +1,23 @@
 """The job page (/jobs/{id}) in real Chromium, at 1280 px and 390 px: a running job goes live to
 done, its timeline with phases, its PDF in the browser's viewer from the signed URL, its webhook
-deliveries with their status codes, and delivering one again."""
+deliveries with their status codes, and delivering one again; an attempt's warnings and its
+finishing step, an image job's image, and a batch item's link to its batch."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page
 from yarl import URL
 
 from server.keys import POOL
+from server.render.chromium import RenderResult
 from tests.browser import browser  # noqa: F401 (fixture)
 from tests.integration.test_webhooks import (  # noqa: F401 (fixtures)
     SECRET,
@@ -178,6 +182,73 @@ async def test_a_stored_template_job_and_a_pdfs_job_say_what_they_were_made_from
     await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
     facts = await texts(page, "#facts dd")
     assert "PDFs" in facts and f"terms.pdf ({terms[:19]}…)" in facts, facts
+
+
+class Warns(FakeRenderer):
+    """Every render notices something it does not fail on, as a preflight check would."""
+
+    WARNING = "missing_glyph: no font has U+0950 (page 1)"
+
+    async def render(self, html: Any, options: Any, **kwargs: Any) -> RenderResult:
+        result = await super().render(html, options, **kwargs)
+        return dataclasses.replace(result, warnings=[self.WARNING])
+
+
+async def test_an_attempts_warnings_and_finishing_an_image_and_a_batch_item_are_shown(
+    start_hooked: StartHooked,  # noqa: F811
+    browser: Browser,  # noqa: F811
+) -> None:
+    from tests.integration.test_pdf_operations import run_job
+
+    hooked = await start_hooked(Warns())
+    app = hooked.app
+    stamp = {"stamp": {"text": "PAID"}}  # a finishing step
+    stamped, _ = await run_job(app, {"template": "<p>x</p>", "options": stamp})
+    image, png = await run_job(app, {"template": "<p>x</p>", "options": {"output": "png"}})
+    assert png is not None and png.startswith(b"\x89PNG")
+    async with app.http.post(
+        app.url("/v1/batches"), json={"items": [{"key": "march", "template": "<p>m</p>"}]}
+    ) as resp:
+        assert resp.status in (200, 201, 202), await resp.text()
+        batch = await resp.json()
+    [item] = batch["items"]
+    await hooked.wait_final(item["job_id"])
+    page = await browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    # The attempt's warning beside it, and the time of its finishing step (the stamp).
+    await page.goto(app.url(f"/jobs/{stamped['id']}"))
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    assert await texts(page, "tr.attempt .attempt-notes .warning") == [Warns.WARNING]
+    finishing = "tr.attempt-phases[data-attempt='1'] li.step[data-step=finishing]"
+    assert await page.is_visible(finishing)
+    assert float(await page.get_attribute(finishing, "data-seconds") or "-1") >= 0
+    assert "finishing" in await page.inner_text(finishing)
+
+    # An image job shows its image (from its signed URL), not a PDF frame.
+    await page.goto(app.url(f"/jobs/{image['id']}"))
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    shown = page.locator("img#image")
+    await shown.wait_for(timeout=WAIT_MS)
+    await page.wait_for_function("img => img.complete", arg=await shown.element_handle())
+    assert await shown.evaluate("img => img.naturalWidth") > 0
+    assert URL(await shown.get_attribute("src") or "").path == f"/v1/jobs/{image['id']}/pdf"
+    assert await page.locator("#pdf").count() == 0
+
+    # A batch's item links to its batch's page.
+    await page.goto(app.url(f"/jobs/{item['job_id']}"))
+    await page.wait_for_selector("body[data-status=done]", timeout=WAIT_MS)
+    link = page.locator("a.batch-link")
+    await link.wait_for(timeout=WAIT_MS)
+    assert await link.get_attribute("href") == f"/batches/{batch['id']}"
+    assert "march" in await link.inner_text()
+    await link.click()
+    await page.wait_for_url(f"**/batches/{batch['id']}", timeout=WAIT_MS)
+    await page.wait_for_function(
+        f"document.getElementById('batch-id').textContent === '{batch['id']}'", timeout=WAIT_MS
+    )
+    assert errors == []
 
 
 async def test_with_keys_the_page_asks_the_key_once_and_streams_with_a_token(
