@@ -89,11 +89,38 @@ function fileText(file) {
   return file.asset_id === file.name ? file.name : `${file.name} (${file.asset_id.slice(0, 19)}…)`;
 }
 
+/** What the job's finishing reports (its `finishing`, server/pdf/finishing.py), as facts: the
+ * document information read back from the finished PDF, and compress's sizes. */
+function finishingFacts(finishing) {
+  const facts = [];
+  const metadata = finishing?.metadata;
+  if (metadata && Object.keys(metadata).length) {
+    const list = el("dl", "finishing-metadata");
+    list.id = "finishing-metadata";
+    for (const [key, value] of Object.entries(metadata)) list.append(el("dt", "", key), el("dd", "", value));
+    facts.push(["Document information", list]);
+  }
+  const sizes = finishing?.compress;
+  if (sizes) {
+    const { bytes_before: before, bytes_after: after } = sizes;
+    const change = before ? Math.round((100 * (before - after)) / before) : 0;
+    const text = `${before} → ${after} bytes`
+      + (change > 0 ? ` (${change} % smaller)` : change < 0 ? ` (${-change} % larger)` : "");
+    const figure = el("span", "finishing-compress", text);
+    figure.id = "finishing-compress";
+    figure.dataset.before = String(before);
+    figure.dataset.after = String(after);
+    facts.push(["Compressed", figure]);
+  }
+  return facts;
+}
+
 function renderFacts(story) {
   const job = story.job;
   const facts = [
     ["Source", [SOURCE_LABELS[story.source] || story.source, story.template].filter(Boolean).join(" ")],
     ...(story.files.length ? [["Files", story.files.map(fileText).join(", ")]] : []),
+    ...finishingFacts(job.finishing),
     ["Created", time(job.created_at)],
     ["Started", time(job.started_at)],
     ["Finished", time(job.finished_at)],
@@ -103,7 +130,11 @@ function renderFacts(story) {
     ["Last error", job.error || "—"],
     ["Warnings", job.warnings?.length ? job.warnings.join("; ") : "—"],
   ];
-  $("facts").replaceChildren(...facts.flatMap(([name, value]) => [el("dt", "", name), el("dd", "", value)]));
+  $("facts").replaceChildren(...facts.flatMap(([name, value]) => {
+    const cell = value instanceof Node ? el("dd") : el("dd", "", value);
+    if (value instanceof Node) cell.append(value);
+    return [el("dt", "", name), cell];
+  }));
 }
 
 function renderLinks(story) {

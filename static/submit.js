@@ -1,7 +1,9 @@
 // Pressroom dashboard: the submit form. One source of seven (inline HTML, a stored template,
-// Markdown, a page URL, an Office file, a Word template, PDFs to merge), its data and the options
-// that matter; files go as a multipart body (a `job` part with the JSON, file parts named as
-// POST /v1/jobs reads them); a problem's field errors are shown beside the fields they name.
+// Markdown, a page URL, an Office file, a Word template, PDFs to merge), its data, the options
+// that matter and any other as JSON (finishing: select_pages, rotate, fill_form, flatten,
+// metadata, compress, …); files go as a multipart body (a `job` part with the JSON, file parts
+// named as POST /v1/jobs reads them); a problem's field errors are shown beside the fields they
+// name.
 import { api } from "/static/session.js";
 import { $, el, shortId } from "/static/rows.js";
 
@@ -25,7 +27,8 @@ const FIELD_INPUTS = {
   docx: "docx",
   pdfs: "pdfs",
   data: "data",
-  options: "options",
+  // An option the form has no control of its own for is one the JSON field gave.
+  options: "options-json",
   "options.format": "format",
   "options.landscape": "landscape",
   "options.print_background": "print-background",
@@ -254,6 +257,47 @@ function readOptions() {
   return Object.keys(options).length ? options : undefined;
 }
 
+/** The JSON options field as an object ({} when empty), or undefined after showing why it is
+ * not one. */
+function readOptionsJson() {
+  const text = $("options-json").value.trim();
+  let value;
+  try {
+    value = JSON.parse(text || "{}");
+  } catch (error) {
+    setFieldError("options-json", `Invalid JSON: ${error.message}`);
+    return undefined;
+  }
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    setFieldError("options-json", 'Options must be a JSON object, for example {"compress": {}}.');
+    return undefined;
+  }
+  setFieldError("options-json", "");
+  return value;
+}
+
+/** The field for options the form has no control of, below the others in Options. */
+function addOptionsJson() {
+  const field = el("div", "field options-json");
+  const label = el("label", "", "More options ");
+  label.htmlFor = "options-json";
+  label.append(el("span", "hint",
+    '(JSON, merged over the choices above, e.g. {"select_pages": "2-", "compress": {}})'));
+  const input = el("textarea");
+  input.id = "options-json";
+  input.name = "options_json";
+  input.rows = 3;
+  input.spellcheck = false;
+  input.placeholder = '{"metadata": {"Department": "Sales"}, "compress": {}}';
+  input.setAttribute("aria-describedby", "options-json-error");
+  const error = el("p", "field-error");
+  error.id = "options-json-error";
+  error.hidden = true;
+  field.append(label, input, error);
+  $("options-error").before(field);
+  input.addEventListener("input", () => setFieldError("options-json", ""));
+}
+
 /** A file's name as a part of the body (an asset path: no \ ? # % : and no leading dot), not
  * one of `taken`. */
 function partName(file, taken) {
@@ -290,15 +334,16 @@ async function submitJob(event) {
   const usesData = !$("data").closest("[data-for]").hidden;
   const data = usesData ? readData() : {};
   const priority = readPriority();
+  const moreOptions = readOptionsJson();
   const firstInvalid = document.querySelector("#job-form [aria-invalid='true']");
-  if (firstInvalid || value === undefined || data === undefined) {
+  if (firstInvalid || value === undefined || data === undefined || moreOptions === undefined) {
     (firstInvalid ?? document.querySelector("#job-form .field-error:not([hidden])"))?.focus?.();
     return;
   }
   const job = { priority };
   if (usesData) job.data = data;
-  const options = readOptions();
-  if (options) job.options = options;
+  const options = { ...readOptions(), ...moreOptions };
+  if (Object.keys(options).length) job.options = options;
   const channel = $("job-channel").value.trim();
   if (channel) job.channel = channel;
   const button = $("submit");
@@ -345,6 +390,7 @@ function setupFold() {
 export function startForm(created) {
   onCreated = created;
   setupFold();
+  addOptionsJson();
   const form = $("job-form");
   form.addEventListener("submit", submitJob);
   for (const radio of form.querySelectorAll("input[name=source]")) {
