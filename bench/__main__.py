@@ -11,7 +11,6 @@ others still run; the exit status says whether any failed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import sys
@@ -20,7 +19,7 @@ import traceback
 
 import asyncpg
 
-from bench.common import machine, postgres
+from bench.common import arguments, machine, postgres
 
 #: Each benchmark (the module bench.<name>) in the order they run, with its --tiny arguments.
 TINY = {
@@ -43,30 +42,30 @@ async def run(names: list[str], tiny: bool) -> list[str]:
         conn = await asyncpg.connect(server)
         version = await conn.fetchval("SHOW server_version")
         await conn.close()
-        print(f"machine: {machine()}; PostgreSQL {version}", flush=True)
+        print(f"machine: {machine()}; PostgreSQL {version}")
         for name in names:
             # Only the benchmarks asked for are imported: Playwright, Socket.IO and the peers'
             # libraries load where they are needed.
             module = importlib.import_module(f"bench.{name}")
             args = module.parser().parse_args(TINY[name].split() if tiny else [])
-            print(f"== {name}", flush=True)
+            print(f"== {name}")
             started = time.perf_counter()
             try:
                 await module.run(args)
             except Exception:
                 traceback.print_exc()
                 failed.append(name)
-            print(f"== {name}: {time.perf_counter() - started:.1f} s", flush=True)
+            print(f"== {name}: {time.perf_counter() - started:.1f} s")
     return failed
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--only", default=",".join(TINY), help="a comma-separated subset")
     parser.add_argument("--tiny", action="store_true", help="the smallest sizes (the suite's)")
     args = parser.parse_args()
+    # Each line out as soon as it is printed, to a pipe or a file too.
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     names = args.only.split(",")
     if unknown := set(names) - set(TINY):
         parser.error(f"--only: no benchmark named {', '.join(sorted(unknown))}")

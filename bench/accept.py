@@ -30,17 +30,8 @@ import asyncpg
 from aiohttp import web
 
 from bench import common, otlp
-from bench.common import (
-    QUICK,
-    database,
-    postgres,
-    run_module,
-    running_app,
-    serving,
-    summary,
-)
+from bench.common import QUICK, database, new_job, postgres, run_client, running_app, summary
 from server.queue import db, jobs
-from server.queue.jobs import NewJob
 
 
 @contextlib.asynccontextmanager
@@ -50,31 +41,25 @@ async def bare_service(dsn: str, connections: int) -> AsyncIterator[str]:
 
     async def submit(request: web.Request) -> web.Response:
         body = await request.json()
-        new = NewJob(
-            tenant="default",
-            template=body["template"],
-            data=body["data"],
-            options={},
-            metadata={},
-            max_attempts=3,
-        )
+        new = new_job(body["template"], body["data"])
         await jobs.create(pool, [new])
         return web.json_response({"id": str(new.id), "status": "queued"}, status=202)
 
     app = web.Application()
     app.router.add_post("/v1/jobs", submit)
     try:
-        async with serving(app) as base:
+        async with common.serving(app) as base:
             yield base
     finally:
         await pool.close()
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> None:
     load = ["--clients", str(args.clients), "--duration", str(args.duration)]
     load += ["--rate", str(args.rate)]
     if args.tracing:
-        return await traced(args, load)
+        await traced(args, load)
+        return
     async with (
         postgres(),
         database() as dsn,
@@ -82,7 +67,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         database() as bare_dsn,
         bare_service(bare_dsn, args.connections) as bare_base,
     ):
-        ours, bare = await run_module("bench.clients", "load", base, bare_base, *load)
+        ours, bare = await run_client("load", base, bare_base, *load)
     for side in (ours, bare):
         side |= summary(side.pop("ms"))
     ratio = ours["jobs_per_s"] / bare["jobs_per_s"]
@@ -93,31 +78,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"accept  at {args.rate:g}/s: Pressroom p50 {ours['p50']:.2f} ms p99 {ours['p99']:.2f} "
         f"ms, bare p50 {bare['p50']:.2f} ms p99 {bare['p99']:.2f} ms, ratio p99 "
         f"{ours['p99'] / bare['p99']:.2f}",
-        flush=True,
     )
-    return {"pressroom": ours, "bare": bare, "ratio": ratio}
 
 
-async def traced(args: argparse.Namespace, load: list[str]) -> dict[str, Any]:
+async def traced(args: argparse.Namespace, load: list[str]) -> None:
     """The same load with tracing off and on, in alternating order, --rounds times."""
-    rounds: list[dict[str, dict[str, Any]]] = []
     async with (
         postgres(),
         database() as dsn,
         running_app(dsn, render_slots=0) as (base, _app),
         otlp.receiving() as switch,
     ):
-        for n in range(args.rounds):
-            measured: dict[str, dict[str, Any]] = {}
-            for side in ("off", "on") if n % 2 == 0 else ("on", "off"):
-                if side == "on":
-                    switch.on()
-                else:
-                    switch.off()
-                [result] = await run_module("bench.clients", "load", base, *load)
-                measured[side] = result | summary(result.pop("ms"))
-            switch.off()
-            rounds.append(measured)
+
+        async def measure() -> dict[str, Any]:
+            result: dict[str, Any]
+            [result] = await run_client("load", base, *load)
+            return result | summary(result.pop("ms"))
+
+        rounds = [await switch.off_and_on(n, measure) for n in range(args.rounds)]
         conn = await asyncpg.connect(dsn)
         traced_jobs = await conn.fetchval("SELECT count(*) FROM jobs WHERE traceparent IS NOT NULL")
         await conn.close()
@@ -133,9 +111,7 @@ async def traced(args: argparse.Namespace, load: list[str]) -> dict[str, Any]:
         f"accept  tracing at {args.rate:g}/s: p99 off {median['off']['p99']:.2f} ms, on "
         f"{median['on']['p99']:.2f} ms, ratio on/off {otlp.spread(p99)}; "
         f"{switch.spans} spans in {switch.traces} traces received for {traced_jobs} jobs traced",
-        flush=True,
     )
-    return {"rounds": rounds, "ratio": statistics.median(rate), "spans": switch.spans}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -19,6 +19,8 @@ asks of every job and nothing more:
 No authentication, no validation beyond the two fields, no retries, leases, cancellation,
 metrics, logs or limits: a service that a user could not run, and the figure no real one
 can beat with these libraries on this machine.
+
+    python -m bench.bare DSN SLOTS    (on a free port, its URL printed, until stdin closes)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -36,8 +39,9 @@ import jinja2
 from aiohttp import web
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from bench.common import serving
+from bench.common import execute, serving
 from bench.render import RawLoop
+from server.files.storage import fsync_folder
 from server.queue.db import release_connection
 
 CHANNEL = "bare_events"
@@ -111,17 +115,12 @@ class BareService:
         self.base = ""
 
     async def __aenter__(self) -> BareService:
-        setup = await asyncpg.connect(self._dsn)
-        try:
-            await setup.execute(SCHEMA)
-        finally:
-            await setup.close()
+        await execute(self._dsn, SCHEMA)
         # Released as Pressroom releases its connections: no reset round trip (server/queue/db.py).
-        pool = await asyncpg.create_pool(
+        self._pool = await asyncpg.create_pool(
             self._dsn, min_size=2, max_size=4 + self._raw.slots, reset=release_connection
         )
-        self._stack.push_async_callback(pool.close)
-        self._pool = pool
+        self._stack.push_async_callback(self._pool.close)
         listener = await asyncpg.connect(self._dsn)
         self._stack.push_async_callback(listener.close)
         await listener.add_listener(CHANNEL, self._notified)
@@ -188,10 +187,9 @@ class BareService:
         frames: asyncio.Queue[bytes] = asyncio.Queue()
         self._streams.add(frames)
         try:
-            while frame := await frames.get():
-                await response.write(frame)
-        except ConnectionResetError:  # the client went away
-            pass
+            with contextlib.suppress(ConnectionResetError):  # the client went away
+                while frame := await frames.get():
+                    await response.write(frame)
         finally:
             self._streams.discard(frames)
         return response
@@ -208,8 +206,14 @@ def _durable_write(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_folder(path.parent)
+
+
+async def serve(dsn: str, slots: int) -> None:
+    async with RawLoop(slots) as raw, BareService(dsn, raw) as bare:
+        print(bare.base, flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], int(sys.argv[2])))

@@ -1,4 +1,4 @@
-"""The benchmarks' clients, each run in a process of its own (bench.common.run_module) so that
+"""The benchmarks' clients, each run in a process of its own (bench.common.run_client) so that
 its work is not charged to the server's event loop, as a real client's is not. Standard library
 and aiohttp only, so each starts in a fraction of a second. Each prints one JSON line, except
 the subscribers, which talk to the fan-out benchmark (bench/push.py) line by line.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import functools
 import json
 import os
 import resource
@@ -69,15 +68,10 @@ INVOICE = """<!doctype html><html><head><meta charset="utf-8"><style>
 
 def invoice_data(n: int, lines: int = 20) -> dict[str, Any]:
     """Invoice number `n` with `lines` table lines (about 32 fill an A4 page)."""
-    rows = [
-        {
-            "item": f"Service {i}",
-            "qty": i % 5 + 1,
-            "price": 9.5 + i,
-            "total": (i % 5 + 1) * (9.5 + i),
-        }
-        for i in range(lines)
-    ]
+    rows = []
+    for i in range(lines):
+        qty, price = i % 5 + 1, 9.5 + i
+        rows.append({"item": f"Service {i}", "qty": qty, "price": price, "total": qty * price})
     return {"number": f"INV-{n:05d}", "customer": "Ana Lima", "due": "2026-12-31", "lines": rows}
 
 
@@ -129,11 +123,8 @@ async def burst(
 ) -> float:
     """Submit `docs` invoices (with `options`), 32 at a time, and follow the stream until the
     last is done; seconds from the first submission."""
-    bodies: list[dict[str, Any]] = [
-        {"template": INVOICE, "data": invoice_data(n, lines)} for n in range(docs)
-    ]
-    if options:
-        bodies = [{**body, "options": options} for body in bodies]
+    extra = {"options": options} if options else {}
+    bodies = [{"template": INVOICE, "data": invoice_data(n, lines), **extra} for n in range(docs)]
     async with authorized(key) as session:
         async with session.get(f"{base}/v1/events?type={FINAL_TYPES}") as stream:
             started = time.perf_counter()
@@ -223,13 +214,15 @@ async def load(urls: list[str], clients: int, seconds: float, rate: float) -> li
 
 
 class Subscriber(asyncio.Protocol):
-    """One subscriber: notes when it is ready and when an event arrives."""
+    """One subscriber: sends `request` once connected; notes when it is ready and when an
+    event arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: bytes) -> None:
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()
         self.event: asyncio.Future[float] | None = None
         self.transport: asyncio.Transport | None = None
+        self._request = request
 
     def arrived(self) -> None:
         if self.event is not None and not self.event.done():
@@ -238,6 +231,7 @@ class Subscriber(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        transport.write(self._request)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for future in (self.ready, self.event):
@@ -248,15 +242,7 @@ class Subscriber(asyncio.Protocol):
 class SseSubscriber(Subscriber):
     """An SSE stream: ready on the response headers; an event is an `id:` line."""
 
-    def __init__(self, request: bytes) -> None:
-        super().__init__()
-        self._request = request
-        self._tail = b""  # the end of the last read: `id:` may be split across two
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        assert self.transport is not None
-        self.transport.write(self._request)
+    _tail = b""  # the end of the last read: `id:` may be split across two
 
     def data_received(self, data: bytes) -> None:
         if not self.ready.done():
@@ -275,25 +261,16 @@ def masked_text(payload: str) -> bytes:
     data = payload.encode()
     assert len(data) < 126
     mask = os.urandom(4)
-    return (
-        bytes([0x81, 0x80 | len(data)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-    )
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+    return bytes([0x81, 0x80 | len(data)]) + mask + masked
 
 
 class SocketIoSubscriber(Subscriber):
     """A Socket.IO session over a websocket: upgrade, engine.io open, namespace connect,
     `subscribe {"all": true}`; then every `job` event counts, and pings are answered."""
 
-    def __init__(self, request: bytes) -> None:
-        super().__init__()
-        self._request = request
-        self._buffer = b""
-        self._upgraded = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        assert self.transport is not None
-        self.transport.write(self._request)
+    _buffer = b""
+    _upgraded = False
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -364,20 +341,15 @@ async def connect(args: argparse.Namespace) -> tuple[list[Subscriber], float]:
     host, port = url.hostname or "127.0.0.1", url.port or 80
     kind = SseSubscriber if args.transport == "sse" else SocketIoSubscriber
     subscribers: list[Subscriber] = []
+
+    async def opened(subscriber: Subscriber) -> None:
+        await loop.create_connection(lambda: subscriber, host, port, local_addr=(args.local, 0))
+
     started = time.monotonic()
     for first in range(0, args.count, CONNECT_BATCH):
-        batch = [
-            kind(subscribe_request(args.transport, host, port))
-            for _ in range(first, min(args.count, first + CONNECT_BATCH))
-        ]
-        await asyncio.gather(
-            *(
-                loop.create_connection(
-                    functools.partial(lambda s: s, s), host, port, local_addr=(args.local, 0)
-                )
-                for s in batch
-            )
-        )
+        size = min(CONNECT_BATCH, args.count - first)
+        batch = [kind(subscribe_request(args.transport, host, port)) for _ in range(size)]
+        await asyncio.gather(*(opened(s) for s in batch))
         await asyncio.wait_for(asyncio.gather(*(s.ready for s in batch)), CONNECT_TIMEOUT_S)
         subscribers += batch
     return subscribers, time.monotonic() - started
@@ -412,16 +384,14 @@ def main() -> None:
     one.add_argument("--clients", type=int, required=True)
     one.add_argument("--duration", type=float, required=True, help="seconds of each loop")
     one.add_argument("--rate", type=float, required=True, help="requests per second")
-    one = client.add_parser("burst")
-    one.add_argument("url")
-    one.add_argument("--docs", type=int, required=True)
+    invoices = argparse.ArgumentParser(add_help=False)  # what burst and one-at-a-time take
+    invoices.add_argument("url")
+    invoices.add_argument("--docs", type=int, required=True)
+    invoices.add_argument("--key", help="an API key, sent as Authorization: Bearer")
+    one = client.add_parser("burst", parents=[invoices])
     one.add_argument("--lines", type=int, default=20)
     one.add_argument("--options", default="{}", help="the jobs' options, as JSON")
-    one.add_argument("--key", help="an API key, sent as Authorization: Bearer")
-    one = client.add_parser("one-at-a-time")
-    one.add_argument("url")
-    one.add_argument("--docs", type=int, required=True)
-    one.add_argument("--key", help="an API key, sent as Authorization: Bearer")
+    client.add_parser("one-at-a-time", parents=[invoices])
     one = client.add_parser("subscribers")
     one.add_argument("url", help="the server, http://host:port")
     one.add_argument("--transport", choices=("sse", "socketio"), default="sse")

@@ -9,10 +9,12 @@ import contextlib
 import json
 import os
 import platform
+import socket
 import statistics
 import sys
 import tempfile
 import uuid
+from asyncio.subprocess import PIPE, Process
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from aiohttp import web
 
 from server.queue import db
 from server.queue.embedded import EmbeddedPostgres
+from server.queue.jobs import NewJob
 from server.settings import Settings
 from server.web.app import create_app
 
@@ -55,6 +58,11 @@ def percentile(values: list[float], p: float) -> float:
 def summary(latencies_ms: list[float]) -> dict[str, float]:
     """p50 and p99 of a list of milliseconds."""
     return {"p50": percentile(latencies_ms, 50), "p99": percentile(latencies_ms, 99)}
+
+
+def new_job(template: str, data: dict[str, Any], attempts: int = 3) -> NewJob:
+    """A job of dev mode's tenant ("default"), with no options or metadata."""
+    return NewJob("default", template, data, options={}, metadata={}, max_attempts=attempts)
 
 
 #: A database migrated once per run, which every migrated database of the run is a copy of.
@@ -132,13 +140,10 @@ async def checkpoint(dsn: str) -> None:
 
 @contextlib.asynccontextmanager
 async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, web.Application]]:
-    """The real app on a free port; yields its base URL and the app.
-
-    `renderer_factory` is passed to create_app; every other keyword overrides a setting, as
-    does a PRESSROOM_* variable of the environment (another engine, a mechanism turned off).
-    The per-tenant cap on jobs in flight is lifted: benchmarks queue far more than a tenant
-    would.
-    """
+    """The real app on a free port: its base URL and the app. `renderer_factory` goes to
+    create_app; every other keyword overrides a setting, as a PRESSROOM_* variable does (another
+    engine, a mechanism turned off). The tenant's cap on jobs in flight is lifted: benchmarks
+    queue far more than a tenant would."""
     renderer_factory = overrides.pop("renderer_factory", None)
     env = {name: value for name, value in os.environ.items() if name.startswith("PRESSROOM_")}
     env |= {"DATABASE_URL": dsn, "PRESSROOM_DATA_DIR": tempfile.mkdtemp(prefix="prb-data-")}
@@ -146,6 +151,13 @@ async def running_app(dsn: str, **overrides: Any) -> AsyncIterator[tuple[str, we
     app = create_app(Settings.from_env(env, **overrides), renderer_factory=renderer_factory)
     async with serving(app) as base:
         yield base, app
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -174,19 +186,24 @@ def main(
 ) -> None:
     """`python -m bench.<name>`: the machine's line, then the benchmark."""
     args = parser().parse_args()
+    # Each line out as soon as it is printed, to a pipe or a file too.
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     print(f"machine: {machine()}")
     asyncio.run(run(args))
 
 
-async def run_module(module: str, *args: str) -> Any:
-    """Run `python -m module args…` in a child process and return the JSON it prints last.
-
-    The clients (bench/clients.py) run so, and their CPU is not charged to the server's event
-    loop, as a real client's is not."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", module, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE
+async def start_python(*args: str, cwd: Path = ROOT) -> Process:
+    """`python args…` in a child process, its stdin and stdout piped to this one."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, *args, cwd=cwd, stdin=PIPE, stdout=PIPE
     )
+
+
+async def run_client(*args: str) -> Any:
+    """Run `python -m bench.clients args…` in a child process (its CPU is not charged to the
+    server's event loop, as a real client's is not) and return the JSON it prints last."""
+    proc = await start_python("-m", "bench.clients", *args)
     out, _ = await proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"python -m {module} {' '.join(args)} exited {proc.returncode}")
+        raise RuntimeError(f"python -m bench.clients {' '.join(args)} exited {proc.returncode}")
     return json.loads(out.decode().strip().splitlines()[-1])

@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +41,8 @@ import asyncpg
 import psutil
 
 from bench import common
-from bench.bare import BareService
 from bench.clients import INVOICE, invoice_data
-from bench.common import QUICK, ROOT, at, execute, run_module, summary
+from bench.common import QUICK, ROOT, at, execute, free_port, run_client, start_python, summary
 from bench.render import RawLoop
 from server.queue.embedded import ensure_run_as_user
 from server.render import templates
@@ -116,27 +114,18 @@ async def cluster() -> AsyncIterator[tuple[str, psutil.Process]]:
     bin_dir, folder = debian_bin(), Path(tempfile.mkdtemp(prefix="prb-cost-"))
     if (user := ensure_run_as_user()) is not None:  # PostgreSQL refuses to run as root
         shutil.chown(folder, user)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     data, settings = folder / "data", " ".join(f"-c {k}={v}" for k, v in SERVER_SETTINGS.items())
 
     def run(command: str, *args: str) -> None:
-        subprocess.run(
-            [str(bin_dir / command), "-D", str(data), *args],
-            check=True,
-            user=user,
-            capture_output=True,
-            timeout=120,
-        )
+        argv = [str(bin_dir / command), "-D", str(data), *args]
+        subprocess.run(argv, check=True, user=user, capture_output=True, timeout=120)
 
     try:
         # Throwaway data: initdb need not sync what it wrote; the server itself runs durably.
         await asyncio.to_thread(run, "initdb", "-U", "postgres", "--auth=trust", "--no-sync")
-        options = f"-p {port} -h 127.0.0.1 -k {folder} {settings}"
-        await asyncio.to_thread(
-            run, "pg_ctl", "-o", options, "-l", str(folder / "log"), "-w", "start"
-        )
+        start = ["-o", f"-p {port} -h 127.0.0.1 -k {folder} {settings}", "-l", str(folder / "log")]
+        await asyncio.to_thread(run, "pg_ctl", *start, "-w", "start")
         postmaster = psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres", postmaster
     finally:
@@ -160,25 +149,17 @@ class Service:
     """One system's server in a process of its own, until closed; its CPU and its statements
     (total milliseconds and calls by text and level) summed over the bursts measured."""
 
-    def __init__(self, name: str, dsn: str) -> None:
-        self.name, self.dsn = name, dsn
+    def __init__(self, name: str, server: str) -> None:
+        self.name, self.database = name, name.replace("@", "_")
+        self.dsn = at(server, self.database)
         self.cpu: list[tuple[float, float]] = []  # (server, PostgreSQL) ms per job, by burst
         self.latency: list[dict[str, float]] = []  # p50 and p99 ms, one at a time, by round
         self.statements: dict[tuple[int, bool], list[float]] = {}
         self.texts: dict[int, str] = {}
 
     async def start(self, slots: int, tree: Path | None) -> None:
-        if self.name == "bare":
-            command = ["-m", "bench.cost", "serve-bare", self.dsn, str(slots)]
-        else:
-            command = ["-c", SERVE_PRESSROOM, self.dsn, str(slots)]
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *command,
-            cwd=tree or ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        program = ["-m", "bench.bare"] if self.name == "bare" else ["-c", SERVE_PRESSROOM]
+        self.proc = await start_python(*program, self.dsn, str(slots), cwd=tree or ROOT)
         assert self.proc.stdout is not None
         self.base, *key = (await self.proc.stdout.readline()).decode().split()
         if not self.base.startswith("http"):
@@ -196,25 +177,33 @@ class Service:
     ) -> None:
         await observer.execute("SELECT pg_stat_statements_reset()")
         server, pg = sum(self.process.cpu_times()[:2]), postgres_cpu_s(postmaster)
-        await run_module("bench.clients", "burst", self.base, f"--docs={docs}", *self.key)
+        await self.client("burst", docs)
         await asyncio.sleep(0.5)  # what follows the last job.done (its hub read, the next claim)
         server, pg = sum(self.process.cpu_times()[:2]) - server, postgres_cpu_s(postmaster) - pg
         self.cpu.append((server * 1000 / docs, pg * 1000 / docs))
         for row in await observer.fetch(
             "SELECT queryid, query, toplevel, total_exec_time + total_plan_time AS ms, calls FROM "
             "pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
-            self.dsn.rsplit("/", 1)[1],
+            self.database,
         ):
             # By queryid: its text is the first one seen since the reset, constants and all.
             self.texts.setdefault(row["queryid"], " ".join(row["query"].split()))
             sums = self.statements.setdefault((row["queryid"], row["toplevel"]), [0, 0])
             sums[0], sums[1] = sums[0] + row["ms"], sums[1] + row["calls"]
 
+    async def client(self, name: str, docs: int) -> Any:
+        """What client `name` of bench/clients.py prints, run against this server."""
+        return await run_client(name, self.base, f"--docs={docs}", *self.key)
+
     async def one_at_a_time(self, docs: int) -> None:
-        timed = await run_module(
-            "bench.clients", "one-at-a-time", self.base, f"--docs={docs}", *self.key
+        self.latency.append(summary(await self.client("one-at-a-time", docs)))
+
+    def last_round(self) -> str:
+        (server, pg), p50 = self.cpu[-1], self.latency[-1]["p50"]
+        return (
+            f"{self.name} {server + pg:.2f} ms CPU/job (server {server:.2f}, "
+            f"PostgreSQL {pg:.2f}), p50 {p50:.1f} ms"
         )
-        self.latency.append(summary(timed))
 
     def p(self, which: str) -> float:
         return statistics.median(r[which] for r in self.latency)
@@ -243,36 +232,25 @@ async def raw_latencies(raw: RawLoop, html: list[str]) -> list[float]:
     return times
 
 
-async def serve_bare(dsn: str, slots: int) -> None:
-    """`python -m bench.cost serve-bare DSN SLOTS`: the bare service on a free port, its URL
-    printed, until stdin closes."""
-    async with RawLoop(slots) as raw, BareService(dsn, raw) as bare:
-        print(bare.base, flush=True)
-        await asyncio.to_thread(sys.stdin.read)
-
-
-async def profile(service: Service, docs: int, keep: str | None) -> collections.Counter[str]:
+async def profile(service: Service, docs: int, keep: str | None) -> Counter[str]:
     """py-spy's samples of the server's process over one burst (holding the GIL: the CPU of
     its Python), by stage; kept in `keep` if given."""
-    folder = Path(tempfile.mkdtemp(prefix="prb-spy-"))
-    out = Path(keep) if keep else folder / "samples.txt"
-    spy = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(service.proc.pid),
-        "--rate", "250", "--format", "raw", "--nolineno", "--gil", "--output", str(out),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    await asyncio.sleep(1)  # attached
-    await run_module("bench.clients", "burst", service.base, f"--docs={docs}", *service.key)
-    spy.send_signal(signal.SIGINT)
-    await spy.wait()
-    try:
+    with tempfile.TemporaryDirectory(prefix="prb-spy-") as folder:
+        out = Path(keep) if keep else Path(folder) / "samples.txt"
+        spy = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(service.proc.pid),
+            "--rate", "250", "--format", "raw", "--nolineno", "--gil", "--output", str(out),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        await asyncio.sleep(1)  # attached
+        await service.client("burst", docs)
+        spy.send_signal(signal.SIGINT)
+        await spy.wait()
         return stages_of(out)
-    finally:
-        shutil.rmtree(folder)
 
 
-def stages_of(samples: Path) -> collections.Counter[str]:
-    stages: collections.Counter[str] = collections.Counter()
+def stages_of(samples: Path) -> Counter[str]:
+    stages: Counter[str] = Counter()
     for line in samples.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         stage = next((name for name, marks in STAGES if any(m in stack for m in marks)), OTHER)
@@ -281,46 +259,35 @@ def stages_of(samples: Path) -> collections.Counter[str]:
 
 
 @contextlib.contextmanager
-def worktree(rev: str | None) -> Any:
-    """A git worktree of `rev` (None: none)."""
-    if rev is None:
-        yield None
-        return
+def worktree(rev: str) -> Iterator[Path]:
+    """A git worktree of `rev`, removed afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="prb-tree-"))
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(folder), rev],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+
+    def git_worktree(*args: str, check: bool) -> None:
+        subprocess.run(["git", "worktree", *args], cwd=ROOT, check=check, capture_output=True)
+
+    git_worktree("add", "--detach", str(folder), rev, check=True)
     try:
         yield folder
     finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(folder)],
-            cwd=ROOT,
-            check=False,
-            capture_output=True,
-        )
+        git_worktree("remove", "--force", str(folder), check=False)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> None:
     names = ["pressroom", "bare"] + ([f"pressroom@{args.against}"] if args.against else [])
     html = [templates.render(INVOICE, invoice_data(n)) for n in range(args.latency_docs)]
     raw: list[dict[str, float]] = []
-    with worktree(args.against) as tree:
+    with worktree(args.against) if args.against else contextlib.nullcontext() as tree:
         async with cluster() as (server, postmaster), RawLoop(1) as loop:
             await loop.warm(html)
             observer = await asyncpg.connect(server)
-            services = [Service(name, at(server, name.replace("@", "_"))) for name in names]
+            services = [Service(name, server) for name in names]
             try:
                 await observer.execute("CREATE EXTENSION pg_stat_statements")
                 for service in services:
-                    await execute(server, f'CREATE DATABASE "{service.dsn.rsplit("/", 1)[1]}"')
+                    await execute(server, f'CREATE DATABASE "{service.database}"')
                     await service.start(args.slots, tree if "@" in service.name else None)
-                    await run_module(
-                        "bench.clients", "burst", service.base, "--docs=8", *service.key
-                    )
+                    await service.client("burst", 8)
                 for number in range(args.rounds):
                     order = services[number % len(services) :] + services[: number % len(services)]
                     for service in order:
@@ -328,29 +295,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for service in order:
                         await service.one_at_a_time(args.latency_docs)
                     raw.append(summary(await raw_latencies(loop, html)))
-                    print(
-                        f"round {number + 1}: "
-                        + "; ".join(
-                            f"{s.name} {sum(s.cpu[-1]):.2f} ms CPU/job (server {s.cpu[-1][0]:.2f}, "
-                            f"PostgreSQL {s.cpu[-1][1]:.2f}), p50 {s.latency[-1]['p50']:.1f} ms"
-                            for s in services
-                        ),
-                        flush=True,
-                    )
+                    print(f"round {number + 1}: " + "; ".join(s.last_round() for s in services))
                 stages = await profile(services[0], args.docs, args.samples)
             finally:
                 for service in services:
                     await service.close()
                 await observer.close()
-    return report(args, services, raw, stages)
+    floor = {which: statistics.median(r[which] for r in raw) for which in ("p50", "p99")}
+    report(args, services, floor, stages)
 
 
 def report(
-    args: argparse.Namespace,
-    services: list[Service],
-    raw: list[dict[str, float]],
-    stages: collections.Counter[str],
-) -> dict[str, Any]:
+    args: argparse.Namespace, services: list[Service], floor: dict[str, float], stages: Counter[str]
+) -> None:
+    """The figures of every round: the medians, the ratios, and where the time went."""
     ours, bare = services[0], services[1]
     print(
         f"\nCPU per job outside Chromium, median of {args.rounds} rounds of {args.docs} jobs, "
@@ -360,16 +318,13 @@ def report(
         print(f"  {s.name:20} {s.median():.2f} ms (server {s.median(0):.2f}, PostgreSQL "
               f"{s.median(1):.2f})")  # fmt: skip
     print(f"submit → job.done one at a time, {args.latency_docs} jobs a round, medians:")
-    floor = {which: statistics.median(r[which] for r in raw) for which in ("p50", "p99")}
     print(f"  {'raw print':20} p50 {floor['p50']:.1f} ms, p99 {floor['p99']:.1f} ms")
     for s in services:
         print(f"  {s.name:20} p50 {s.p('p50'):.1f} ms ({s.p('p50') - floor['p50']:+.1f} to the raw "
               f"print), p99 {s.p('p99'):.1f} ms ({s.p('p99') - floor['p99']:+.1f})")  # fmt: skip
-    figures: dict[str, Any] = {"cpu_ms": {s.name: s.median() for s in services}}
     for other in services[1:]:
         ratios = [sum(a) / sum(b) for a, b in zip(ours.cpu, other.cpu, strict=True)]
         gaps = [a["p50"] - b["p50"] for a, b in zip(ours.latency, other.latency, strict=True)]
-        figures[other.name] = {"ratio": statistics.median(ratios), "p50_gap_ms": gaps}
         print(
             f"  Pressroom / {other.name}: {statistics.median(ratios):.2f} (rounds "
             f"{', '.join(f'{r:.2f}' for r in ratios)}); p50 {statistics.median(gaps):+.1f} ms "
@@ -382,7 +337,6 @@ def report(
     for s in (ours, bare):
         print(f"\nPostgreSQL's time per job by statement, {s.name} (execution and planning):")
         print("\n".join(s.statement_rows(args.docs * args.rounds)))
-    return figures
 
 
 def parser() -> argparse.ArgumentParser:
@@ -396,12 +350,5 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["serve-bare"]:
-        asyncio.run(serve_bare(sys.argv[2], int(sys.argv[3])))
-        return
-    common.main(parser, run)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(parser, run)

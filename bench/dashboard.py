@@ -14,27 +14,25 @@ template `invoice` (12 versions), one in eight from `receipt`; created over 30 d
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-import asyncpg
+from aiohttp import ClientSession
+from asyncpg import Connection, Pool
 
-from bench.common import QUICK, database, machine, percentile, running_app
-from server.queue import db, jobs, listing
-from server.schemas.common import parse_template_id
-from server.schemas.listing import encode_cursor
+from bench import common
+from bench.common import QUICK, database, percentile, running_app
+from server.queue import db, listing
+from server.schemas.listing import JobCountsQuery, JobListQuery, encode_cursor
 from server.sql import query
 
 TENANT = "default"  # dev mode's tenant: the routes answer for it without a key
 
 
-async def fill(conn: asyncpg.Connection, count: int) -> None:
+async def fill(conn: Connection, count: int) -> None:
     """`count` jobs of the tenant and count // 5 of another, then VACUUM ANALYZE."""
     for tenant, n in ((TENANT, count), ("other", count // 5)):
         await conn.execute(
@@ -73,10 +71,11 @@ def index_names(plan: dict[str, Any]) -> list[str]:
     return found
 
 
-async def explain(conn: asyncpg.Connection, sql: str, args: list[Any]) -> tuple[list[str], float]:
+async def explain(conn: Connection, sql: str, args: list[Any]) -> list[str]:
+    """The indexes the statement's plan reads (EXPLAIN ANALYZE)."""
     raw = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
     document = json.loads(raw) if isinstance(raw, str) else raw
-    return sorted(set(index_names(document[0]["Plan"]))), float(document[0]["Execution Time"])
+    return sorted(set(index_names(document[0]["Plan"])))
 
 
 async def timed(n: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
@@ -138,55 +137,34 @@ async def run(args: argparse.Namespace) -> None:
         }
         async with running_app(dsn, render_slots=0) as (base, _app):
             pool = await db.create_pool(dsn, min_size=1, max_size=2)
-            print(f"\n{machine()}\n{requests} requests each, one after another, p50/p95 in ms")
+            print(f"\n{requests} requests each, one after another, p50/p95 in ms")
             head = f"{'':26} {'HTTP p50':>9} {'p95':>7} {'SQL p50':>8} {'ratio':>6}"
             print(f"{head}  plan (EXPLAIN ANALYZE)")
-            async with aiohttp.ClientSession() as http:
-                for name, params in filters.items():
-                    await row(http, pool, base, "/v1/jobs", name, params, requests)
-                for name, params in counted.items():
-                    await row(http, pool, base, "/v1/jobs/counts", name, params, requests)
+            async with ClientSession(base_url=base) as http:
+                for path, cases in (("/v1/jobs", filters), ("/v1/jobs/counts", counted)):
+                    for name, params in cases.items():
+                        await row(http, pool, path, name, params, requests)
             await pool.close()
 
 
 async def row(
-    http: aiohttp.ClientSession,
-    pool: asyncpg.Pool,
-    base: str,
-    path: str,
-    name: str,
-    params: dict[str, str],
-    requests: int,
+    http: ClientSession, pool: Pool, path: str, name: str, params: dict[str, str], requests: int
 ) -> None:
+    query_params = {"limit": "50", **params} if path == "/v1/jobs" else params
+
     async def over_http() -> None:
-        async with http.get(
-            base + path, params={"limit": "50", **params} if path == "/v1/jobs" else params
-        ) as resp:
+        async with http.get(path, params=query_params) as resp:
             assert resp.status == 200, await resp.text()
             await resp.read()
 
-    matching = listing.JobFilter(
-        status=jobs.JobState(params["status"]) if "status" in params else None,
-        channel=params.get("channel"),
-        created_from=dt.datetime.fromisoformat(params["created_from"])
-        if "created_from" in params
-        else None,
-        created_to=dt.datetime.fromisoformat(params["created_to"])
-        if "created_to" in params
-        else None,
-        q=params.get("q"),
-        template=parse_template_id(params["template"]) if "template" in params else None,
-    )
+    # The filter and the page as the route reads them from the same parameters.
     if path == "/v1/jobs":
-        after = None
-        if "cursor" in params:
-            created, _, job_id = params["cursor"].partition("~")
-            after = (dt.datetime.fromisoformat(created), uuid.UUID(job_id))
+        page = JobListQuery.model_validate(params)
         sql = query("list_jobs")
-        args = listing.list_args(TENANT, matching, after, 51)
+        args = listing.list_args(TENANT, page.matching(page.status), page.cursor, 51)
     else:
         sql = query("count_jobs")
-        args = listing.count_args(TENANT, matching)
+        args = listing.count_args(TENANT, JobCountsQuery.model_validate(params).matching())
 
     async def straight() -> None:
         await pool.fetch(sql, *args)
@@ -194,7 +172,7 @@ async def row(
     http_ms = await timed(requests, over_http)
     sql_ms = await timed(requests, straight)
     async with pool.acquire() as conn:
-        plan, _ = await explain(conn, sql, args)
+        plan = await explain(conn, sql, args)
     p50, p95, base50 = percentile(http_ms, 50), percentile(http_ms, 95), percentile(sql_ms, 50)
     print(f"{name:26} {p50:9.2f} {p95:7.2f} {base50:8.2f} {p50 / base50:6.1f}  {', '.join(plan)}")
 
@@ -207,4 +185,4 @@ def parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(parser().parse_args()))
+    common.main(parser, run)

@@ -13,7 +13,6 @@ largest any of them reached).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import io
@@ -21,23 +20,26 @@ import os
 import pwd
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from subprocess import DEVNULL
 from typing import Any
 
 import docx
 import psutil
 
-from bench.common import QUICK, machine
+from bench import common
+from bench.common import QUICK, free_port
 from server.options import RenderOptions
 from server.render import office
 
 USER = "nobody"
+#: The wrapper users call (it restarts LibreOffice on exit code 81).
+SOFFICE = shutil.which("soffice") or "soffice"
 
 
 def three_pages() -> bytes:
@@ -64,46 +66,36 @@ def as_user() -> list[str]:
 
 @contextlib.contextmanager
 def folder() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pressroom-bench-office-"))
-    if os.geteuid() == 0:
-        entry = pwd.getpwnam(USER)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    """A temporary folder, USER's when this is root."""
+    with tempfile.TemporaryDirectory(prefix="prb-office-", ignore_cleanup_errors=True) as path:
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam(USER)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        yield Path(path)
 
 
 def figures(name: str, latencies_s: list[float], rss_mb: float) -> dict[str, Any]:
-    total = sum(latencies_s)
-    row = {
-        "engine": name,
-        "pdfs_per_s": len(latencies_s) / total,
-        "p50_ms": statistics.median(latencies_s) * 1000,
-        "rss_mb": rss_mb,
-    }
+    """An engine's PDFs per second and median milliseconds, printed with its memory."""
+    pdfs_per_s, p50_ms = len(latencies_s) / sum(latencies_s), statistics.median(latencies_s) * 1000
     print(
-        f"  {name:<28} {row['pdfs_per_s']:6.2f} PDFs/s   p50 {row['p50_ms']:7.0f} ms   "
+        f"  {name:<28} {pdfs_per_s:6.2f} PDFs/s   p50 {p50_ms:7.0f} ms   "
         f"LibreOffice RSS {rss_mb:5.0f} MiB"
     )
-    return row
+    return {"engine": name, "pdfs_per_s": pdfs_per_s, "p50_ms": p50_ms}
 
 
 async def pressroom(data: bytes, docs: int) -> dict[str, Any]:
     pool = office.OfficePool(1)
     options = RenderOptions()
-    try:
+
+    async def convert() -> float:
         began = time.perf_counter()
         await pool.convert(data, "bench.docx", options, timeout_s=120)
-        print(
-            f"  (Pressroom's first document, its LibreOffice starting: "
-            f"{time.perf_counter() - began:.1f} s)"
-        )
-        latencies = []
-        for _ in range(docs):
-            began = time.perf_counter()
-            await pool.convert(data, "bench.docx", options, timeout_s=120)
-            latencies.append(time.perf_counter() - began)
+        return time.perf_counter() - began
+
+    try:
+        print(f"  (Pressroom's first document, its LibreOffice starting: {await convert():.1f} s)")
+        latencies = [await convert() for _ in range(docs)]
         (process,) = pool.processes()
         return figures("Pressroom (long-lived)", latencies, process.rss_mb())
     finally:
@@ -115,17 +107,9 @@ def per_file(data: bytes, docs: int) -> dict[str, Any]:
         source = work / "bench.docx"
         source.write_bytes(data)
         os.chmod(source, 0o644)
-        command = [
-            *as_user(),
-            shutil.which("soffice") or "soffice",  # the wrapper users call (it restarts on 81)
-            "--headless",
-            f"-env:UserInstallation=file://{work}/profile",
-            "--convert-to",
-            "pdf",
-            "--outdir",
-            str(work),
-            str(source),
-        ]
+        profile = f"-env:UserInstallation=file://{work}/profile"
+        command = [*as_user(), SOFFICE, "--headless", profile, "--convert-to", "pdf"]
+        command += ["--outdir", str(work), str(source)]
         environment = {"PATH": "/usr/bin:/bin", "HOME": str(work)}
 
         def once() -> float:
@@ -141,13 +125,6 @@ def per_file(data: bytes, docs: int) -> dict[str, Any]:
         # ru_maxrss of children: the largest soffice any run reached (KiB on Linux).
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         return figures("soffice --convert-to per file", latencies, peak_mb)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def unoserver(data: bytes, docs: int) -> dict[str, Any] | None:
@@ -169,29 +146,23 @@ def unoserver(data: bytes, docs: int) -> dict[str, Any] | None:
             f"import sys; sys.path.insert(0, {str(work / 'lib')!r}); "
             "from unoserver.server import main; sys.exit(main())"
         )
+        command = [*as_user(), office.PYTHON, "-c", script, "--interface=127.0.0.1"]
+        command += [f"--port={port}", f"--uno-port={uno_port}", f"--executable={SOFFICE}"]
+        command += [f"--user-installation={work}/profile"]
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(work)}
         server = subprocess.Popen(
-            [
-                *as_user(),
-                office.PYTHON,
-                "-c",
-                script,
-                "--interface=127.0.0.1",
-                f"--port={port}",
-                f"--uno-port={uno_port}",
-                f"--executable={shutil.which('soffice') or 'soffice'}",
-                f"--user-installation={work}/profile",
-            ],
-            env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
-            cwd=work,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            command, env=env, cwd=work, stdout=DEVNULL, stderr=DEVNULL, start_new_session=True
         )
         try:
             client = UnoClient(server="127.0.0.1", port=str(port), host_location="remote")
-            convert: Callable[[], Any] = lambda: client.convert(  # noqa: E731
-                indata=data, convert_to="pdf"
-            )
+
+            def convert() -> float:
+                began = time.perf_counter()
+                pdf = client.convert(indata=data, convert_to="pdf")
+                elapsed = time.perf_counter() - began
+                assert pdf.startswith(b"%PDF")
+                return elapsed
+
             deadline = time.monotonic() + 90
             while True:
                 try:
@@ -202,12 +173,7 @@ def unoserver(data: bytes, docs: int) -> dict[str, Any] | None:
                         print("  unoserver: did not start; skipped")
                         return None
                     time.sleep(0.2)
-            latencies = []
-            for _ in range(docs):
-                began = time.perf_counter()
-                pdf = convert()
-                latencies.append(time.perf_counter() - began)
-                assert pdf.startswith(b"%PDF")
+            latencies = [convert() for _ in range(docs)]
             children = psutil.Process(server.pid).children(recursive=True)
             rss = sum(p.memory_info().rss for p in children if p.name().startswith("soffice"))
             return figures("unoserver (long-lived)", latencies, rss / 2**20)
@@ -229,7 +195,6 @@ def parser() -> argparse.ArgumentParser:
 async def run(args: argparse.Namespace) -> None:
     data = three_pages()
     print(f"bench.office: a 3-page DOCX ({len(data)} bytes), {args.docs} documents each")
-    print(f"  {machine()}")
     ours = await pressroom(data, args.docs)
     chosen = args.peers.split(",")
     peers = [per_file(data, args.docs)] if "soffice" in chosen else []
@@ -239,9 +204,8 @@ async def run(args: argparse.Namespace) -> None:
         print(
             f"  Pressroom / {peer['engine']}: {ours['pdfs_per_s'] / peer['pdfs_per_s']:.1f}x "
             f"the PDFs per second, p50 {ours['p50_ms']:.0f} vs {peer['p50_ms']:.0f} ms",
-            flush=True,
         )
 
 
 if __name__ == "__main__":
-    asyncio.run(run(parser().parse_args()))
+    common.main(parser, run)

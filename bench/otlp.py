@@ -1,7 +1,7 @@
 """Tracing on for a benchmark's rounds (--tracing): an OTLP/HTTP receiver in a process of its
 own on loopback, and the provider Pressroom makes from the OTEL_* variables, pointed at it.
 
-    python -m bench.otlp    (the receiver: prints its port, counts spans and traces until stdin
+    python -m bench.otlp    (the receiver: prints its URL, counts spans and traces until stdin
                              closes, then prints {"spans": N, "traces": T, "requests": M})
 """
 
@@ -13,20 +13,22 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from bench.common import ROOT
+from bench.common import serving, start_python
 from server import tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+T = TypeVar("T")
+
 
 class Tracing:
-    """Turns Pressroom's tracing on and off between rounds; `spans` and `traces` are what the
+    """Turns Pressroom's tracing off and on within a round; `spans` and `traces` are what the
     receiver got (known once the context ends)."""
 
     def __init__(self, provider: TracerProvider) -> None:
@@ -34,28 +36,26 @@ class Tracing:
         self.spans = 0
         self.traces = 0
 
-    def on(self) -> None:
-        tracing.use(self._provider)
-
-    def off(self) -> None:
-        tracing.use(None)
+    async def off_and_on(self, n: int, measure: Callable[[], Awaitable[T]]) -> dict[str, T]:
+        """`measure()` with tracing off and with it on: off first in round `n` even, on first
+        in `n` odd."""
+        measured = {}
+        for side in ("off", "on") if n % 2 == 0 else ("on", "off"):
+            tracing.use(self._provider if side == "on" else None)
+            try:
+                measured[side] = await measure()
+            finally:
+                tracing.use(None)
+        return measured
 
 
 @contextlib.asynccontextmanager
 async def receiving() -> AsyncIterator[Tracing]:
-    """The receiver started, OTEL_EXPORTER_OTLP_ENDPOINT naming it, tracing off until `on`;
-    at the end every span is flushed and counted."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.otlp",
-        cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    """The receiver started, OTEL_EXPORTER_OTLP_ENDPOINT naming it, tracing off except in
+    `off_and_on`; at the end every span is flushed and counted."""
+    proc = await start_python("-m", "bench.otlp")
     assert proc.stdin is not None and proc.stdout is not None
-    port = json.loads(await proc.stdout.readline())["port"]
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = json.loads(await proc.stdout.readline())["url"]
     try:
         provider = tracing.configured()
         assert provider is not None
@@ -63,7 +63,7 @@ async def receiving() -> AsyncIterator[Tracing]:
         try:
             yield switch
         finally:
-            switch.off()
+            tracing.use(None)
             await asyncio.to_thread(provider.shutdown)  # exports what is left
     finally:
         del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
@@ -97,14 +97,9 @@ async def serve() -> None:
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/traces", traces)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(json.dumps({"port": port}), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until it closes
-    await runner.cleanup()
+    async with serving(app) as base:
+        print(json.dumps({"url": base}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until it closes
     print(json.dumps({"spans": spans, "traces": len(trace_ids), "requests": requests}), flush=True)
 
 

@@ -26,7 +26,8 @@ import pikepdf
 from pikepdf import Dictionary, Name
 from PIL import Image
 
-from bench.common import QUICK, machine
+from bench import common
+from bench.common import QUICK
 from server.options import parse
 from server.pdf import finishing
 
@@ -45,9 +46,7 @@ def parser() -> argparse.ArgumentParser:
 def image_heavy(pages: int) -> bytes:
     """`pages` Letter pages, each a photograph and a logo (its own copy on every page)."""
     rng = random.Random(11)
-    logo_bytes = io.BytesIO()
-    Image.radial_gradient("L").resize((300, 150)).convert("RGB").save(logo_bytes, format="PNG")
-    logo_image = Image.open(io.BytesIO(logo_bytes.getvalue()))
+    logo_image = Image.radial_gradient("L").resize((300, 150)).convert("RGB")
     pdf = pikepdf.new()
     for number in range(pages):
         photo = Image.blend(
@@ -58,8 +57,7 @@ def image_heavy(pages: int) -> bytes:
         tint = Image.new("RGB", PHOTO_PX, (rng.randrange(256), rng.randrange(256), 96))
         encoded = io.BytesIO()
         Image.blend(photo, tint, 0.25).save(encoded, format="JPEG", quality=92)
-        pdf.add_blank_page(page_size=(612, 792))
-        page = pdf.pages[-1]
+        page = pdf.add_blank_page(page_size=(612, 792))
         jpeg = pikepdf.Stream(pdf, encoded.getvalue())
         jpeg.Type, jpeg.Subtype, jpeg.Filter = Name.XObject, Name.Image, Name.DCTDecode
         jpeg.Width, jpeg.Height, jpeg.BitsPerComponent = *PHOTO_PX, 8
@@ -99,10 +97,9 @@ def qpdf_check(data: bytes) -> str:
 
 
 async def run(args: argparse.Namespace) -> None:
-    print(f"machine: {machine()}", flush=True)
     source = await asyncio.to_thread(image_heavy, args.pages)
     mib = 1024 * 1024
-    print(f"source: {args.pages} pages, {len(source) / mib:.1f} MiB", flush=True)
+    print(f"source: {args.pages} pages, {len(source) / mib:.1f} MiB")
     runs: list[tuple[str, dict[str, object]]] = [
         ("baseline (open + write, no compress)", {"metadata": {"Bench": "pdfops"}}),
         ("compress", {"compress": {}}),
@@ -116,11 +113,10 @@ async def run(args: argparse.Namespace) -> None:
         print(
             f"{label}: {seconds:.2f} s ({seconds / base_s:.1f}x the baseline), "
             f"{len(result) / mib:.2f} MiB ({saved:.0%} saved)",
-            flush=True,
         )
         if "compress" in options:
-            print(f"  {qpdf_check(result)}", flush=True)
+            print(f"  {qpdf_check(result)}")
 
 
 if __name__ == "__main__":
-    asyncio.run(run(parser().parse_args()))
+    common.main(parser, run)

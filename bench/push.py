@@ -28,21 +28,20 @@ import contextlib
 import os
 import resource
 import signal
-import socket
 import statistics
 import sys
 import tempfile
 import time
+from asyncio.subprocess import Process
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import aiohttp
 import asyncpg
+import psutil
 import socketio
 
 from bench import common
-from bench.common import QUICK, ROOT, database, postgres, summary
+from bench.common import QUICK, ROOT, database, free_port, new_job, postgres, start_python, summary
 from server.cli.admin import OPEN_FILES_WITHOUT_LIMIT
 from server.queue import db, jobs
 from server.queue.jobs import NewJob
@@ -59,45 +58,34 @@ CLIENT_FD_RESERVE = 100
 TRANSPORTS = {"sse": "SSE", "socketio": "Socket.IO (websocket)"}
 
 
-def new_job(n: int) -> NewJob:
-    return NewJob(
-        tenant="default",
-        template="<p>bench</p>",
-        data={"n": n},
-        options={},
-        metadata={},
-        max_attempts=1,
-    )
-
-
 def open_files_limit() -> int:
     """The hard open-file limit, which the server and each client process raise theirs to."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     return OPEN_FILES_WITHOUT_LIMIT if hard == resource.RLIM_INFINITY else hard
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+def queued(n: int) -> NewJob:
+    """Job `n`, which no worker runs here: its `job.queued` is the event."""
+    return new_job("<p>bench</p>", {"n": n}, attempts=1)
+
+
+async def stopped(proc: Process) -> None:
+    """Wait for `proc` to end; killed if it has not in 30 seconds."""
+    try:
+        await asyncio.wait_for(proc.wait(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 @contextlib.asynccontextmanager
 async def pressroom_web(dsn: str) -> AsyncIterator[tuple[str, int]]:
     """`pressroom web` in a subprocess with a data folder of its own; yields its URL and pid
     once it answers /healthz."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="prb-data-") as data_dir:
-        env = {
-            **os.environ,
-            "DATABASE_URL": dsn,
-            "PRESSROOM_PORT": str(port),
-            "PRESSROOM_DATA_DIR": data_dir,
-            "PRESSROOM_LOG_LEVEL": "WARNING",
-        }
+        env = {**os.environ, "DATABASE_URL": dsn, "PRESSROOM_PORT": str(port)}
+        env |= {"PRESSROOM_DATA_DIR": data_dir, "PRESSROOM_LOG_LEVEL": "WARNING"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "server", "web", cwd=ROOT, env=env
         )
@@ -116,11 +104,7 @@ async def pressroom_web(dsn: str) -> AsyncIterator[tuple[str, int]]:
         finally:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 30)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+                await stopped(proc)
 
 
 async def sse_reader(resp: aiohttp.ClientResponse, arrived: asyncio.Queue[float]) -> None:
@@ -134,12 +118,10 @@ async def sse_reader(resp: aiohttp.ClientResponse, arrived: asyncio.Queue[float]
             event = False
 
 
-async def latency(pool: asyncpg.Pool, dsn: str, base: str, events: int) -> dict[str, Any]:
+async def latency(pool: asyncpg.Pool, dsn: str, base: str, events: int) -> None:
     """One SSE and one Socket.IO subscriber on the all-jobs stream, and a raw LISTEN on
     Pressroom's channel (the baseline); one `job.queued` at a time."""
-    arrived: dict[str, asyncio.Queue[float]] = {
-        path: asyncio.Queue() for path in ("NOTIFY", "SSE", "Socket.IO")
-    }
+    arrived = {path: asyncio.Queue[float]() for path in ("NOTIFY", "SSE", "Socket.IO")}
     listener = await asyncpg.connect(dsn)
     await listener.add_listener(
         "pressroom", lambda *_: arrived["NOTIFY"].put_nowait(time.perf_counter())
@@ -154,7 +136,7 @@ async def latency(pool: asyncpg.Pool, dsn: str, base: str, events: int) -> dict[
         try:
             for n in range(WARMUP_EVENTS + events):
                 sent = time.perf_counter()
-                await jobs.create(pool, [new_job(n)])
+                await jobs.create(pool, [queued(n)])
                 async with asyncio.timeout(10):
                     times = [await queue.get() for queue in arrived.values()]
                 if n >= WARMUP_EVENTS:
@@ -172,22 +154,23 @@ async def latency(pool: asyncpg.Pool, dsn: str, base: str, events: int) -> dict[
             f"p99 {result[path]['p99']:.2f} ms; raw NOTIFY of the same commits p50 "
             f"{notify['p50']:.2f} ms, p99 {notify['p99']:.2f} ms; added at p99 "
             f"{result[path]['p99'] - notify['p99']:+.2f} ms",
-            flush=True,
         )
-    return result
 
 
-async def line(proc: asyncio.subprocess.Process, expected: str) -> list[str]:
-    """The next line a client process prints, which must start with `expected`."""
-    assert proc.stdout is not None
-    raw = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S * 4)
-    words = raw.decode().split()
-    if not words or words[0] != expected:
-        raise RuntimeError(f"a fan-out client said {raw!r}, expected {expected!r}")
-    return words[1:]
+async def lines(procs: list[Process], expected: str) -> list[list[str]]:
+    """The next line each client process prints, which must start with `expected`."""
+    said = []
+    for proc in procs:
+        assert proc.stdout is not None
+        raw = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S * 4)
+        words = raw.decode().split()
+        if not words or words[0] != expected:
+            raise RuntimeError(f"a fan-out client said {raw!r}, expected {expected!r}")
+        said.append(words[1:])
+    return said
 
 
-async def tell(procs: list[asyncio.subprocess.Process], command: str) -> None:
+async def tell(procs: list[Process], command: str) -> None:
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write(f"{command}\n".encode())
@@ -196,37 +179,30 @@ async def tell(procs: list[asyncio.subprocess.Process], command: str) -> None:
 
 async def fan_out(
     pool: asyncpg.Pool, base: str, pid: int, transport: str, count: int, per_process: int
-) -> dict[str, Any]:
+) -> None:
     """`count` idle subscribers of `transport` on the server `pid`: memory each, and the time
     one event takes to reach them all."""
     per_process = max(1, min(per_process, open_files_limit() - CLIENT_FD_RESERVE))
     shares = [min(per_process, count - first) for first in range(0, count, per_process)]
-    rss_before, started = rss_mb(pid), time.monotonic()
-    client = [sys.executable, "-m", "bench.clients", "subscribers", base, "--transport", transport]
+    server = psutil.Process(pid)
+    rss_before, started = server.memory_info().rss, time.monotonic()
+    client = ["-m", "bench.clients", "subscribers", base, "--transport", transport]
     procs = [
-        await asyncio.create_subprocess_exec(
-            *client,
-            *("--count", str(share), "--local", f"127.0.0.{2 + n}"),
-            cwd=ROOT,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
+        await start_python(*client, "--count", str(share), "--local", f"127.0.0.{2 + n}")
         for n, share in enumerate(shares)
     ]
     try:
-        for proc in procs:
-            await line(proc, "ready")
+        await lines(procs, "ready")
         connect_s = time.monotonic() - started
         await asyncio.sleep(FAN_OUT_PAUSE_S)
-        kb_each = (rss_mb(pid) - rss_before) * 1024 / count
+        kb_each = (server.memory_info().rss - rss_before) / 1024 / count
         rounds = []
         for n in range(FAN_OUT_ROUNDS):
             await tell(procs, "arm")
-            for proc in procs:
-                await line(proc, "armed")
+            await lines(procs, "armed")
             sent = time.monotonic()
-            await jobs.create(pool, [new_job(-1 - n)])
-            arrived = [await line(proc, "arrived") for proc in procs]
+            await jobs.create(pool, [queued(-1 - n)])
+            arrived = await lines(procs, "arrived")
             assert sum(int(got) for _at, got in arrived) == count
             rounds.append((max(float(at) for at, _got in arrived) - sent) * 1000)
             await asyncio.sleep(FAN_OUT_PAUSE_S)
@@ -234,20 +210,14 @@ async def fan_out(
         with contextlib.suppress(ConnectionError):
             await tell(procs, "quit")
         for proc in procs:
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await stopped(proc)
     reach_ms = statistics.median(rounds)
     print(
         f"push    fan-out to {count} idle {TRANSPORTS[transport]} subscribers ({len(procs)} client "
         f"processes, connected in {connect_s:.1f} s): {kb_each:.2f} KB per subscriber; one event "
         f"reached all in {reach_ms:.0f} ms (median of {FAN_OUT_ROUNDS}: "
         f"{', '.join(f'{ms:.0f}' for ms in rounds)})",
-        flush=True,
     )
-    return {"subscribers": count, "kb_each": kb_each, "reach_all_ms": reach_ms}
 
 
 def fitting(asked: int, transport: str) -> int:
@@ -260,31 +230,27 @@ def fitting(asked: int, transport: str) -> int:
             f"process under the open-file limit of {limit:,} (`ulimit -Hn`, less "
             f"{FD_RESERVE:,} for the server's own files): running {count:,}. Raise the hard "
             "limit to run them all.",
-            flush=True,
         )
     return count
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> None:
     """Latency, then the SSE fan-out, on one server; the Socket.IO fan-out on another."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the server inherits it
-    result: dict[str, Any] = {}
     async with postgres(), database() as dsn:
         pool = await db.create_pool(dsn, min_size=2, max_size=4)
         try:
             async with pressroom_web(dsn) as (base, pid):
                 if args.events:
-                    result["latency"] = await latency(pool, dsn, base, args.events)
+                    await latency(pool, dsn, base, args.events)
                 if count := fitting(args.subscribers, "sse"):
-                    result["sse"] = await fan_out(pool, base, pid, "sse", count, args.per_process)
+                    await fan_out(pool, base, pid, "sse", count, args.per_process)
             if count := fitting(args.sio_subscribers, "socketio"):
                 async with pressroom_web(dsn) as (base, pid):
-                    fan = await fan_out(pool, base, pid, "socketio", count, args.per_process)
-                result["socketio"] = fan
+                    await fan_out(pool, base, pid, "socketio", count, args.per_process)
         finally:
             await pool.close()
-    return result
 
 
 def parser() -> argparse.ArgumentParser:

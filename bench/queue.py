@@ -30,16 +30,14 @@ from typing import Any
 import asyncpg
 
 from bench import common
-from bench.common import QUICK, database, postgres, running_app
+from bench.common import QUICK, database, new_job, postgres, running_app
 from server.keys import WORKERS
 from server.options import RenderOptions
 from server.queue import db, jobs
-from server.queue.jobs import NewJob
 from server.render.chromium import Assets, RenderResult
 from server.render.sources import Document
 from server.settings import Settings
 
-NAME = "bench.queue"
 TEMPLATE = "<p>Job {{ n }}</p>"
 SETTLE_S = 0.2 if QUICK else 1.0  # idle workers get this long to connect and LISTEN
 POLL_S = 0.005
@@ -61,10 +59,8 @@ def tiny_pdf() -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\n" % (len(objects) + 1)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
 
 
@@ -108,19 +104,12 @@ async def drained(finished: Callable[[], Awaitable[bool]], count: int) -> float:
 async def pressroom(count: int, slots: int) -> float:
     """Jobs per second through Pressroom's workers with `slots` render slots."""
     overrides: dict[str, Any] = {"render_slots": slots, "renderer_factory": NoopRenderer}
-    async with (
-        database() as dsn,
-        running_app(dsn, run_web=False, **overrides) as (_base, app),
-    ):
+    async with database() as dsn, running_app(dsn, run_web=False, **overrides) as (_base, app):
         await asyncio.sleep(SETTLE_S)
         workers = app[WORKERS]
         conn = await db.connect(dsn)
         try:
-            new = [
-                NewJob(tenant="default", options={}, metadata={}, max_attempts=3, **payload(n))
-                for n in range(count)
-            ]
-            await jobs.create(conn, new)
+            await jobs.create(conn, [new_job(**payload(n)) for n in range(count)])
 
             async def finished() -> bool:
                 return workers.rendered >= count
@@ -237,11 +226,11 @@ async def settle(tasks: list[asyncio.Task[None]]) -> None:
         task.cancel()
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> None:
     best: dict[str, tuple[float, str]] = {}
 
     def note(system: str, config: str, rate: float) -> None:
-        print(f"queue   {system}, {config}: {rate:7.0f} jobs/s", flush=True)
+        print(f"queue   {system}, {config}: {rate:7.0f} jobs/s")
         if rate > best.get(system, (0.0, ""))[0]:
             best[system] = (rate, config)
 
@@ -263,9 +252,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{system} {best[system][0]:.0f} ({best[system][1]}), ratio {ratio:.2f}"
             for system, ratio in ratios.items()
         ),
-        flush=True,
     )
-    return {"best": best, "ratios": ratios}
 
 
 def parser() -> argparse.ArgumentParser:

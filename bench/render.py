@@ -37,7 +37,7 @@ from playwright.async_api import Page, async_playwright
 
 from bench import common, otlp
 from bench.clients import INVOICE, burst, invoice_data
-from bench.common import QUICK, checkpoint, database, postgres, run_module, running_app
+from bench.common import QUICK, checkpoint, database, postgres, run_client, running_app
 from server.options import RenderOptions
 from server.render import templates
 from server.render.browsers import CHROMIUM_ARGS, choose_chromium
@@ -59,7 +59,7 @@ class RawLoop:
     across rounds. `executable`: the engine (None: the one Pressroom would choose)."""
 
     def __init__(self, slots: int, executable: str | None = None) -> None:
-        self._slots = slots
+        self.slots = slots
         self._executable = executable
         self._stack = contextlib.AsyncExitStack()
         self._pages: list[Page] = []
@@ -76,7 +76,7 @@ class RawLoop:
             args=list(CHROMIUM_ARGS),
         )
         self._stack.push_async_callback(browser.close)
-        for _ in range(self._slots):
+        for _ in range(self.slots):
             context = await browser.new_context(java_script_enabled=False, viewport=PRINT_VIEWPORT)
             self._pages.append(await context.new_page())
         return self
@@ -84,36 +84,31 @@ class RawLoop:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    @property
-    def slots(self) -> int:
-        return self._slots
-
     async def pdf(self, slot: int, html: str) -> bytes:
         """One document printed on page `slot` (the bare service's render, bench/bare.py)."""
-        return await self._pdf(self._pages[slot], html)
-
-    async def _pdf(self, page: Page, html: str) -> bytes:
+        page = self._pages[slot]
         await page.set_content(html, wait_until="load")
         return await page.pdf(**self._pdf_args)
 
-    async def _print(self, html: list[str], pages: list[Page]) -> None:
+    async def _print(self, html: list[str], slots: int) -> None:
+        """The documents printed on the first `slots` pages, each taking the next one left."""
         queue = list(reversed(html))
 
-        async def loop(page: Page) -> None:
+        async def loop(slot: int) -> None:
             while queue:
-                await self._pdf(page, queue.pop())
+                await self.pdf(slot, queue.pop())
 
-        await asyncio.gather(*(loop(p) for p in pages))
+        await asyncio.gather(*(loop(slot) for slot in range(slots)))
 
     async def warm(self, html: list[str]) -> None:
         """Fonts and caches: a page alone first, then every page at once."""
-        await self._print(html[:2], self._pages[:1])
-        await self._print(html[: self._slots * 2], self._pages)
+        await self._print(html[:2], 1)
+        await self._print(html[: self.slots * 2], self.slots)
 
     async def run(self, html: list[str]) -> tuple[float, float]:
         """PDFs per second, and this process's CPU milliseconds per PDF."""
         cpu, started = cpu_s(), time.perf_counter()
-        await self._print(html, self._pages)
+        await self._print(html, self.slots)
         elapsed = time.perf_counter() - started
         return len(html) / elapsed, (cpu_s() - cpu) * 1000 / len(html)
 
@@ -122,150 +117,90 @@ async def pressroom(
     base: str, docs: int, lines: int, options: dict[str, Any] | None = None
 ) -> tuple[float, float]:
     """PDFs per second end to end through the app at `base` (the jobs with `options`), submitted
-    and followed by a client in a process of its own; and this process's (the server's) CPU
-    milliseconds per PDF."""
+    and followed by a client process; and this process's (the server's) CPU ms per PDF."""
     cpu = cpu_s()
     given = [f"--options={json.dumps(options)}"] if options else []
-    seconds = await run_module(
-        "bench.clients", "burst", base, f"--docs={docs}", f"--lines={lines}", *given
-    )
+    seconds = await run_client("burst", base, f"--docs={docs}", f"--lines={lines}", *given)
     return docs / seconds, (cpu_s() - cpu) * 1000 / docs
 
 
-async def off_and_on(
-    switch: otlp.Tracing, base: str, docs: int, lines: int, *, on_first: bool
-) -> dict[str, tuple[float, float]]:
-    """Pressroom with tracing off and on (`pressroom` of each), in that order or the other."""
-    measured = {}
-    for side in ("on", "off") if on_first else ("off", "on"):
-        if side == "on":
-            switch.on()
-        try:
-            measured[side] = await pressroom(base, docs, lines)
-        finally:
-            switch.off()
-    return measured
-
-
-async def row(
-    engine: str,
-    pages: int,
-    docs: int,
-    slots: int,
-    rounds: int,
-    *,
-    traced: bool = False,
-    preflight: bool = False,
-) -> dict[str, Any]:
+async def row(engine: str, pages: int, docs: int, slots: int, args: argparse.Namespace) -> None:
     """The raw loop and Pressroom, each started once and warmed, print the same documents in
-    `rounds` alternating rounds; pairs close in time share the drift of a shared host. `traced`:
-    Pressroom with tracing on too, in each round."""
+    --rounds alternating rounds; pairs close in time share the drift of a shared host. With
+    --tracing, Pressroom with tracing on too, in each round; with --preflight, with preflight."""
     lines = 20 if pages <= 1 else pages * 32  # about 32 table lines fill an A4 page
     html = [templates.render(INVOICE, invoice_data(n, lines)) for n in range(docs)]
     pairs = []
-    on_off: list[float] = []
-    cpu_on_off: list[float] = []
-    checked: list[float] = []
-    cpu_checked: list[float] = []
+    traced: list[tuple[float, float]] = []  # on/off of PDFs/s and of CPU per PDF, by round
+    checked: list[tuple[float, float]] = []
     async with (
         RawLoop(slots, engine) as raw,
         database() as dsn,
         running_app(dsn, render_slots=slots, chromium=engine) as (base, _app),
-        otlp.receiving() if traced else contextlib.nullcontext() as switch,
+        otlp.receiving() if args.tracing else contextlib.nullcontext() as switch,
     ):
         await raw.warm(html)
         await burst(base, slots * 2, lines)
         await checkpoint(dsn)
-        for n in range(rounds):
+        for n in range(args.rounds):
             raw_rate, raw_cpu = await raw.run(html)
             if switch is None:
                 ours, ours_cpu = await pressroom(base, docs, lines)
             else:
-                sides = await off_and_on(switch, base, docs, lines, on_first=n % 2 == 1)
+                sides = await switch.off_and_on(n, lambda: pressroom(base, docs, lines))
                 (ours, ours_cpu), (traced_rate, traced_cpu) = sides["off"], sides["on"]
-                on_off.append(traced_rate / ours)
-                cpu_on_off.append(traced_cpu / ours_cpu)
-            if preflight:
+                traced.append((traced_rate / ours, traced_cpu / ours_cpu))
+            if args.preflight:
                 # The plain run of this round, then one with the checks: or the other way round.
                 checks = await pressroom(base, docs, lines, {"preflight": True})
                 if n % 2 == 1:
                     ours, ours_cpu = await pressroom(base, docs, lines)
-                checked.append(checks[0] / ours)
-                cpu_checked.append(checks[1] / ours_cpu)
+                checked.append((checks[0] / ours, checks[1] / ours_cpu))
             pairs.append((raw_rate, ours, ours / raw_rate, raw_cpu, ours_cpu))
     raw_rate, ours, ratio, raw_cpu, ours_cpu = (
         statistics.median(p) for p in zip(*pairs, strict=True)
     )
     name = "headless shell" if "headless" in os.path.basename(engine) else "chromium"
     each = ", ".join(f"{pair[2]:.2f}" for pair in pairs)
+    head = f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs:"
     print(
-        f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: raw Playwright "
-        f"{raw_rate:6.1f} PDFs/s, Pressroom {ours:6.1f} PDFs/s, ratio {ratio:.2f} ({each}); "
-        f"CPU ms per PDF here, raw {raw_cpu:.1f} / Pressroom {ours_cpu:.1f}",
-        flush=True,
+        f"{head} raw Playwright {raw_rate:6.1f} PDFs/s, Pressroom {ours:6.1f} PDFs/s, ratio "
+        f"{ratio:.2f} ({each}); CPU ms per PDF here, raw {raw_cpu:.1f} / Pressroom {ours_cpu:.1f}",
     )
-    if preflight:
-        print(
-            f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: preflight on/off "
-            f"{otlp.spread(checked)} PDFs/s, {otlp.spread(cpu_checked)} CPU per PDF",
-            flush=True,
-        )
+    if args.preflight:
+        print(f"{head} preflight {on_off(checked)}")
     if switch is not None:
         print(
-            f"render  {name}, {pages} page(s), {slots} slot(s), {docs} docs: tracing on/off "
-            f"{otlp.spread(on_off)} PDFs/s, {otlp.spread(cpu_on_off)} CPU per PDF; "
-            f"{switch.spans} spans in {switch.traces} traces received",
-            flush=True,
+            f"{head} tracing {on_off(traced)}; {switch.spans} spans in {switch.traces} traces "
+            "received"
         )
-    return {
-        "tracing_on_off": statistics.median(on_off) if on_off else None,
-        "preflight_on_off": statistics.median(checked) if checked else None,
-        "engine": name,
-        "pages": pages,
-        "slots": slots,
-        "raw": raw_rate,
-        "pressroom": ours,
-        "ratio": ratio,
-    }
 
 
-def engines(names: str) -> list[str]:
-    """Executables for --engines; `default` is the one Pressroom would choose here."""
-    found = []
-    for name in names.split(","):
-        if name == "default":
-            found.append(os.environ.get("PRESSROOM_CHROMIUM") or choose_chromium(""))
-            continue
-        path = shutil.which(ENGINES[name])
-        if path is None:
-            raise RuntimeError(f"--engines {name}: {ENGINES[name]} is not installed")
-        found.append(path)
-    return found
+def on_off(ratios: list[tuple[float, float]]) -> str:
+    """Ratios on/off of PDFs/s and of CPU per PDF, by round, as a row prints them."""
+    rates, cpu = zip(*ratios, strict=True)
+    return f"on/off {otlp.spread(rates)} PDFs/s, {otlp.spread(cpu)} CPU per PDF"
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def executable(engine: str) -> str:
+    """The executable of one of --engines; `default` is the one Pressroom would choose here."""
+    if engine == "default":
+        return os.environ.get("PRESSROOM_CHROMIUM") or choose_chromium("")
+    if (path := shutil.which(ENGINES[engine])) is None:
+        raise RuntimeError(f"--engines {engine}: {ENGINES[engine]} is not installed")
+    return path
+
+
+async def run(args: argparse.Namespace) -> None:
     """Every page count at every slot count on every engine; longer documents, fewer docs."""
     slot_counts = [int(s) for s in args.slots.split(",")]
-    rows = []
+    fewest = 2 * max(slot_counts)  # documents of a row: two a slot at least
     async with postgres():
-        for engine in engines(args.engines):
+        for engine in [executable(name) for name in args.engines.split(",")]:
             for pages in (int(p) for p in args.pages.split(",")):
-                docs = (
-                    args.docs if pages <= 1 else max(2 * max(slot_counts), args.docs * 2 // pages)
-                )
+                docs = args.docs if pages <= 1 else max(fewest, args.docs * 2 // pages)
                 for slots in slot_counts:
-                    rows.append(
-                        await row(
-                            engine,
-                            pages,
-                            docs,
-                            slots,
-                            args.rounds,
-                            traced=args.tracing,
-                            preflight=args.preflight,
-                        )
-                    )
-    return {"rows": rows}
+                    await row(engine, pages, docs, slots, args)
 
 
 def parser() -> argparse.ArgumentParser:

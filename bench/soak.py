@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
-from typing import Any
 
 import psutil
 from aiohttp import ClientSession
@@ -51,11 +51,9 @@ def chromium_memory_mb(seen: dict[int, float]) -> tuple[float, float]:
 def zombies() -> list[int]:
     found = []
     for child in psutil.Process(os.getpid()).children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):
             if child.status() == psutil.STATUS_ZOMBIE:
                 found.append(child.pid)
-        except psutil.Error:
-            continue
     return found
 
 
@@ -63,12 +61,10 @@ def survivors(seen: dict[int, float]) -> list[int]:
     """Chromium processes seen during the run that still exist (same pid, same start time)."""
     alive = []
     for pid, created in seen.items():
-        try:
+        with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
             if process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE:
                 alive.append(pid)
-        except psutil.Error:
-            continue
     return alive
 
 
@@ -77,20 +73,19 @@ def growth(samples: list[dict[str, float]], key: str, from_job: int) -> float:
     return (samples[-1][key] - base[key]) / base[key] * 100
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> None:
     seen: dict[int, float] = {}
     samples: list[dict[str, float]] = []
     server = psutil.Process(os.getpid())
-    done = 0
+    done = target = 0  # jobs finished, and the count that ends the batch
     batch_done = asyncio.Event()
-    target = 0
 
     def on_event(event: JobEvent) -> None:
         nonlocal done
         if event.type in ("job.done", "job.failed"):
             done += 1
             if event.type == "job.failed":
-                print(f"soak    job failed: {event.job.get('error')}", flush=True)
+                print(f"soak    job failed: {event.job.get('error')}")
             if done >= target:
                 batch_done.set()
 
@@ -121,7 +116,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             f"soak    {done:5d} jobs: server {last['server_mb']:6.1f} MiB, "
                             f"Chromium {last['chromium_mb']:6.1f} MiB RSS, "
                             f"{last['chromium_pss_mb']:6.1f} MiB PSS",
-                            flush=True,
                         )
             launches = app[CHROMIUM].launches
             zombie_pids = zombies()
@@ -142,9 +136,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{result['chromium_mb']:+.1f} %, PSS {result['chromium_pss_mb']:+.1f} %, total "
         f"{result['total_mb']:+.1f} %; {launches} browser launches, {len(seen)} Chromium "
         f"processes seen; zombies {len(zombie_pids)}, orphans {len(orphan_pids)}",
-        flush=True,
     )
-    return {"growth_pct": result, "zombies": zombie_pids, "orphans": orphan_pids}
 
 
 def parser() -> argparse.ArgumentParser:
