@@ -11,8 +11,9 @@ event stream until the last is done. Around each burst the CPU counters are read
 process (its own threads; Playwright's driver and Chromium below it are not counted) and every
 PostgreSQL process. Each then takes --latency-docs jobs one at a time (`one-at-a-time`): p50
 and p99 from POST to `job.done`, beside the raw print of the same pages one at a time
-(bench.render's raw loop, one page). A last burst runs Pressroom under py-spy: its samples of
-the server, sorted into the stages of a job, share out the server's median CPU per job.
+(bench.render's raw loop, one page). A last burst of Pressroom and one of the bare service run
+under py-spy: each server's samples, sorted into the stages of a job, share out its median CPU
+per job.
 PostgreSQL's time by statement is pg_stat_statements' execution and planning time over every
 round (↳: a statement run inside another, such as a trigger's).
 
@@ -75,22 +76,51 @@ async def main(dsn, slots):
 asyncio.run(main(*sys.argv[1:]))
 """
 #: A sample belongs to the first stage (in this order) one of whose markers is in its stack;
-#: py-spy's frames read "function (path/file.py)".
+#: py-spy's frames read "function (path/file.py)", joined by ";". Pressroom's markers first,
+#: then the bare service's (bench/bare.py) for the same stage.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("logging", ("(logging/",)),
     (
         "Playwright calls",
-        ("(server/render/chromium.py)", "(server/render/printing.py)", "(playwright/"),
+        (
+            "(server/render/chromium.py)",
+            "(server/render/printing.py)",
+            "(playwright/",
+            "(bench/render.py)",
+        ),
     ),
     ("template", ("(server/render/templates.py)", "(server/render/sandbox.py)", "(jinja2/")),
     ("PDF checks and provenance", ("(server/pdf/", "(pikepdf/", "(server/render/preflight.py)")),
-    ("store", ("(server/files/",)),
-    ("submit commit", ("(server/queue/admission.py)", "create (server/queue/jobs.py)")),
-    ("done write", ("finish_done", "DoneRecorder")),
-    ("claim", ("claim (server/queue/jobs.py)", "Consumer._claim (server/queue/lease.py)")),
-    ("event fan-out", ("(server/events/", "(server/queue/listener.py)", "(server/web/sse.py)")),
+    ("store", ("(server/files/", "_durable_write (bench/bare.py)")),
+    (
+        "submit commit",
+        (
+            "(server/queue/admission.py)",
+            "create (server/queue/jobs.py)",
+            "_submit (bench/bare.py);Pool.execute",
+        ),
+    ),
+    ("done write", ("finish_done", "DoneRecorder", "_finish (bench/bare.py)")),
+    (
+        "claim",
+        (
+            "claim (server/queue/jobs.py)",
+            "Consumer._claim (server/queue/lease.py)",
+            "_slot (bench/bare.py);Pool.fetchrow",
+        ),
+    ),
+    (
+        "event fan-out",
+        (
+            "(server/events/",
+            "(server/queue/listener.py)",
+            "(server/web/sse.py)",
+            "_notified (bench/bare.py)",
+            "_events (bench/bare.py)",
+        ),
+    ),
     ("HTTP and validation", ("(server/web/", "(server/schemas/", "(pydantic", "(aiohttp/")),
-    ("worker, other", ("(server/pipeline/",)),
+    ("worker, other", ("(server/pipeline/", "(bench/bare.py)")),
     ("asyncpg protocol", ("(asyncpg/",)),
 ]
 OTHER = "event loop and other"
@@ -296,7 +326,10 @@ async def run(args: argparse.Namespace) -> None:
                         await service.one_at_a_time(args.latency_docs)
                     raw.append(summary(await raw_latencies(loop, html)))
                     print(f"round {number + 1}: " + "; ".join(s.last_round() for s in services))
-                stages = await profile(services[0], args.docs, args.samples)
+                stages = [
+                    await profile(s, args.docs, args.samples if s is services[0] else None)
+                    for s in services[:2]
+                ]
             finally:
                 for service in services:
                     await service.close()
@@ -306,7 +339,10 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def report(
-    args: argparse.Namespace, services: list[Service], floor: dict[str, float], stages: Counter[str]
+    args: argparse.Namespace,
+    services: list[Service],
+    floor: dict[str, float],
+    stages: list[Counter[str]],
 ) -> None:
     """The figures of every round: the medians, the ratios, and where the time went."""
     ours, bare = services[0], services[1]
@@ -330,11 +366,19 @@ def report(
             f"{', '.join(f'{r:.2f}' for r in ratios)}); p50 {statistics.median(gaps):+.1f} ms "
             f"(rounds {', '.join(f'{g:+.1f}' for g in gaps)})"
         )
-    total = sum(stages.values()) or 1
-    print(f"\nPressroom's server CPU per job by stage ({total} py-spy samples):")
-    for name, count in stages.most_common():
-        print(f"  {ours.median(0) * count / total:6.2f} ms  {name}")
-    for s in (ours, bare):
+    # Each system's samples share out its server's median CPU per job.
+    shares = [
+        {name: s.median(0) * count / (sum(counts.values()) or 1) for name, count in counts.items()}
+        for s, counts in zip((ours, bare), stages, strict=True)
+    ]
+    samples = " and ".join(str(sum(counts.values())) for counts in stages)
+    print(f"\nServer CPU per job by stage, ms ({samples} py-spy samples):")
+    print(f"  {'':28} {'pressroom':>9} {'bare':>9}")
+    for name, _ in Counter(shares[0]).most_common():
+        print(f"  {name:28} {shares[0][name]:9.2f} {shares[1].get(name, 0.0):9.2f}")
+    for name in sorted(set(shares[1]) - set(shares[0])):
+        print(f"  {name:28} {0.0:9.2f} {shares[1][name]:9.2f}")
+    for s in services:
         print(f"\nPostgreSQL's time per job by statement, {s.name} (execution and planning):")
         print("\n".join(s.statement_rows(args.docs * args.rounds)))
 
