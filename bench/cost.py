@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from argparse import Namespace
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -124,6 +125,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("asyncpg protocol", ("(asyncpg/",)),
 ]
 OTHER = "event loop and other"
+#: Milliseconds and calls by (queryid, top level); samples by stage; the raw print's p50, p99.
+Sums = dict[tuple[int, bool], list[float]]
+Stages = Counter[str]
+Floor = dict[str, float]
 
 
 def debian_bin() -> Path:
@@ -184,7 +189,8 @@ class Service:
         self.dsn = at(server, self.database)
         self.cpu: list[tuple[float, float]] = []  # (server, PostgreSQL) ms per job, by burst
         self.latency: list[dict[str, float]] = []  # p50 and p99 ms, one at a time, by round
-        self.statements: dict[tuple[int, bool], list[float]] = {}
+        self.statements: Sums = {}  # in the bursts
+        self.solo: Sums = {}  # one at a time
         self.texts: dict[int, str] = {}
 
     async def start(self, slots: int, tree: Path | None) -> None:
@@ -211,6 +217,9 @@ class Service:
         await asyncio.sleep(0.5)  # what follows the last job.done (its hub read, the next claim)
         server, pg = sum(self.process.cpu_times()[:2]) - server, postgres_cpu_s(postmaster) - pg
         self.cpu.append((server * 1000 / docs, pg * 1000 / docs))
+        await self._add_statements(observer, self.statements)
+
+    async def _add_statements(self, observer: asyncpg.Connection, into: Sums) -> None:
         for row in await observer.fetch(
             "SELECT queryid, query, toplevel, total_exec_time + total_plan_time AS ms, calls FROM "
             "pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
@@ -218,15 +227,17 @@ class Service:
         ):
             # By queryid: its text is the first one seen since the reset, constants and all.
             self.texts.setdefault(row["queryid"], " ".join(row["query"].split()))
-            sums = self.statements.setdefault((row["queryid"], row["toplevel"]), [0, 0])
+            sums = into.setdefault((row["queryid"], row["toplevel"]), [0, 0])
             sums[0], sums[1] = sums[0] + row["ms"], sums[1] + row["calls"]
 
     async def client(self, name: str, docs: int) -> Any:
         """What client `name` of bench/clients.py prints, run against this server."""
         return await run_client(name, self.base, f"--docs={docs}", *self.key)
 
-    async def one_at_a_time(self, docs: int) -> None:
+    async def one_at_a_time(self, observer: asyncpg.Connection, docs: int) -> None:
+        await observer.execute("SELECT pg_stat_statements_reset()")
         self.latency.append(summary(await self.client("one-at-a-time", docs)))
+        await self._add_statements(observer, self.solo)
 
     def last_round(self) -> str:
         (server, pg), p50 = self.cpu[-1], self.latency[-1]["p50"]
@@ -241,10 +252,11 @@ class Service:
     def median(self, part: int | None = None) -> float:
         return statistics.median(sum(c) if part is None else c[part] for c in self.cpu)
 
-    def statement_rows(self, jobs: int) -> list[str]:
-        """The 12 statements that took longest, per job; one of queries.sql by its name."""
+    def statement_rows(self, jobs: int, *, solo: bool = False, rows: int = 12) -> list[str]:
+        """The longest statements per job (bursts, or one at a time), queries.sql's by name."""
         names = {" ".join(sql.split())[:60]: name for name, sql in queries().items()}
-        top = sorted(self.statements.items(), key=lambda item: -item[1][0])[:12]
+        measured = self.solo if solo else self.statements
+        top = sorted(measured.items(), key=lambda item: -item[1][0])[:rows]
         return [
             f"  {ms / jobs:7.3f} ms {calls / jobs:5.2f} calls {'' if level else '↳ '}"
             + names.get(self.texts[queryid][:60], self.texts[queryid][:80])
@@ -323,7 +335,7 @@ async def run(args: argparse.Namespace) -> None:
                     for service in order:
                         await service.burst(observer, postmaster, args.docs)
                     for service in order:
-                        await service.one_at_a_time(args.latency_docs)
+                        await service.one_at_a_time(observer, args.latency_docs)
                     raw.append(summary(await raw_latencies(loop, html)))
                     print(f"round {number + 1}: " + "; ".join(s.last_round() for s in services))
                 stages = [
@@ -338,12 +350,7 @@ async def run(args: argparse.Namespace) -> None:
     report(args, services, floor, stages)
 
 
-def report(
-    args: argparse.Namespace,
-    services: list[Service],
-    floor: dict[str, float],
-    stages: list[Counter[str]],
-) -> None:
+def report(args: Namespace, services: list[Service], floor: Floor, stages: list[Stages]) -> None:
     """The figures of every round: the medians, the ratios, and where the time went."""
     ours, bare = services[0], services[1]
     print(
@@ -366,7 +373,6 @@ def report(
             f"{', '.join(f'{r:.2f}' for r in ratios)}); p50 {statistics.median(gaps):+.1f} ms "
             f"(rounds {', '.join(f'{g:+.1f}' for g in gaps)})"
         )
-    # Each system's samples share out its server's median CPU per job.
     shares = [
         {name: s.median(0) * count / (sum(counts.values()) or 1) for name, count in counts.items()}
         for s, counts in zip((ours, bare), stages, strict=True)
@@ -374,13 +380,13 @@ def report(
     samples = " and ".join(str(sum(counts.values())) for counts in stages)
     print(f"\nServer CPU per job by stage, ms ({samples} py-spy samples):")
     print(f"  {'':28} {'pressroom':>9} {'bare':>9}")
-    for name, _ in Counter(shares[0]).most_common():
-        print(f"  {name:28} {shares[0][name]:9.2f} {shares[1].get(name, 0.0):9.2f}")
-    for name in sorted(set(shares[1]) - set(shares[0])):
-        print(f"  {name:28} {0.0:9.2f} {shares[1][name]:9.2f}")
+    for name in sorted(shares[0].keys() | shares[1].keys(), key=lambda n: -shares[0].get(n, 0)):
+        print(f"  {name:28} {shares[0].get(name, 0.0):9.2f} {shares[1].get(name, 0.0):9.2f}")
     for s in services:
         print(f"\nPostgreSQL's time per job by statement, {s.name} (execution and planning):")
         print("\n".join(s.statement_rows(args.docs * args.rounds)))
+        print("  one at a time, the longest five:")
+        print("\n".join(s.statement_rows(args.latency_docs * args.rounds, solo=True, rows=5)))
 
 
 def parser() -> argparse.ArgumentParser:
