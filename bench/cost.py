@@ -50,11 +50,12 @@ from server.queue.embedded import ensure_run_as_user
 from server.render import templates
 from server.sql import queries
 
-#: The cluster's settings beyond initdb's: statements by pg_stat_statements, nested ones too.
+#: The cluster's settings beyond initdb's: pg_stat_statements, with nested statements and planning.
 SERVER_SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",
     "pg_stat_statements.track": "all",
     "pg_stat_statements.max": "5000",
+    "pg_stat_statements.track_planning": "on",
 }
 #: Pressroom's server process, run in the tree it is to measure (its working folder), keyed as
 #: in production: it prints its URL and the API key its clients send.
