@@ -13,12 +13,35 @@
 -- but for one that the render cache serves (render_cache_hit): that one is inserted done, with
 -- the file of a done job of its tenant, and comes with its job.done event; its secrets are not
 -- kept, as no attempt will read them.
--- Written in jobs_insert (0042), which keeps its plan.
-SELECT inserted_id AS id, inserted_job AS job
-FROM jobs_insert($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
-                 $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
-                 $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[], $18::text[],
-                 $19::int[], $20::text[]);
+WITH new AS (
+    INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
+                      max_attempts, run_after, idempotency_key, request_hash, channel,
+                      assets, source, secrets, traceparent, template_name, template_version,
+                      cache_key, cached_from, status, object_key, bytes, pages, provenance,
+                      finishing, progress, finished_at)
+    SELECT t.id, t.tenant, t.template, t.data, t.options, t.metadata, t.webhook_url, t.priority,
+           t.max_attempts, coalesce(t.run_after, now()), t.idempotency_key, t.request_hash,
+           t.channel, t.assets, t.source, CASE WHEN h.cached_from IS NULL THEN t.secrets END,
+           t.traceparent, t.template_name, t.template_version, t.cache_key, h.cached_from,
+           coalesce(h.status, 'queued'), h.object_key, h.bytes, h.pages, h.provenance,
+           h.finishing, h.progress, h.finished_at
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $5::jsonb[], $6::jsonb[],
+                $7::text[], $8::int[], $9::int[], $10::timestamptz[], $11::text[], $12::text[],
+                $13::jsonb[], $14::text[], $15::bytea[], $16::text[], $17::text[], $18::text[],
+                $19::int[], $20::text[])
+         AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
+              max_attempts, run_after, idempotency_key, request_hash, assets, source,
+              secrets, channel, traceparent, template_name, template_version, cache_key)
+    LEFT JOIN LATERAL render_cache_hit(t.tenant, t.cache_key) h ON true
+    RETURNING *
+), ev AS (
+    INSERT INTO job_events (job_id, tenant, type, payload)
+    SELECT id, tenant, CASE WHEN status = 'done' THEN 'job.done' ELSE 'job.queued' END,
+           job_public(new::jobs)
+    FROM new
+    RETURNING job_id, payload
+)
+SELECT job_id AS id, payload AS job FROM ev;
 
 -- claim_jobs --
 -- One statement: pick due jobs without waiting on rows others hold, mark them running,

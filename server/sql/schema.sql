@@ -277,14 +277,11 @@ $$;
 -- that file, its size, pages, provenance and finishing. No row for a miss, or for a job without
 -- a key (STRICT: not even called). The done job is held (FOR KEY SHARE) until the caller
 -- commits, so retention cannot delete its file meanwhile; one that retention holds is skipped (a
--- miss: rendered again). In PL/pgSQL for its plan, kept by each connection, as PostgreSQL
--- chooses (plan_cache_mode auto, also when jobs_insert calls it).
+-- miss: rendered again). In PL/pgSQL for its plan, kept by each connection.
 CREATE FUNCTION render_cache_hit(of_tenant text, of_key text)
 RETURNS TABLE (cached_from uuid, status text, object_key text, bytes bigint, pages integer,
                provenance jsonb, finishing jsonb, progress integer, finished_at timestamptz)
-LANGUAGE plpgsql VOLATILE STRICT
-SET plan_cache_mode = auto
-AS $$
+LANGUAGE plpgsql VOLATILE STRICT AS $$
 BEGIN
     RETURN QUERY
     SELECT coalesce(o.cached_from, o.id), 'done'::text, o.object_key, o.bytes, o.pages,
@@ -293,50 +290,6 @@ BEGIN
     WHERE o.tenant = of_tenant AND o.cache_key = of_key AND o.status = 'done'
     LIMIT 1
     FOR KEY SHARE OF o SKIP LOCKED;
-END $$;
-
--- The insert of jobs (queries.sql, insert_jobs), in a function for its plan alone, as the done
--- write's (0019, 0042): as a statement it was planned afresh on every call (a plan for the
--- arrays' actual lengths looks cheaper than the one it could keep), about 0.4 ms of CPU per
--- submission. It reads no table but through render_cache_hit, so the plan it keeps cannot turn
--- into a scan as the tables grow.
-CREATE FUNCTION jobs_insert(uuid[], text[], text[], json[], jsonb[], jsonb[], text[], int[],
-                            int[], timestamptz[], text[], text[], jsonb[], text[], bytea[],
-                            text[], text[], text[], int[], text[])
-RETURNS TABLE (inserted_id uuid, inserted_job jsonb)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-AS $$
-BEGIN
-    RETURN QUERY
-    WITH new AS (
-        INSERT INTO jobs (id, tenant, template, data, options, metadata, webhook_url, priority,
-                          max_attempts, run_after, idempotency_key, request_hash, channel,
-                          assets, source, secrets, traceparent, template_name,
-                          template_version, cache_key, cached_from, status, object_key, bytes,
-                          pages, provenance, finishing, progress, finished_at)
-        SELECT t.id, t.tenant, t.template, t.data, t.options, t.metadata, t.webhook_url,
-               t.priority, t.max_attempts, coalesce(t.run_after, now()), t.idempotency_key,
-               t.request_hash, t.channel, t.assets, t.source,
-               CASE WHEN h.cached_from IS NULL THEN t.secrets END, t.traceparent,
-               t.template_name, t.template_version, t.cache_key, h.cached_from,
-               coalesce(h.status, 'queued'), h.object_key, h.bytes, h.pages, h.provenance,
-               h.finishing, h.progress, h.finished_at
-        FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                    $18, $19, $20)
-             AS t(id, tenant, template, data, options, metadata, webhook_url, priority,
-                  max_attempts, run_after, idempotency_key, request_hash, assets, source,
-                  secrets, channel, traceparent, template_name, template_version, cache_key)
-        LEFT JOIN LATERAL render_cache_hit(t.tenant, t.cache_key) h ON true
-        RETURNING *
-    ), ev AS (
-        INSERT INTO job_events (job_id, tenant, type, payload)
-        SELECT n.id, n.tenant, CASE WHEN n.status = 'done' THEN 'job.done' ELSE 'job.queued' END,
-               job_public(n::jobs)
-        FROM new n
-        RETURNING job_events.job_id, job_events.payload
-    )
-    SELECT ev.job_id, ev.payload FROM ev;
 END $$;
 
 
