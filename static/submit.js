@@ -195,20 +195,24 @@ function clearProblem() {
 // ---------------------------------------------------------------- reading the form
 
 /** The data textarea as an object, or undefined after showing why it is not one. */
-function readData() {
-  const text = $("data").value.trim();
+const readData = () => readObject("data", "Data", '{"name": "Ada"}');
+
+/** The JSON object typed in field `id` ({} when empty), or undefined after showing why it is
+ * not one (`example`: an object the message shows). */
+function readObject(id, what, example) {
+  const text = $(id).value.trim();
   let value;
   try {
     value = JSON.parse(text || "{}");
   } catch (error) {
-    setFieldError("data", `Invalid JSON: ${error.message}`);
+    setFieldError(id, `Invalid JSON: ${error.message}`);
     return undefined;
   }
   if (!value || typeof value !== "object" || Array.isArray(value)) {
-    setFieldError("data", 'Data must be a JSON object, for example {"name": "Ada"}.');
+    setFieldError(id, `${what} must be a JSON object, for example ${example}.`);
     return undefined;
   }
-  setFieldError("data", "");
+  setFieldError(id, "");
   return value;
 }
 
@@ -257,47 +261,6 @@ function readOptions() {
   return Object.keys(options).length ? options : undefined;
 }
 
-/** The JSON options field as an object ({} when empty), or undefined after showing why it is
- * not one. */
-function readOptionsJson() {
-  const text = $("options-json").value.trim();
-  let value;
-  try {
-    value = JSON.parse(text || "{}");
-  } catch (error) {
-    setFieldError("options-json", `Invalid JSON: ${error.message}`);
-    return undefined;
-  }
-  if (!value || typeof value !== "object" || Array.isArray(value)) {
-    setFieldError("options-json", 'Options must be a JSON object, for example {"compress": {}}.');
-    return undefined;
-  }
-  setFieldError("options-json", "");
-  return value;
-}
-
-/** The field for options the form has no control of, below the others in Options. */
-function addOptionsJson() {
-  const field = el("div", "field options-json");
-  const label = el("label", "", "More options ");
-  label.htmlFor = "options-json";
-  label.append(el("span", "hint",
-    '(JSON, merged over the choices above, e.g. {"select_pages": "2-", "compress": {}})'));
-  const input = el("textarea");
-  input.id = "options-json";
-  input.name = "options_json";
-  input.rows = 3;
-  input.spellcheck = false;
-  input.placeholder = '{"metadata": {"Department": "Sales"}, "compress": {}}';
-  input.setAttribute("aria-describedby", "options-json-error");
-  const error = el("p", "field-error");
-  error.id = "options-json-error";
-  error.hidden = true;
-  field.append(label, input, error);
-  $("options-error").before(field);
-  input.addEventListener("input", () => setFieldError("options-json", ""));
-}
-
 /** A file's name as a part of the body (an asset path: no \ ? # % : and no leading dot), not
  * one of `taken`. */
 function partName(file, taken) {
@@ -334,7 +297,7 @@ async function submitJob(event) {
   const usesData = !$("data").closest("[data-for]").hidden;
   const data = usesData ? readData() : {};
   const priority = readPriority();
-  const moreOptions = readOptionsJson();
+  const moreOptions = readObject("options-json", "Options", '{"compress": {}}');
   const firstInvalid = document.querySelector("#job-form [aria-invalid='true']");
   if (firstInvalid || value === undefined || data === undefined || moreOptions === undefined) {
     (firstInvalid ?? document.querySelector("#job-form .field-error:not([hidden])"))?.focus?.();
@@ -390,14 +353,14 @@ function setupFold() {
 export function startForm(created) {
   onCreated = created;
   setupFold();
-  addOptionsJson();
   const form = $("job-form");
   form.addEventListener("submit", submitJob);
   for (const radio of form.querySelectorAll("input[name=source]")) {
     radio.addEventListener("change", showSource);
   }
   $("pdfs").addEventListener("change", showPdfOrder);
-  for (const id of ["template-id", "page-url", "office", "docx", "pdfs", "template", "markdown"]) {
+  for (const id of ["template-id", "page-url", "office", "docx", "pdfs", "template", "markdown",
+    "options-json"]) {
     $(id).addEventListener("input", () => setFieldError(id, ""));
   }
   let timer = null;
