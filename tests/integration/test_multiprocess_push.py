@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from server import events
 from tests.conftest import RunningApp
 from tests.pdfs import FakeRenderer
-from tests.processes import PressroomProcess
+from tests.processes import PressroomProcess, free_port
 from tests.sio import SioClient
 from tests.sse import Message, messages
 from tests.timings import as_env
@@ -27,13 +26,6 @@ pytestmark = pytest.mark.slow
 JOBS = 50
 EVENTS = JOBS * 3  # queued, running, done
 SEED = {"template": "<h1>Invoice {{ n }}</h1>", "data": {"n": 1}}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def wait_serving(http: aiohttp.ClientSession, base: str, proc: PressroomProcess) -> None:
